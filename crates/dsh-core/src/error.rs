@@ -1,0 +1,240 @@
+//! The one error type of dsh and its stable codes.
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+
+/// What went wrong, as a stable code a program can match on.
+///
+/// The string form ([`ErrorCode::as_str`]) is an interface: it appears in tool results, in
+/// the session log and in `dsh exec --json`, and never changes for an existing variant.
+/// New variants may be added, so match with a wildcard arm.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A request value is out of range or malformed (an empty argv, a grace of 0, a
+    /// non-positive timeout). Nothing was started. Fix the value named in the message.
+    /// `as_str()`: `INVALID_ARGUMENT`.
+    InvalidArgument,
+    /// A configuration value is invalid (a zero byte budget, a grace above the timer
+    /// limit). The last good configuration stays in force. Fix the named field.
+    /// `as_str()`: `CONFIG_INVALID`.
+    ConfigInvalid,
+    /// The call was cancelled before any work started. Nothing ran; retry if still wanted.
+    /// `as_str()`: `ABORTED`.
+    Aborted,
+    /// The working directory of a command does not exist, is not a directory, or cannot be
+    /// entered. Nothing ran. Pass an existing directory.
+    /// `as_str()`: `PROCESS_CWD_INVALID`.
+    ProcessCwdInvalid,
+    /// The program of a command was not found (not on `PATH`, or a missing absolute path).
+    /// Nothing ran. Install it or give its absolute path.
+    /// `as_str()`: `PROCESS_NOT_FOUND`.
+    ProcessNotFound,
+    /// The program exists but cannot be executed (a directory, no execute permission, a bad
+    /// interpreter line). Nothing ran. `as_str()`: `PROCESS_NOT_EXECUTABLE`.
+    ProcessNotExecutable,
+    /// The operating system refused to start the process for another reason (out of
+    /// processes or file descriptors, a pipe could not be made). Nothing ran; the `source`
+    /// carries the OS error. `as_str()`: `PROCESS_SPAWN_FAILED`.
+    ProcessSpawnFailed,
+    /// A second provider was installed for a seam that already has one.
+    /// `as_str()`: `DUPLICATE_SERVICE`.
+    DuplicateService,
+    /// A confined mode was asked for but this machine cannot enforce it; the command was
+    /// not run unconfined. The message says what is missing and how to get it (the same
+    /// advice `dsh doctor` prints). `as_str()`: `SANDBOX_UNAVAILABLE`.
+    SandboxUnavailable,
+    /// A `DSH_*` environment contributor is malformed or returned something it did not
+    /// declare. Fix the contributor named in the message. `as_str()`: `SHELL_ENV_INVALID`.
+    ShellEnvInvalid,
+    /// A file or directory dsh manages itself (the spill directory, a spill file) could not
+    /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
+    IoFailed,
+    /// A bug in dsh: an invariant did not hold. Please report it with the message.
+    /// `as_str()`: `INTERNAL`.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, in declaration order (for docs, tests and `dsh` help output).
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidArgument,
+        ErrorCode::ConfigInvalid,
+        ErrorCode::Aborted,
+        ErrorCode::ProcessCwdInvalid,
+        ErrorCode::ProcessNotFound,
+        ErrorCode::ProcessNotExecutable,
+        ErrorCode::ProcessSpawnFailed,
+        ErrorCode::DuplicateService,
+        ErrorCode::SandboxUnavailable,
+        ErrorCode::ShellEnvInvalid,
+        ErrorCode::IoFailed,
+        ErrorCode::Internal,
+    ];
+
+    /// The stable SCREAMING_SNAKE form of the code.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::ConfigInvalid => "CONFIG_INVALID",
+            ErrorCode::Aborted => "ABORTED",
+            ErrorCode::ProcessCwdInvalid => "PROCESS_CWD_INVALID",
+            ErrorCode::ProcessNotFound => "PROCESS_NOT_FOUND",
+            ErrorCode::ProcessNotExecutable => "PROCESS_NOT_EXECUTABLE",
+            ErrorCode::ProcessSpawnFailed => "PROCESS_SPAWN_FAILED",
+            ErrorCode::DuplicateService => "DUPLICATE_SERVICE",
+            ErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
+            ErrorCode::ShellEnvInvalid => "SHELL_ENV_INVALID",
+            ErrorCode::IoFailed => "IO_FAILED",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error every dsh seam returns: a stable [`ErrorCode`], a message for people and
+/// models, and the underlying cause.
+///
+/// The message names the thing (a path, `argv[0]`, a field) and the next step; the OS error
+/// is the [`source`](StdError::source), not repeated in the text. `Display` prints
+/// `CODE: message`.
+///
+/// A command that exits non-zero, times out or is cancelled after it started is *not* a
+/// `HarnessError`: it is an ordinary result that says so.
+pub struct HarnessError {
+    code: ErrorCode,
+    message: Cow<'static, str>,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl HarnessError {
+    /// An error with `code` and `message` and no underlying cause.
+    pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
+        HarnessError {
+            code,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying cause (an `io::Error`, a parse error).
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The message, without the code.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `INVALID_ARGUMENT` with `message`.
+    pub fn invalid_argument(message: impl Into<Cow<'static, str>>) -> Self {
+        HarnessError::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// `CONFIG_INVALID` with `message`.
+    pub fn config_invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        HarnessError::new(ErrorCode::ConfigInvalid, message)
+    }
+
+    /// `ABORTED`: the call was cancelled before work started, with the cancel reason.
+    pub fn aborted_before_start(what: &str, reason: &str) -> Self {
+        HarnessError::new(
+            ErrorCode::Aborted,
+            format!("aborted before {what}: {reason}"),
+        )
+    }
+
+    /// `INTERNAL` with `message`.
+    pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
+        HarnessError::new(ErrorCode::Internal, message)
+    }
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl fmt::Debug for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("HarnessError");
+        d.field("code", &self.code).field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl StdError for HarnessError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_are_stable() {
+        let pairs: Vec<(ErrorCode, &str)> =
+            ErrorCode::ALL.iter().map(|c| (*c, c.as_str())).collect();
+        assert_eq!(
+            pairs,
+            vec![
+                (ErrorCode::InvalidArgument, "INVALID_ARGUMENT"),
+                (ErrorCode::ConfigInvalid, "CONFIG_INVALID"),
+                (ErrorCode::Aborted, "ABORTED"),
+                (ErrorCode::ProcessCwdInvalid, "PROCESS_CWD_INVALID"),
+                (ErrorCode::ProcessNotFound, "PROCESS_NOT_FOUND"),
+                (ErrorCode::ProcessNotExecutable, "PROCESS_NOT_EXECUTABLE"),
+                (ErrorCode::ProcessSpawnFailed, "PROCESS_SPAWN_FAILED"),
+                (ErrorCode::DuplicateService, "DUPLICATE_SERVICE"),
+                (ErrorCode::SandboxUnavailable, "SANDBOX_UNAVAILABLE"),
+                (ErrorCode::ShellEnvInvalid, "SHELL_ENV_INVALID"),
+                (ErrorCode::IoFailed, "IO_FAILED"),
+                (ErrorCode::Internal, "INTERNAL"),
+            ]
+        );
+    }
+
+    #[test]
+    fn display_prefixes_the_code_and_keeps_the_source_separate() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let e = HarnessError::new(
+            ErrorCode::ProcessNotFound,
+            "program \"nope\" was not found on PATH",
+        )
+        .with_source(io);
+        assert_eq!(
+            e.to_string(),
+            "PROCESS_NOT_FOUND: program \"nope\" was not found on PATH"
+        );
+        assert!(StdError::source(&e).is_some());
+        assert_eq!(e.code(), ErrorCode::ProcessNotFound);
+    }
+
+    #[test]
+    fn aborted_before_start_names_the_reason() {
+        let e = HarnessError::aborted_before_start("spawn", "too late");
+        assert_eq!(e.message(), "aborted before spawn: too late");
+        assert_eq!(e.code(), ErrorCode::Aborted);
+    }
+}

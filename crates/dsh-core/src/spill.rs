@@ -1,0 +1,188 @@
+//! Spill files: where output too large for memory goes, privately.
+//!
+//! A [`SpillDir`] is one private directory (mode 0700, made with an unpredictable name)
+//! per World. Each [`SpillDir::create_file`] opens a new file in it with
+//! `O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC` and mode 0600, under an unpredictable name,
+//! so a file or symlink planted in advance makes the open fail instead of being written
+//! through. The directory and everything in it are removed when the last `Arc<SpillDir>`
+//! is dropped, unless it was made with [`SpillDir::keep`].
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::{ErrorCode, HarnessError};
+
+/// A private directory for spill files. See the [module docs](self).
+#[derive(Debug)]
+pub struct SpillDir {
+    path: PathBuf,
+    keep: bool,
+    counter: AtomicU64,
+}
+
+impl SpillDir {
+    /// Creates a fresh private directory `dsh-spill-<random>` under `parent` (default: the
+    /// system temp directory, `$TMPDIR` or `/tmp`). It is removed on drop.
+    ///
+    /// # Errors
+    /// `IO_FAILED` when the directory cannot be created.
+    pub fn create(parent: Option<&Path>) -> Result<SpillDir, HarnessError> {
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        for _ in 0..8 {
+            let path = parent.join(format!("dsh-spill-{}", random_hex(12)));
+            match rustix::fs::mkdir(&path, Mode::RWXU) {
+                Ok(()) => {
+                    // mkdir honours the umask; a umask can only narrow 0700, never widen it.
+                    return Ok(SpillDir {
+                        path,
+                        keep: false,
+                        counter: AtomicU64::new(0),
+                    });
+                }
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => {
+                    return Err(HarnessError::new(
+                        ErrorCode::IoFailed,
+                        format!(
+                            "cannot create the spill directory under {}",
+                            parent.display()
+                        ),
+                    )
+                    .with_source(io::Error::from(e)))
+                }
+            }
+        }
+        Err(HarnessError::new(
+            ErrorCode::IoFailed,
+            format!(
+                "cannot create a fresh spill directory under {}",
+                parent.display()
+            ),
+        ))
+    }
+
+    /// Keeps the directory and its files after drop (so printed spill paths stay valid).
+    /// Default: removed on drop.
+    pub fn keep(mut self) -> Self {
+        self.keep = true;
+        self
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates a new spill file `<label>-<n>-<random>.log`, exclusively, mode 0600.
+    ///
+    /// # Errors
+    /// `IO_FAILED` when the file cannot be created (the directory vanished, the disk is
+    /// full, a name collided with something planted there).
+    pub fn create_file(&self, label: &str) -> Result<(File, PathBuf), HarnessError> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{label}-{n}-{}.log", random_hex(12));
+        let path = self.path.join(name);
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::open(&path, flags, Mode::RUSR | Mode::WUSR) {
+            Ok(fd) => Ok((File::from(fd), path)),
+            Err(e) => Err(HarnessError::new(
+                ErrorCode::IoFailed,
+                format!("cannot create spill file {}", path.display()),
+            )
+            .with_source(io::Error::from(e))),
+        }
+    }
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            // The directory is ours and private (0700): nothing else can have planted a
+            // link in it, and remove_dir_all does not follow symlinks.
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// `n` random lowercase hex digits from the kernel's CSPRNG (`getrandom(2)`).
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n.div_ceil(2)];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(k) => filled += k,
+            Err(rustix::io::Errno::INTR) => continue,
+            // getrandom only fails on ancient kernels; fall back to time and address entropy.
+            Err(_) => {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                for (i, b) in bytes[filled..].iter_mut().enumerate() {
+                    *b = (t >> ((i % 16) * 8)) as u8 ^ (std::process::id() as u8);
+                }
+                filled = bytes.len();
+            }
+        }
+    }
+    let mut s: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    s.truncate(n);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn directory_is_private_and_files_are_exclusive_0600() {
+        let tmp = std::env::temp_dir();
+        let dir = SpillDir::create(Some(&tmp)).expect("create");
+        let mode = std::fs::metadata(dir.path())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let (mut f, p) = dir.create_file("stdout").expect("file");
+        f.write_all(b"x").expect("write");
+        let mode = std::fs::metadata(&p).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let name = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            name.starts_with("stdout-0-") && name.ends_with(".log"),
+            "{name}"
+        );
+        let (_, p2) = dir.create_file("stdout").expect("file");
+        assert_ne!(p, p2);
+    }
+
+    #[test]
+    fn directory_is_removed_on_drop_unless_kept() {
+        let dir = SpillDir::create(None).expect("create");
+        let path = dir.path().to_path_buf();
+        dir.create_file("x").expect("file");
+        drop(dir);
+        assert!(!path.exists());
+        let kept = SpillDir::create(None).expect("create").keep();
+        let path = kept.path().to_path_buf();
+        drop(kept);
+        assert!(path.exists());
+        std::fs::remove_dir_all(path).expect("cleanup");
+    }
+
+    #[test]
+    fn random_names_differ() {
+        assert_eq!(random_hex(12).len(), 12);
+        assert_ne!(random_hex(12), random_hex(12));
+    }
+}

@@ -1,0 +1,390 @@
+//! The per-command reaper: the process that owns one command's whole tree.
+//!
+//! # Mechanism
+//! `spawn` forks once (through `std::process::Command`); in the child, before `exec`, the
+//! `pre_exec` hook [`enter`] runs. It makes that child the **reaper** of the command:
+//!
+//! 1. `setsid()`, so the reaper has no controlling terminal and is alone in its group;
+//! 2. `prctl(PR_SET_CHILD_SUBREAPER)`, so every orphan of the command's tree (a `setsid`
+//!    daemon, a double-forked grandchild) is re-parented to the reaper, not to init;
+//! 3. `fork()`: the grandchild becomes the command **leader**. It takes its own process
+//!    group (`setpgid(0, 0)`), restores the default signal state and returns, so `std`
+//!    carries on to `exec` the program. The reaper never returns: it runs [`reaper_loop`]
+//!    and `_exit`s when its tree is empty.
+//!
+//! The reaper reports the leader's wait status on the status pipe as soon as the leader
+//! exits, and exits itself only when it has no child left: its exit is the exact "whole
+//! tree gone" event. The owner drives it through the control pipe: `T` sends SIGTERM to the
+//! tree, `K` (or end-of-file, when the owner closes the pipe or dies) SIGKILLs it until it
+//! is empty. So nothing started by dsh survives dsh, even when dsh is SIGKILLed.
+//!
+//! # Exactness
+//! The reaper signals only processes whose pid cannot have been reused: its own unreaped
+//! children (a child's pid stays allocated until its parent reaps it) and the leader's
+//! process group while the leader is unreaped (it keeps the leader as a zombie, read with
+//! `WNOWAIT`, until the tree is otherwise empty). A descendant whose parent is still alive
+//! is reached through the group kill, or once its parent dies and it is re-parented here.
+//! Nothing outside the tree is ever signalled.
+//!
+//! # Async-signal safety
+//! Everything here runs in the child of a multi-threaded process, between `fork` and
+//! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls: `fork`,
+//! `setsid`, `setpgid`, `prctl`, `sigprocmask`, `sigemptyset`/`sigaddset`, `signal`,
+//! `signalfd`, `dup2`, `fcntl`, `close_range` (raw syscall), `open`, `read`, `write`,
+//! `poll`, `waitid`, `kill`, `getpid`, `_exit`. It allocates nothing: buffers live on the
+//! stack and paths are static C strings. (libc is used here rather than rustix because
+//! the async-signal-safe list is written in terms of these libc calls and raw fds.)
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Control byte: send SIGTERM to the tree.
+pub(crate) const CONTROL_TERM: u8 = b'T';
+/// Control byte: SIGKILL the tree until it is empty.
+pub(crate) const CONTROL_KILL: u8 = b'K';
+
+/// The leader exited normally: the payload is its exit code.
+pub(crate) const STATUS_EXITED: u8 = 1;
+/// The leader was killed by a signal: the payload is the signal number.
+pub(crate) const STATUS_SIGNALED: u8 = 2;
+/// Length of one status record: a tag byte and an `i32` in native byte order.
+pub(crate) const STATUS_LEN: usize = 5;
+
+/// The fds the reaper keeps: it writes the leader status to `status_w` and reads owner
+/// commands from `control_r`. Both must be `O_CLOEXEC` so the leader's `exec` drops them.
+#[derive(Clone, Copy)]
+pub(crate) struct ReaperFds {
+    pub status_w: RawFd,
+    pub control_r: RawFd,
+}
+
+// After `enter` moves them, the reaper's fds sit at fixed numbers.
+const STATUS_FD: RawFd = 3;
+const CONTROL_FD: RawFd = 4;
+
+/// Runs in the forked child before `exec`. Returns `Ok` only in the leader (which then
+/// `exec`s the program); the reaper never returns.
+///
+/// # Safety
+/// Must only be called from a `pre_exec` hook: in a freshly forked, single-threaded child.
+pub(crate) unsafe fn enter(fds: ReaperFds) -> io::Result<()> {
+    // SAFETY (whole function): we are the only thread of a freshly forked child; every call
+    // below is async-signal-safe (see the module docs) and touches only our own fds.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Block SIGCHLD before forking so a leader that exits at once is not missed: it
+        // stays pending until the signalfd reads it.
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
+
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // The leader: its own group (so one kill(-leader) reaches every member that
+            // stays in it), and the default signal state std promised before our hook.
+            libc::setpgid(0, 0);
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            return Ok(());
+        }
+        // Also make the group from this side, so it exists before we could ever signal it
+        // (whichever of the two setpgid calls runs first wins; the other is harmless).
+        libc::setpgid(pid, pid);
+        become_reaper(fds, pid)
+    }
+}
+
+/// The reaper side after the fork: isolate fds, then serve until the tree is empty.
+unsafe fn become_reaper(fds: ReaperFds, leader: libc::pid_t) -> ! {
+    // SAFETY: single-threaded forked child; async-signal-safe calls only.
+    unsafe {
+        // Park our two fds high, put them at 3 and 4, and close everything else, so the
+        // reaper holds neither the command's stdio pipes (their EOF must depend only on the
+        // command) nor std's exec-error pipe (the parent waits for its EOF).
+        let status_hi = libc::fcntl(fds.status_w, libc::F_DUPFD_CLOEXEC, 10);
+        let control_hi = libc::fcntl(fds.control_r, libc::F_DUPFD_CLOEXEC, 10);
+        if status_hi < 0 || control_hi < 0 {
+            libc::_exit(125);
+        }
+        libc::dup2(status_hi, STATUS_FD);
+        libc::dup2(control_hi, CONTROL_FD);
+        libc::syscall(
+            libc::SYS_close_range,
+            5 as libc::c_uint,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        );
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+        // A signal meant for the tree must never stop the reaper before it reaps.
+        for sig in [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        reaper_loop(leader, sigfd)
+    }
+}
+
+struct Reaper {
+    leader: libc::pid_t,
+    leader_reported: bool,
+    leader_reaped: bool,
+    killing: bool,
+    control_open: bool,
+}
+
+unsafe fn reaper_loop(leader: libc::pid_t, sigfd: RawFd) -> ! {
+    let mut r = Reaper {
+        leader,
+        leader_reported: false,
+        leader_reaped: false,
+        killing: false,
+        control_open: true,
+    };
+    loop {
+        // SAFETY: as above.
+        let others = unsafe { r.reap() };
+        if r.leader_reported && others == 0 {
+            unsafe {
+                // Only the leader's zombie is left: release it and report "tree gone" by
+                // exiting.
+                if !r.leader_reaped {
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::waitid(libc::P_PID, leader as libc::id_t, &mut info, libc::WEXITED);
+                }
+                libc::_exit(0);
+            }
+        }
+        if r.killing {
+            unsafe { r.signal_tree(libc::SIGKILL) };
+        }
+        let mut pfds = [
+            libc::pollfd {
+                fd: sigfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if r.control_open { CONTROL_FD } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // While killing, re-scan every 10 ms: an orphan re-parented to us after a deeper
+        // death brings no SIGCHLD. Otherwise wait for an event (sigfd < 0 only if
+        // signalfd failed; then poll every 50 ms instead).
+        let timeout = if r.killing {
+            10
+        } else if sigfd < 0 {
+            50
+        } else {
+            -1
+        };
+        unsafe {
+            libc::poll(pfds.as_mut_ptr(), 2, timeout);
+            if pfds[0].revents != 0 {
+                let mut buf = [0u8; 128 * 4];
+                while libc::read(sigfd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+            }
+            if pfds[1].revents != 0 {
+                r.read_control();
+            }
+        }
+    }
+}
+
+impl Reaper {
+    /// Reaps every exited child except the leader, whose status is only peeked (`WNOWAIT`)
+    /// and reported once. Returns the number of children other than the leader still
+    /// present (alive or not yet reaped).
+    unsafe fn reap(&mut self) -> usize {
+        loop {
+            let mut others = 0usize;
+            let mut reaped_any = false;
+            let leader = self.leader;
+            let leader_gone = self.leader_reaped;
+            let mut report_now = false;
+            // SAFETY: async-signal-safe calls on our own children only.
+            let listed = unsafe {
+                for_each_child(|pid| {
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    if pid == leader && !leader_gone {
+                        report_now |= !self.leader_reported
+                            && libc::waitid(
+                                libc::P_PID,
+                                pid as libc::id_t,
+                                &mut info,
+                                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                            ) == 0
+                            && info.si_pid() == pid
+                            && report(&info);
+                    } else if libc::waitid(
+                        libc::P_PID,
+                        pid as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG,
+                    ) == 0
+                        && info.si_pid() == pid
+                    {
+                        reaped_any = true;
+                    } else {
+                        others += 1;
+                    }
+                })
+            };
+            self.leader_reported |= report_now;
+            if !listed {
+                // SAFETY: as above.
+                return unsafe { self.reap_without_proc() };
+            }
+            // Reaping while the list was being read may have shifted it; read it again
+            // until a pass changes nothing, so no exited child is left unnoticed.
+            if !reaped_any {
+                return others;
+            }
+        }
+    }
+
+    /// Fallback when `/proc` is unreadable: reap everything (the leader too, so its group
+    /// is no longer signalled) and count the children as "unknown" until `ECHILD`.
+    unsafe fn reap_without_proc(&mut self) -> usize {
+        // SAFETY: waitid(2) on our own children.
+        unsafe {
+            loop {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let rc = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG);
+                if rc < 0 {
+                    // ECHILD: nothing left at all.
+                    self.leader_reaped = true;
+                    return 0;
+                }
+                let pid = info.si_pid();
+                if pid == 0 {
+                    return 1;
+                }
+                if pid == self.leader {
+                    if !self.leader_reported {
+                        self.leader_reported = report(&info);
+                    }
+                    self.leader_reaped = true;
+                }
+            }
+        }
+    }
+
+    /// Sends `sig` to the leader's group (safe while the leader is unreaped: its pid, and
+    /// so its group id, cannot be reused) and to each direct child and the group it leads
+    /// (unreaped children: same argument).
+    unsafe fn signal_tree(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on pids pinned as described above.
+        unsafe {
+            if !self.leader_reaped {
+                libc::kill(-self.leader, sig);
+            }
+            for_each_child(|pid| {
+                libc::kill(pid, sig);
+                libc::kill(-pid, sig);
+            });
+        }
+    }
+
+    unsafe fn read_control(&mut self) {
+        let mut buf = [0u8; 16];
+        // SAFETY: read(2) into a stack buffer.
+        let n = unsafe { libc::read(CONTROL_FD, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            // End of file: the owner closed the pipe or died. Nothing may outlive it.
+            if n == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                self.control_open = false;
+                self.killing = true;
+            }
+            return;
+        }
+        for &b in &buf[..n as usize] {
+            match b {
+                CONTROL_TERM if !self.killing => unsafe { self.signal_tree(libc::SIGTERM) },
+                CONTROL_KILL => self.killing = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Writes the leader's status record to the status pipe. Returns true (so callers can
+/// fold it into a condition).
+unsafe fn report(info: &libc::siginfo_t) -> bool {
+    // SAFETY: reading the siginfo union fields waitid filled; write(2) to our pipe.
+    unsafe {
+        let (tag, value) = match info.si_code {
+            libc::CLD_EXITED => (STATUS_EXITED, info.si_status()),
+            _ => (STATUS_SIGNALED, info.si_status()),
+        };
+        let mut rec = [0u8; STATUS_LEN];
+        rec[0] = tag;
+        rec[1..].copy_from_slice(&value.to_ne_bytes());
+        libc::write(STATUS_FD, rec.as_ptr().cast(), STATUS_LEN);
+    }
+    true
+}
+
+/// Calls `f` with each pid listed in `/proc/thread-self/children` (our children, zombies
+/// included), parsing in a fixed stack buffer. Returns false if the list is unreadable.
+unsafe fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> bool {
+    // SAFETY: open/read/close of a proc file into a stack buffer.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 1024];
+        let mut current: i64 = -1;
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            for &b in &buf[..n as usize] {
+                if b.is_ascii_digit() {
+                    current = current.max(0) * 10 + i64::from(b - b'0');
+                } else if current >= 0 {
+                    f(current as libc::pid_t);
+                    current = -1;
+                }
+            }
+        }
+        if current >= 0 {
+            f(current as libc::pid_t);
+        }
+        libc::close(fd);
+    }
+    true
+}

@@ -1,0 +1,62 @@
+//! Shared helpers for the subprocess tests.
+
+use std::path::Path;
+use std::time::Duration;
+
+use dsh_process::{CaptureLimits, OutputMode, SpawnSpec};
+
+/// A spec running `bash -c script` in `/tmp` with both streams collected.
+pub fn bash(script: &str) -> SpawnSpec {
+    let mut spec = SpawnSpec::new(["bash", "-c", script], "/tmp");
+    spec.stdout = collect(64_000, None);
+    spec.stderr = collect(64_000, None);
+    spec.grace = Duration::from_millis(500);
+    spec
+}
+
+/// Collect mode with `max_bytes` in memory and an optional spill cap.
+pub fn collect(max_bytes: usize, spill: Option<u64>) -> OutputMode {
+    OutputMode::Collect(CaptureLimits {
+        max_bytes,
+        max_spill_bytes: spill,
+    })
+}
+
+/// True while `pid` names a live (non-zombie) process.
+pub fn is_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits (up to 10 s, only to stop a hang) until `pid` is gone.
+pub async fn wait_gone(pid: i32) -> bool {
+    for _ in 0..1000 {
+        if !is_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Reads pids, one per line, that a test command wrote to `file`, waiting (bounded) until
+/// `n` are there.
+pub async fn read_pids(file: &Path, n: usize) -> Vec<i32> {
+    for _ in 0..1000 {
+        if let Ok(s) = std::fs::read_to_string(file) {
+            let pids: Vec<i32> = s.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() >= n {
+                return pids;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the command did not write {n} pids to {}", file.display());
+}

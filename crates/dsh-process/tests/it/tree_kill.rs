@@ -1,0 +1,226 @@
+//! Whole-tree termination: every descendant, exactly, checked from outside by pid.
+
+use std::time::Duration;
+
+use dsh_core::CancelToken;
+use dsh_process::{LocalSubprocess, Outcome, Signal, Subprocess, TreeMechanism};
+
+use crate::support::{bash, is_alive, read_pids, wait_gone};
+
+/// Each escape shape writes the pid of its escapee to `$PIDS`.
+const ESCAPES: &str = r#"
+sleep 1000 & disown; echo $! >> "$PIDS"
+setsid sleep 1000 & echo $! >> "$PIDS"
+( ( sleep 1000 & echo $! >> "$PIDS" ) & )
+setsid bash -c 'sleep 1000 & echo $! >> "$PIDS"; wait' &
+"#;
+
+async fn spawn_escapes(
+    sub: &LocalSubprocess,
+    tail: &str,
+    dir: &std::path::Path,
+) -> (dsh_process::Process, Vec<i32>) {
+    let pids = dir.join("pids");
+    let mut spec = bash(&format!("{ESCAPES}\n{tail}"));
+    spec.env
+        .insert("PIDS".into(), Some(pids.to_string_lossy().into_owned()));
+    spec.grace = Duration::from_millis(300);
+    let p = sub.spawn(spec).expect("spawn");
+    let pids = read_pids(&pids, 4).await;
+    for pid in &pids {
+        assert!(
+            is_alive(*pid),
+            "escapee {pid} should be running before terminate"
+        );
+    }
+    (p, pids)
+}
+
+#[tokio::test]
+async fn terminate_kills_disowned_setsid_and_double_forked_descendants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = LocalSubprocess::new();
+    assert_eq!(sub.tree_mechanism(), TreeMechanism::Subreaper);
+    let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
+    p.terminate();
+    assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGTERM)));
+    p.wait_for_exit().await;
+    for pid in pids {
+        assert!(wait_gone(pid).await, "descendant {pid} survived terminate");
+    }
+}
+
+#[tokio::test]
+async fn descendants_are_killed_when_the_leader_already_exited() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = LocalSubprocess::new();
+    let (p, pids) = spawn_escapes(&sub, "exit 3", dir.path()).await;
+    assert_eq!(p.done().await, Outcome::Exited(3));
+    for pid in &pids {
+        assert!(is_alive(*pid), "{pid} lives on until its owner acts");
+    }
+    p.terminate();
+    p.wait_for_exit().await;
+    for pid in pids {
+        assert!(wait_gone(pid).await, "descendant {pid} survived");
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_owner_kills_the_tree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = LocalSubprocess::new();
+    let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
+    drop(p);
+    for pid in pids {
+        assert!(wait_gone(pid).await, "descendant {pid} survived its owner");
+    }
+}
+
+#[tokio::test]
+async fn cancel_kills_every_descendant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = LocalSubprocess::new();
+    let pids_file = dir.path().join("pids");
+    let cancel = CancelToken::new();
+    let mut spec = bash(&format!("{ESCAPES}\nsleep 1000"));
+    spec.env.insert(
+        "PIDS".into(),
+        Some(pids_file.to_string_lossy().into_owned()),
+    );
+    spec.cancel = Some(cancel.clone());
+    let p = sub.spawn(spec).expect("spawn");
+    let pids = read_pids(&pids_file, 4).await;
+    cancel.cancel("timeout");
+    p.done().await;
+    p.wait_for_exit().await;
+    for pid in pids {
+        assert!(wait_gone(pid).await, "descendant {pid} survived cancel");
+    }
+}
+
+#[tokio::test]
+async fn a_term_ignoring_child_is_killed_after_grace() {
+    let sub = LocalSubprocess::new();
+    let mut spec = bash("trap '' TERM; echo ready; sleep 1000 & wait");
+    spec.grace = Duration::from_millis(200);
+    let p = sub.spawn(spec).expect("spawn");
+    let cap = p.stdout_capture().expect("cap").clone();
+    while !cap.read_from(0).text.contains("ready") {
+        cap.changed().await;
+    }
+    p.terminate();
+    // Idempotent: a second call does not restart the escalation.
+    p.terminate();
+    assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGKILL)));
+    p.wait_for_exit().await;
+    assert!(p.is_tree_gone());
+}
+
+#[tokio::test]
+async fn a_term_ignoring_survivor_is_killed_after_the_leader_settled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("pids");
+    let sub = LocalSubprocess::new();
+    let mut spec = bash("bash -c 'trap \"\" TERM; sleep 1000' & echo $! > \"$PIDS\"; exit 0");
+    spec.env
+        .insert("PIDS".into(), Some(pid_file.to_string_lossy().into_owned()));
+    spec.grace = Duration::from_millis(200);
+    let p = sub.spawn(spec).expect("spawn");
+    let pids = read_pids(&pid_file, 1).await;
+    assert_eq!(p.done().await, Outcome::Exited(0));
+    p.terminate();
+    p.wait_for_exit().await;
+    assert!(wait_gone(pids[0]).await);
+}
+
+#[tokio::test]
+async fn terminate_after_the_tree_is_gone_is_a_no_op() {
+    let sub = LocalSubprocess::new();
+    let p = sub.spawn(bash("true")).expect("spawn");
+    assert_eq!(p.done().await, Outcome::Exited(0));
+    p.wait_for_exit().await;
+    p.terminate();
+    p.kill();
+    assert!(p.is_tree_gone());
+}
+
+#[tokio::test]
+async fn nothing_outside_the_tree_is_signalled() {
+    // A process started beside dsh, in its own group, must survive every kill dsh makes.
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .expect("bystander");
+    let sub = LocalSubprocess::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
+    p.terminate();
+    p.wait_for_exit().await;
+    for pid in pids {
+        assert!(wait_gone(pid).await);
+    }
+    assert!(
+        is_alive(bystander.id() as i32),
+        "a process outside the tree was killed"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
+
+#[tokio::test]
+async fn many_commands_at_once_keep_their_own_descendants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = LocalSubprocess::new();
+    let mut procs = Vec::new();
+    for i in 0..8 {
+        let d = dir.path().join(i.to_string());
+        std::fs::create_dir(&d).expect("mkdir");
+        procs.push(spawn_escapes(&sub, "sleep 1000", &d).await);
+    }
+    // Terminate the even ones: only their descendants die.
+    for (i, (p, _)) in procs.iter().enumerate() {
+        if i % 2 == 0 {
+            p.terminate();
+        }
+    }
+    for (i, (p, pids)) in procs.iter().enumerate() {
+        if i % 2 == 0 {
+            p.wait_for_exit().await;
+            for pid in pids {
+                assert!(wait_gone(*pid).await, "command {i}: {pid} survived");
+            }
+        }
+    }
+    for (i, (p, pids)) in procs.iter().enumerate() {
+        if i % 2 == 1 {
+            assert!(!p.is_tree_gone());
+            for pid in pids {
+                assert!(
+                    is_alive(*pid),
+                    "command {i}: {pid} was killed by another command's terminate"
+                );
+            }
+        }
+    }
+    sub.shutdown().await;
+    for (_, pids) in procs {
+        for pid in pids {
+            assert!(wait_gone(pid).await, "{pid} survived shutdown");
+        }
+    }
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_term_trapping_trees() {
+    let sub = LocalSubprocess::new();
+    let mut spec = bash("trap '' TERM; echo ready; sleep 1000");
+    spec.grace = Duration::from_millis(100);
+    let p = sub.spawn(spec).expect("spawn");
+    let cap = p.stdout_capture().expect("cap").clone();
+    while !cap.read_from(0).text.contains("ready") {
+        cap.changed().await;
+    }
+    sub.shutdown().await;
+    assert!(p.is_tree_gone());
+}
