@@ -284,14 +284,17 @@ impl Outcome {
 ///
 /// # For implementors
 /// All methods are required. `terminate` and `kill` never block and are idempotent; once
-/// the tree is gone they send nothing (a guard against pid reuse). Dropping the last
-/// `Arc` of the control must kill the tree.
+/// the tree is gone they send nothing (a guard against pid reuse). [`Process`] calls
+/// `kill` when it is dropped; a provider should also kill the tree when its host process
+/// dies.
 #[async_trait]
 pub trait ProcessControl: Send + Sync {
     /// The leader's pid.
     fn pid(&self) -> u32;
     /// Settles with the leader's outcome, at most `grace` after the leader exits.
     async fn done(&self) -> Outcome;
+    /// The outcome if `done` has settled, without waiting.
+    fn outcome(&self) -> Option<Outcome>;
     /// SIGTERM to the tree now, SIGKILL after the grace if anything is left.
     fn terminate(&self);
     /// SIGKILL to the whole tree now.
@@ -302,13 +305,14 @@ pub trait ProcessControl: Send + Sync {
     async fn wait_for_exit(&self);
 }
 
-/// One spawned process tree. Cloneable control via [`Process::control`]; the tree is
-/// killed when the last `Process` and control clone are dropped.
+/// One spawned process tree, and its owner: dropping the `Process` SIGKILLs the whole
+/// tree (a no-op once it is gone). [`Process::control`] hands out non-owning controls for
+/// observers and terminators.
 pub struct Process {
     control: Arc<dyn ProcessControl>,
-    stdin: Option<Box<dyn AsyncWrite + Send + Unpin>>,
-    stdout: Option<Box<dyn AsyncRead + Send + Unpin>>,
-    stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    stdin: Option<Box<dyn AsyncWrite + Send + Sync + Unpin>>,
+    stdout: Option<Box<dyn AsyncRead + Send + Sync + Unpin>>,
+    stderr: Option<Box<dyn AsyncRead + Send + Sync + Unpin>>,
     stdout_capture: Option<Arc<Capture>>,
     stderr_capture: Option<Arc<Capture>>,
 }
@@ -317,9 +321,9 @@ impl Process {
     /// Assembles a process from a provider's parts.
     pub fn from_parts(
         control: Arc<dyn ProcessControl>,
-        stdin: Option<Box<dyn AsyncWrite + Send + Unpin>>,
-        stdout: Option<Box<dyn AsyncRead + Send + Unpin>>,
-        stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
+        stdin: Option<Box<dyn AsyncWrite + Send + Sync + Unpin>>,
+        stdout: Option<Box<dyn AsyncRead + Send + Sync + Unpin>>,
+        stderr: Option<Box<dyn AsyncRead + Send + Sync + Unpin>>,
         stdout_capture: Option<Arc<Capture>>,
         stderr_capture: Option<Arc<Capture>>,
     ) -> Process {
@@ -338,8 +342,8 @@ impl Process {
         self.control.pid()
     }
 
-    /// A shared handle to control the tree (terminate, wait) from elsewhere. Holding it
-    /// keeps the tree owned.
+    /// A shared handle to control and observe the tree (terminate, wait) from elsewhere.
+    /// It does not own the tree: dropping the `Process` still kills it.
     pub fn control(&self) -> Arc<dyn ProcessControl> {
         self.control.clone()
     }
@@ -378,17 +382,17 @@ impl Process {
     }
 
     /// The stdin pipe, for [`StdinMode::Pipe`] (once).
-    pub fn take_stdin(&mut self) -> Option<Box<dyn AsyncWrite + Send + Unpin>> {
+    pub fn take_stdin(&mut self) -> Option<Box<dyn AsyncWrite + Send + Sync + Unpin>> {
         self.stdin.take()
     }
 
     /// The raw stdout pipe, for [`OutputMode::Pipe`] (once).
-    pub fn take_stdout(&mut self) -> Option<Box<dyn AsyncRead + Send + Unpin>> {
+    pub fn take_stdout(&mut self) -> Option<Box<dyn AsyncRead + Send + Sync + Unpin>> {
         self.stdout.take()
     }
 
     /// The raw stderr pipe, for [`OutputMode::Pipe`] (once).
-    pub fn take_stderr(&mut self) -> Option<Box<dyn AsyncRead + Send + Unpin>> {
+    pub fn take_stderr(&mut self) -> Option<Box<dyn AsyncRead + Send + Sync + Unpin>> {
         self.stderr.take()
     }
 
@@ -400,6 +404,12 @@ impl Process {
     /// The stderr capture, for [`OutputMode::Collect`].
     pub fn stderr_capture(&self) -> Option<&Arc<Capture>> {
         self.stderr_capture.as_ref()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.control.kill();
     }
 }
 

@@ -162,7 +162,7 @@ impl Subprocess for LocalSubprocess {
         let pid = child.id().unwrap_or(0);
 
         let stdin_pipe = child.stdin.take();
-        let mut stdin_out: Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>> = None;
+        let mut stdin_out: Option<Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>> = None;
         match (&spec.stdin, stdin_pipe) {
             (StdinMode::Data(data), Some(mut w)) => {
                 let data = data.clone();
@@ -179,8 +179,8 @@ impl Subprocess for LocalSubprocess {
 
         let stop = CancelToken::new();
         let mut pumps = Vec::new();
-        let mut raw_out: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>> = None;
-        let mut raw_err: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>> = None;
+        let mut raw_out: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>> = None;
+        let mut raw_err: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>> = None;
         let mut out_cap = None;
         let mut err_cap = None;
         if let Some(out) = child.stdout.take() {
@@ -369,7 +369,7 @@ fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
 }
 
 /// The owner's side of one tree. Dropping it closes the control pipe, which makes the
-/// reaper SIGKILL the tree.
+/// reaper SIGKILL the tree (as does dsh's own death, which closes it too).
 struct LocalControl {
     pid: u32,
     grace: Duration,
@@ -399,6 +399,10 @@ impl ProcessControl for LocalControl {
         let mut rx = self.done.clone();
         let settled = rx.wait_for(Option::is_some).await.ok().and_then(|v| *v);
         settled.unwrap_or(Outcome::Lost)
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        *self.done.borrow()
     }
 
     fn terminate(&self) {

@@ -1,0 +1,4 @@
+//! Behaviour of the bash executor with real processes.
+
+mod background;
+mod run;
