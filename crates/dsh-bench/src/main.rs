@@ -1,2 +1,233 @@
-//! placeholder
-fn main() {}
+//! `cargo run --release -p dsh-bench`: dsh's figures, each beside a baseline measured in
+//! the same run, printed as a ratio. Timing lives here, never in tests.
+//!
+//! Figures:
+//! - spawn latency: `dsh exec -- true` against `bash -c true` (median of N runs each,
+//!   interleaved so both see the same machine state);
+//! - capture throughput: `LocalBash::run` of a command printing 1 GiB against a raw pipe
+//!   drain of the same command, and the bench process's peak RSS while capturing 64 MiB
+//!   and 1 GiB (it must not grow with output size).
+//!
+//! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo);
+//! `DSH_BENCH_RUNS` sets N (default 300).
+#![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_process::LocalSubprocess;
+use dsh_shell::bash::LocalBash;
+use dsh_shell::{Shell, ShellRequest};
+
+const GIB: u64 = 1 << 30;
+
+struct Figure {
+    name: &'static str,
+    dsh: String,
+    baseline: String,
+    ratio: f64,
+    target: &'static str,
+    ok: bool,
+}
+
+fn main() {
+    let runs: usize = std::env::var("DSH_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let dsh = match dsh_binary() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("dsh-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dsh-bench: cannot start the runtime: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut figures = vec![spawn_latency(&dsh, runs)];
+    figures.extend(rt.block_on(capture_throughput()));
+
+    println!(
+        "{:<34} {:>16} {:>16} {:>8}  {:<18} verdict",
+        "figure", "dsh", "baseline", "ratio", "target"
+    );
+    for f in &figures {
+        println!(
+            "{:<34} {:>16} {:>16} {:>8.3}  {:<18} {}",
+            f.name,
+            f.dsh,
+            f.baseline,
+            f.ratio,
+            f.target,
+            if f.ok { "ok" } else { "MISSED" }
+        );
+    }
+}
+
+/// The `dsh` binary: `$DSH_BIN`, else built now in release mode with the cargo that runs us.
+fn dsh_binary() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("DSH_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "-p", "dsh"])
+        .status()
+        .map_err(|e| format!("cannot run cargo to build dsh: {e}; set DSH_BIN"))?;
+    if !status.success() {
+        return Err("building dsh failed; set DSH_BIN to an existing binary".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("no directory for the bench binary")?;
+    Ok(dir.join("dsh"))
+}
+
+fn time_once(cmd: &mut Command) -> Duration {
+    let start = Instant::now();
+    let status = cmd.status();
+    let took = start.elapsed();
+    match status {
+        Ok(s) if s.success() => took,
+        other => {
+            eprintln!("dsh-bench: {cmd:?} failed: {other:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn spawn_latency(dsh: &PathBuf, runs: usize) -> Figure {
+    let mut ours = Vec::with_capacity(runs);
+    let mut base = Vec::with_capacity(runs);
+    // Warm both up (page cache, dynamic loader) before measuring.
+    for _ in 0..10 {
+        time_once(Command::new(dsh).args(["exec", "--", "true"]));
+        time_once(Command::new("bash").args(["-c", "true"]));
+    }
+    for _ in 0..runs {
+        ours.push(time_once(Command::new(dsh).args(["exec", "--", "true"])));
+        base.push(time_once(Command::new("bash").args(["-c", "true"])));
+    }
+    let (o, b) = (median(ours), median(base));
+    let ratio = o.as_secs_f64() / b.as_secs_f64();
+    Figure {
+        name: "spawn: dsh exec -- true",
+        dsh: format!("{:.3} ms", o.as_secs_f64() * 1e3),
+        baseline: format!("{:.3} ms", b.as_secs_f64() * 1e3),
+        ratio,
+        target: "<= 1.3x bash -c",
+        ok: ratio <= 1.3,
+    }
+}
+
+fn print_cmd(bytes: u64) -> String {
+    format!("head -c {bytes} /dev/zero")
+}
+
+/// Drains the command's stdout through a plain pipe with a 64 KiB buffer.
+fn raw_drain(bytes: u64) -> Duration {
+    let start = Instant::now();
+    let mut child = match Command::new("bash")
+        .args(["-c", &print_cmd(bytes)])
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dsh-bench: cannot spawn bash: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    while let Ok(n) = out.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    let _ = child.wait();
+    assert_eq!(total, bytes, "raw drain lost bytes");
+    start.elapsed()
+}
+
+async fn dsh_capture(sh: &LocalBash, bytes: u64) -> (Duration, u64) {
+    reset_peak_rss();
+    let start = Instant::now();
+    let mut req = ShellRequest::new(print_cmd(bytes));
+    req.timeout_ms = Some(600_000.0);
+    let spec = sh.resolve(req).expect("resolve");
+    let r = sh.run(spec).await.expect("run");
+    let took = start.elapsed();
+    assert_eq!(r.stdout.total_bytes, bytes, "capture lost bytes");
+    (took, peak_rss_kib())
+}
+
+async fn capture_throughput() -> Vec<Figure> {
+    let sh = LocalBash::new(Arc::new(LocalSubprocess::new()));
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    let mut rss_gib = 0;
+    for _ in 0..3 {
+        let (t, rss) = dsh_capture(&sh, GIB).await;
+        ours.push(t);
+        rss_gib = rss_gib.max(rss);
+        base.push(raw_drain(GIB));
+    }
+    let (_, rss_small) = dsh_capture(&sh, 64 << 20).await;
+    let (o, b) = (median(ours), median(base));
+    let gbps = |d: Duration| GIB as f64 / d.as_secs_f64() / 1e9;
+    let ratio = b.as_secs_f64() / o.as_secs_f64();
+    let growth = rss_gib as f64 / rss_small.max(1) as f64;
+    vec![
+        Figure {
+            name: "capture: LocalBash::run of 1 GiB",
+            dsh: format!("{:.2} GB/s", gbps(o)),
+            baseline: format!("{:.2} GB/s", gbps(b)),
+            ratio,
+            target: ">= 0.7x raw drain",
+            ok: ratio >= 0.7,
+        },
+        Figure {
+            name: "peak RSS: 1 GiB vs 64 MiB output",
+            dsh: format!("{} KiB", rss_gib),
+            baseline: format!("{} KiB", rss_small),
+            ratio: growth,
+            target: "~1.0 (no growth)",
+            ok: growth < 1.5,
+        },
+    ]
+}
+
+/// Resets this process's peak RSS (`VmHWM`) by writing 5 to `/proc/self/clear_refs`.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}

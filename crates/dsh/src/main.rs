@@ -1,2 +1,51 @@
-//! placeholder
-fn main() {}
+//! `dsh`: run commands with bounded output and no process left behind.
+//!
+//! Subcommands:
+//! - `dsh exec [-C DIR] [--timeout MS] [--json] -- PROGRAM [ARG...]` runs one argv (see
+//!   [`exec`]).
+#![forbid(unsafe_code)]
+
+mod exec;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The execution layer of an AI agent.
+#[derive(Parser, Debug)]
+#[command(name = "dsh", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run PROGRAM with ARGs (no shell), streaming its output; exit with its status.
+    ///
+    /// Exit status follows timeout(1) and env(1): the program's own status; 124 when
+    /// --timeout passed (even if SIGKILL was needed); 128+N when a signal N killed it;
+    /// 126 when PROGRAM cannot be executed; 127 when it is not found; 125 when dsh itself
+    /// fails (bad -C, bad flag): then nothing ran.
+    Exec(exec::ExecArgs),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exec::EXIT_DSH_FAILED
+            } else {
+                0
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Exec(args) => exec::main(args),
+    }
+}

@@ -1,0 +1,202 @@
+//! `dsh exec`: run one argv through the subprocess seam, the way `timeout(1)` would.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use dsh_core::{CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
+use dsh_process::{
+    CaptureLimits, CollectedOutput, LocalSubprocess, Outcome, OutputMode, SpawnSpec, Subprocess,
+};
+
+/// Exit status when `--timeout` passed.
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit status when dsh itself failed and nothing ran.
+pub const EXIT_DSH_FAILED: u8 = 125;
+/// Exit status when the program exists but cannot be executed.
+pub const EXIT_CANNOT_EXECUTE: u8 = 126;
+/// Exit status when the program was not found.
+pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// Captured bytes kept in memory per stream with `--json`.
+const JSON_MAX_BYTES: usize = 64_000;
+/// Spill cap per stream with `--json`.
+const JSON_MAX_SPILL_BYTES: u64 = 64 * 1024 * 1024;
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// Run in DIR (default: the current directory).
+    #[arg(short = 'C', value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Terminate the whole process tree after MS milliseconds (SIGTERM, then SIGKILL after
+    /// the grace) and exit 124.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=MAX_TIMER_DELAY_MS))]
+    timeout: Option<u64>,
+    /// SIGTERM→SIGKILL grace in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMER_DELAY_MS))]
+    grace: u64,
+    /// Capture output instead of streaming it and print one JSON object: exit_code,
+    /// signal, timed_out, stdout, stderr, truncated, spill. Spill files are kept.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    argv: Vec<OsString>,
+}
+
+pub fn main(args: ExecArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let e = HarnessError::internal("cannot start the async runtime").with_source(e);
+            return ExitCode::from(fail(&args, &e));
+        }
+    };
+    let code = runtime.block_on(run(&args));
+    ExitCode::from(code)
+}
+
+async fn run(args: &ExecArgs) -> u8 {
+    let cwd = match &args.dir {
+        Some(d) => d.clone(),
+        None => match std::env::current_dir() {
+            Ok(d) => d,
+            Err(e) => {
+                let err = HarnessError::new(
+                    ErrorCode::ProcessCwdInvalid,
+                    "the current directory is unusable; pass -C DIR",
+                )
+                .with_source(e);
+                return fail(args, &err);
+            }
+        },
+    };
+    let sub = LocalSubprocess::new().keep_spill_files(args.json);
+    // Ctrl-C, SIGTERM and SIGHUP stop the whole tree, like a timeout does.
+    let interrupt = CancelToken::new();
+    let deadline = Deadline::new(args.timeout.map(Duration::from_millis), Some(&interrupt));
+    let mut spec = SpawnSpec::new(args.argv.iter().cloned(), cwd);
+    spec.grace = Duration::from_millis(args.grace);
+    spec.cancel = Some(deadline.token().clone());
+    if args.json {
+        let limits = CaptureLimits {
+            max_bytes: JSON_MAX_BYTES,
+            max_spill_bytes: Some(JSON_MAX_SPILL_BYTES),
+        };
+        spec.stdout = OutputMode::Collect(limits.clone());
+        spec.stderr = OutputMode::Collect(limits);
+    }
+    let process = match sub.spawn(spec) {
+        Ok(p) => p,
+        Err(e) => return fail(args, &e),
+    };
+    let signals = watch_signals(interrupt.clone());
+    let outcome = process.done().await;
+    signals.abort();
+    let code = exit_status(outcome, deadline.is_timed_out(), interrupt.reason());
+    if args.json {
+        let collected =
+            |c: Option<&Arc<dsh_process::Capture>>| c.map(|c| c.collected()).unwrap_or_default();
+        print_json(
+            outcome,
+            deadline.is_timed_out(),
+            &collected(process.stdout_capture()),
+            &collected(process.stderr_capture()),
+        );
+    }
+    drop(process);
+    sub.shutdown().await;
+    code
+}
+
+/// The exit status `timeout(1)` would give.
+fn exit_status(outcome: Outcome, timed_out: bool, interrupted_by: Option<&str>) -> u8 {
+    if timed_out {
+        return EXIT_TIMED_OUT;
+    }
+    if let Some(sig) = interrupted_by
+        .and_then(|r| r.strip_prefix("signal "))
+        .and_then(|n| n.parse::<u8>().ok())
+    {
+        return 128u8.saturating_add(sig);
+    }
+    match outcome {
+        Outcome::Exited(c) => (c & 0xff) as u8,
+        Outcome::Signaled(s) => 128u8.saturating_add(s.0 as u8),
+        Outcome::Lost => EXIT_DSH_FAILED,
+    }
+}
+
+fn watch_signals(interrupt: CancelToken) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(async move {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return;
+        };
+        let n = tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+        };
+        interrupt.cancel(format!("signal {n}"));
+    })
+}
+
+fn fail(args: &ExecArgs, e: &HarnessError) -> u8 {
+    let code = match e.code() {
+        ErrorCode::ProcessNotFound => EXIT_NOT_FOUND,
+        ErrorCode::ProcessNotExecutable => EXIT_CANNOT_EXECUTE,
+        _ => EXIT_DSH_FAILED,
+    };
+    let mut msg = format!("dsh exec: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    eprintln!("{msg}");
+    if args.json {
+        let v = serde_json::json!({
+            "error": { "code": e.code().as_str(), "message": e.message() },
+            "exit_code": null,
+            "signal": null,
+            "timed_out": false,
+        });
+        let _ = writeln!(std::io::stdout(), "{v}");
+    }
+    code
+}
+
+fn print_json(
+    outcome: Outcome,
+    timed_out: bool,
+    stdout: &CollectedOutput,
+    stderr: &CollectedOutput,
+) {
+    let spill = |c: &CollectedOutput| match &c.spill {
+        Some(s) => serde_json::json!({ "path": s.path, "bytes": s.bytes, "complete": s.complete }),
+        None => serde_json::Value::Null,
+    };
+    let v = serde_json::json!({
+        "exit_code": outcome.exit_code(),
+        "signal": outcome.signal().map(|s| s.name()),
+        "timed_out": timed_out,
+        "stdout": stdout.text,
+        "stderr": stderr.text,
+        "truncated": { "stdout": stdout.truncated, "stderr": stderr.truncated },
+        "total_bytes": { "stdout": stdout.total_bytes, "stderr": stderr.total_bytes },
+        "spill": { "stdout": spill(stdout), "stderr": spill(stderr) },
+    });
+    let _ = writeln!(std::io::stdout(), "{v}");
+}
