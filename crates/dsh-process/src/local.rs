@@ -30,7 +30,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::capture::{self, Capture, CaptureLimits, StreamName};
-use crate::reaper::{self, ReaperFds};
+use crate::reaper::{self, ExecPlan, ReaperFds};
 use crate::{
     env, resolve, EnvOverlay, Outcome, OutputMode, Process, ProcessControl, Signal, SpawnSpec,
     StdinMode, Subprocess, TreeMechanism,
@@ -135,12 +135,13 @@ impl Subprocess for LocalSubprocess {
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(spawn_failed)?;
 
+        let mut plan = ExecPlan::new(program.as_os_str(), &spec.argv, &env::child_env(&spec.env))
+            .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
+        // std forks the reaper and sets up its stdio and cwd; the reaper never returns to
+        // std (it starts the program itself), so std's own program, args and env are unused.
         let mut cmd = tokio::process::Command::new(&program);
-        cmd.arg0(&spec.argv[0])
-            .args(&spec.argv[1..])
-            .current_dir(&spec.cwd)
+        cmd.current_dir(&spec.cwd)
             .env_clear()
-            .envs(env::child_env(&spec.env))
             .stdin(match spec.stdin {
                 StdinMode::Ignore => Stdio::null(),
                 StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
@@ -155,7 +156,7 @@ impl Subprocess for LocalSubprocess {
         // async-signal-safe calls on fds that are open in the child (we keep them open in
         // the parent until spawn returns).
         unsafe {
-            cmd.pre_exec(move || reaper::enter(fds));
+            cmd.pre_exec(move || reaper::enter(fds, &mut plan));
         }
         let mut child = cmd.spawn().map_err(|e| spawn_error(e, &spec))?;
         drop((status_w, control_r));

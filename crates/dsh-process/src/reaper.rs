@@ -7,10 +7,12 @@
 //! 1. `setsid()`, so the reaper has no controlling terminal and is alone in its group;
 //! 2. `prctl(PR_SET_CHILD_SUBREAPER)`, so every orphan of the command's tree (a `setsid`
 //!    daemon, a double-forked grandchild) is re-parented to the reaper, not to init;
-//! 3. `fork()`: the grandchild becomes the command **leader**. It takes its own process
-//!    group (`setpgid(0, 0)`), restores the default signal state and returns, so `std`
-//!    carries on to `exec` the program. The reaper never returns: it runs [`reaper_loop`]
-//!    and `_exit`s when its tree is empty.
+//! 3. `clone(CLONE_VM | CLONE_VFORK)` (what `posix_spawn` does): the new process is the
+//!    command **leader**. It takes its own process group (`setpgid(0, 0)`), restores the
+//!    default signal mask and `execve`s the program with argv and environment prepared
+//!    before the first fork ([`ExecPlan`]). An `execve` failure comes back as the errno of
+//!    `spawn`. The reaper never returns: it runs [`reaper_loop`] and `_exit`s when its tree
+//!    is empty.
 //!
 //! The reaper reports the leader's wait status on the status pipe as soon as the leader
 //! exits, and exits itself only when it has no child left: its exit is the exact "whole
@@ -28,15 +30,18 @@
 //!
 //! # Async-signal safety
 //! Everything here runs in the child of a multi-threaded process, between `fork` and
-//! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls: `fork`,
-//! `setsid`, `setpgid`, `prctl`, `sigprocmask`, `sigemptyset`/`sigaddset`, `signal`,
+//! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls: `clone`,
+//! `execve`, `setsid`, `setpgid`, `prctl`, `sigprocmask`, `sigemptyset`/`sigaddset`, `signal`,
 //! `signalfd`, `dup2`, `fcntl`, `close_range` (raw syscall), `open`, `read`, `write`,
 //! `poll`, `waitid`, `kill`, `getpid`, `_exit`. It allocates nothing: buffers live on the
 //! stack and paths are static C strings. (libc is used here rather than rustix because
 //! the async-signal-safe list is written in terms of these libc calls and raw fds.)
 
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Control byte: send SIGTERM to the tree.
 pub(crate) const CONTROL_TERM: u8 = b'T';
@@ -62,14 +67,92 @@ pub(crate) struct ReaperFds {
 const STATUS_FD: RawFd = 3;
 const CONTROL_FD: RawFd = 4;
 
-/// Runs in the forked child before `exec`. Returns `Ok` only in the leader (which then
-/// `exec`s the program); the reaper never returns.
+/// Stack for the leader between `clone` and `execve` (it only makes a few syscalls).
+const LEADER_STACK: usize = 64 * 1024;
+
+/// Everything the leader needs to `execve`, prepared in the parent so that nothing is
+/// allocated after the fork: C strings and the null-terminated pointer arrays into them,
+/// and the stack the leader runs on.
+pub(crate) struct ExecPlan {
+    program: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    stack: Vec<u8>,
+    /// Written by the leader (which shares the reaper's memory) when `execve` fails.
+    exec_errno: AtomicI32,
+}
+
+// SAFETY: the raw pointers point into the CStrings this struct owns, whose heap buffers
+// never move or change; they are only read (by the forked reaper and its leader).
+unsafe impl Send for ExecPlan {}
+// SAFETY: as above; the only mutation after construction goes through `exec_errno`, an
+// atomic, and through `stack`, used only in the forked child.
+unsafe impl Sync for ExecPlan {}
+
+impl ExecPlan {
+    /// Prepares `program` (the resolved path), `argv` (as given, `argv[0]` included) and
+    /// the complete environment `env`.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the first string that contains a NUL byte.
+    pub(crate) fn new(
+        program: &OsStr,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> io::Result<ExecPlan> {
+        let c = |s: &[u8], what: &dyn Fn() -> String| {
+            CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, what()))
+        };
+        let program = c(program.as_bytes(), &|| {
+            "the program path contains a NUL byte".into()
+        })?;
+        let argv: Vec<CString> = argv
+            .iter()
+            .enumerate()
+            .map(|(i, a)| c(a.as_bytes(), &|| format!("argv[{i}] contains a NUL byte")))
+            .collect::<io::Result<_>>()?;
+        let envp: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                c(&kv, &|| {
+                    format!(
+                        "environment variable {} contains a NUL byte",
+                        k.to_string_lossy()
+                    )
+                })
+            })
+            .collect::<io::Result<_>>()?;
+        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        Ok(ExecPlan {
+            program,
+            _argv: argv,
+            argv_ptrs,
+            _envp: envp,
+            envp_ptrs,
+            stack: vec![0u8; LEADER_STACK],
+            exec_errno: AtomicI32::new(0),
+        })
+    }
+}
+
+/// Runs in the forked child before `exec`. It never returns `Ok`: the child becomes the
+/// reaper and `_exit`s when its tree is empty. It returns `Err` (which std reports to the
+/// parent's `spawn`) when the leader's `execve` failed, with that errno.
 ///
 /// # Safety
 /// Must only be called from a `pre_exec` hook: in a freshly forked, single-threaded child.
-pub(crate) unsafe fn enter(fds: ReaperFds) -> io::Result<()> {
+pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()> {
     // SAFETY (whole function): we are the only thread of a freshly forked child; every call
-    // below is async-signal-safe (see the module docs) and touches only our own fds.
+    // below is async-signal-safe (see the module docs) and touches only our own fds and
+    // memory prepared before the fork.
     unsafe {
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
@@ -77,30 +160,66 @@ pub(crate) unsafe fn enter(fds: ReaperFds) -> io::Result<()> {
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
             return Err(io::Error::last_os_error());
         }
-        // Block SIGCHLD before forking so a leader that exits at once is not missed: it
-        // stays pending until the signalfd reads it.
+        // Block SIGCHLD before the leader starts so a leader that exits at once is not
+        // missed: it stays pending until the signalfd reads it.
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
 
-        let pid = libc::fork();
+        // The leader shares our memory and we sleep until it has exec'd (CLONE_VM |
+        // CLONE_VFORK, as posix_spawn does): no second copy of the page tables, which is
+        // the largest fixed cost of a spawn. It runs on its own stack, so it cannot
+        // clobber ours.
+        let top = plan.stack.as_mut_ptr().add(plan.stack.len());
+        let top = top.sub(top as usize % 16);
+        let arg: *mut ExecPlan = plan;
+        let pid = libc::clone(
+            leader_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg.cast(),
+        );
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
-        if pid == 0 {
-            // The leader: its own group (so one kill(-leader) reaches every member that
-            // stays in it), and the default signal state std promised before our hook.
-            libc::setpgid(0, 0);
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            return Ok(());
+        let errno = plan.exec_errno.load(Ordering::SeqCst);
+        if errno != 0 {
+            // Reap the failed leader so it does not linger, then let std report the errno.
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED);
+            return Err(io::Error::from_raw_os_error(errno));
         }
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
         become_reaper(fds, pid)
+    }
+}
+
+/// The leader between `clone` and `execve`: its own process group (so one kill(-leader)
+/// reaches every member that stays in it), the default signal mask, then the program.
+extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the reaper's `ExecPlan`, alive while the reaper sleeps in clone;
+    // only async-signal-safe calls; errno is read through the shared TLS pointer, which is
+    // the reaper's (suspended) errno slot.
+    unsafe {
+        let plan = &*(arg as *const ExecPlan);
+        libc::setpgid(0, 0);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv_ptrs.as_ptr(),
+            plan.envp_ptrs.as_ptr(),
+        );
+        let errno = *libc::__errno_location();
+        plan.exec_errno.store(
+            if errno == 0 { libc::ENOEXEC } else { errno },
+            Ordering::SeqCst,
+        );
+        libc::_exit(127)
     }
 }
 

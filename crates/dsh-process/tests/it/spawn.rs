@@ -208,3 +208,21 @@ async fn a_stream_of_exactly_max_bytes_is_not_truncated() {
     let c = p.stdout_capture().expect("cap").collected();
     assert_eq!((c.text.len(), c.truncated, c.spill), (500, false, None));
 }
+
+#[tokio::test]
+async fn a_nul_byte_in_argv_or_env_is_refused_before_anything_runs() {
+    use std::os::unix::ffi::OsStringExt;
+    let sub = LocalSubprocess::new();
+    let bad = std::ffi::OsString::from_vec(b"a\0b".to_vec());
+    let e = sub
+        .spawn(SpawnSpec::new([std::ffi::OsString::from("echo"), bad], "/"))
+        .expect_err("nul");
+    assert_eq!(
+        (e.code(), e.message()),
+        (ErrorCode::InvalidArgument, "argv[1] contains a NUL byte")
+    );
+    let mut spec = bash("true");
+    spec.env.insert("X".into(), Some("a\0b".into()));
+    let e = sub.spawn(spec).expect_err("nul env");
+    assert_eq!(e.message(), "environment variable X contains a NUL byte");
+}
