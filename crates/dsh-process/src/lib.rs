@@ -25,7 +25,8 @@
 //!
 //! # Guarantees
 //! - Every descendant of a command (a `setsid` daemon, a double-forked grandchild) is
-//!   attributed to that command exactly, by a per-command child subreaper
+//!   attributed to that command exactly, by a cgroup v2 per command where this process
+//!   may create cgroups, and always by a per-command child subreaper
 //!   ([`TreeMechanism`]); [`Process::terminate`] reaches all of them and signals nothing
 //!   else.
 //! - Nothing started survives its owner: dropping the last handle of a [`Process`], or the
@@ -49,6 +50,7 @@
 //! error.
 
 mod capture;
+mod cgroup;
 pub mod env;
 mod local;
 mod reaper;
@@ -121,13 +123,17 @@ pub enum TreeMechanism {
     /// belongs to the command alone, which kills them on request and exits when its tree
     /// is empty.
     Subreaper,
+    /// A cgroup v2 per command, killed at once through `cgroup.kill`, with the
+    /// per-command subreaper still reporting the leader's status and quiescence.
+    Cgroup,
 }
 
 impl TreeMechanism {
-    /// A short name for reports (`subreaper`).
+    /// A short name for reports (`subreaper`, `cgroup`).
     pub fn as_str(self) -> &'static str {
         match self {
             TreeMechanism::Subreaper => "subreaper",
+            TreeMechanism::Cgroup => "cgroup",
         }
     }
 }

@@ -30,6 +30,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::capture::{self, Capture, CaptureLimits, StreamName};
+use crate::cgroup::{CgroupRoot, CommandCgroup};
 use crate::reaper::{self, ExecPlan, ReaperFds};
 use crate::{
     env, resolve, EnvOverlay, Outcome, OutputMode, Process, ProcessControl, Signal, SpawnSpec,
@@ -42,6 +43,7 @@ use crate::{
 /// Linux with `/proc` mounted (`PR_SET_CHILD_SUBREAPER`, `/proc/thread-self/children`,
 /// `signalfd`), and a tokio runtime with IO and time enabled.
 pub struct LocalSubprocess {
+    cgroups: Result<Arc<CgroupRoot>, String>,
     spill_parent: Option<PathBuf>,
     keep_spill: bool,
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
@@ -62,14 +64,33 @@ impl Default for LocalSubprocess {
 
 impl LocalSubprocess {
     /// A provider whose spill directory is made lazily, at the first spill, in the system
-    /// temp directory, and removed when the provider is dropped.
+    /// temp directory, and removed when the provider is dropped. It puts each command in
+    /// its own cgroup when this process may create cgroups (see
+    /// [`tree_mechanism`](Subprocess::tree_mechanism) and [`cgroup_status`](Self::cgroup_status)).
     pub fn new() -> LocalSubprocess {
         LocalSubprocess {
+            cgroups: CgroupRoot::probe().map(Arc::new),
             spill_parent: None,
             keep_spill: false,
             spill_dir: Arc::new(OnceLock::new()),
             live: Arc::new(Mutex::new(HashMap::new())),
             next_id: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Uses the per-command subreaper alone, even where cgroups could be created (for
+    /// tests of that mechanism, and for hosts that manage cgroups themselves).
+    /// Default: cgroups when available.
+    pub fn without_cgroups(mut self) -> Self {
+        self.cgroups = Err("cgroups disabled by configuration".into());
+        self
+    }
+
+    /// Whether commands get their own cgroup, and if not, why not.
+    pub fn cgroup_status(&self) -> Result<(), &str> {
+        match &self.cgroups {
+            Ok(_) => Ok(()),
+            Err(why) => Err(why),
         }
     }
 
@@ -135,8 +156,20 @@ impl Subprocess for LocalSubprocess {
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(spawn_failed)?;
 
-        let mut plan = ExecPlan::new(program.as_os_str(), &spec.argv, &env::child_env(&spec.env))
-            .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
+        // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
+        // tree exact.
+        let cgroup = self
+            .cgroups
+            .as_ref()
+            .ok()
+            .and_then(|root| root.command().ok());
+        let mut plan = ExecPlan::new(
+            program.as_os_str(),
+            &spec.argv,
+            &env::child_env(&spec.env),
+            cgroup.as_ref().map(|c| c.procs.as_raw_fd()),
+        )
+        .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
         // std forks the reaper and sets up its stdio and cwd; the reaper never returns to
         // std (it starts the program itself), so std's own program, args and env are unused.
         let mut cmd = tokio::process::Command::new(&program);
@@ -151,6 +184,7 @@ impl Subprocess for LocalSubprocess {
         let fds = ReaperFds {
             status_w: status_w.as_raw_fd(),
             control_r: control_r.as_raw_fd(),
+            cgroup_kill: cgroup.as_ref().map_or(-1, |c| c.kill.as_raw_fd()),
         };
         // SAFETY: `reaper::enter` runs in the forked child before exec and uses only
         // async-signal-safe calls on fds that are open in the child (we keep them open in
@@ -158,7 +192,17 @@ impl Subprocess for LocalSubprocess {
         unsafe {
             cmd.pre_exec(move || reaper::enter(fds, &mut plan));
         }
-        let mut child = cmd.spawn().map_err(|e| spawn_error(e, &spec))?;
+        let spawned = cmd.spawn();
+        let cgroup_dir = cgroup.map(|c| c.dir);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(dir) = cgroup_dir {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                return Err(spawn_error(e, &spec));
+            }
+        };
         drop((status_w, control_r));
         let pid = child.id().unwrap_or(0);
 
@@ -238,6 +282,7 @@ impl Subprocess for LocalSubprocess {
             gone_tx,
             live: Arc::downgrade(&self.live),
             id,
+            cgroup_dir,
         };
         tokio::spawn(monitor.run(child));
         Ok(Process::from_parts(
@@ -246,7 +291,10 @@ impl Subprocess for LocalSubprocess {
     }
 
     fn tree_mechanism(&self) -> TreeMechanism {
-        TreeMechanism::Subreaper
+        match self.cgroups {
+            Ok(_) => TreeMechanism::Cgroup,
+            Err(_) => TreeMechanism::Subreaper,
+        }
     }
 
     async fn shutdown(&self) {
@@ -464,6 +512,7 @@ struct Monitor {
     gone_tx: watch::Sender<bool>,
     live: Weak<Mutex<HashMap<u64, LiveEntry>>>,
     id: u64,
+    cgroup_dir: Option<PathBuf>,
 }
 
 impl Monitor {
@@ -482,6 +531,9 @@ impl Monitor {
         let _ = self.done_tx.send(Some(outcome));
         // The reaper exits only when its tree is empty: that is the quiescence event.
         let _ = reaper_child.wait().await;
+        if let Some(dir) = self.cgroup_dir {
+            CommandCgroup::remove(dir).await;
+        }
         let _ = self.gone_tx.send(true);
         if let Some(live) = self.live.upgrade() {
             live.lock()

@@ -14,6 +14,9 @@
 //!    `spawn`. The reaper never returns: it runs [`reaper_loop`] and `_exit`s when its tree
 //!    is empty.
 //!
+//! With a command cgroup (see the `cgroup` module), the leader joins it before `execve`
+//! and the reaper writes `cgroup.kill` as the first step of every kill.
+//!
 //! The reaper reports the leader's wait status on the status pipe as soon as the leader
 //! exits, and exits itself only when it has no child left: its exit is the exact "whole
 //! tree gone" event. The owner drives it through the control pipe: `T` sends SIGTERM to the
@@ -61,11 +64,14 @@ pub(crate) const STATUS_LEN: usize = 5;
 pub(crate) struct ReaperFds {
     pub status_w: RawFd,
     pub control_r: RawFd,
+    /// The command cgroup's `cgroup.kill`, or -1 without a cgroup.
+    pub cgroup_kill: RawFd,
 }
 
 // After `enter` moves them, the reaper's fds sit at fixed numbers.
 const STATUS_FD: RawFd = 3;
 const CONTROL_FD: RawFd = 4;
+const CGROUP_KILL_FD: RawFd = 5;
 
 /// Stack for the leader between `clone` and `execve` (it only makes a few syscalls).
 const LEADER_STACK: usize = 64 * 1024;
@@ -80,6 +86,8 @@ pub(crate) struct ExecPlan {
     _envp: Vec<CString>,
     envp_ptrs: Vec<*const libc::c_char>,
     stack: Vec<u8>,
+    /// The command cgroup's `cgroup.procs`, which the leader joins; -1 without a cgroup.
+    cgroup_procs: RawFd,
     /// Written by the leader (which shares the reaper's memory) when `execve` fails.
     exec_errno: AtomicI32,
 }
@@ -101,6 +109,7 @@ impl ExecPlan {
         program: &OsStr,
         argv: &[OsString],
         env: &[(OsString, OsString)],
+        cgroup_procs: Option<RawFd>,
     ) -> io::Result<ExecPlan> {
         let c = |s: &[u8], what: &dyn Fn() -> String| {
             CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, what()))
@@ -138,6 +147,7 @@ impl ExecPlan {
             _envp: envp,
             envp_ptrs,
             stack: vec![0u8; LEADER_STACK],
+            cgroup_procs: cgroup_procs.unwrap_or(-1),
             exec_errno: AtomicI32::new(0),
         })
     }
@@ -205,6 +215,11 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
     // the reaper's (suspended) errno slot.
     unsafe {
         let plan = &*(arg as *const ExecPlan);
+        if plan.cgroup_procs >= 0 {
+            // Join the command's cgroup before exec, so every descendant is born in it. A
+            // refusal leaves the subreaper as the (still exact) boundary.
+            libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
+        }
         libc::setpgid(0, 0);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
@@ -227,19 +242,31 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
 unsafe fn become_reaper(fds: ReaperFds, leader: libc::pid_t) -> ! {
     // SAFETY: single-threaded forked child; async-signal-safe calls only.
     unsafe {
-        // Park our two fds high, put them at 3 and 4, and close everything else, so the
-        // reaper holds neither the command's stdio pipes (their EOF must depend only on the
-        // command) nor std's exec-error pipe (the parent waits for its EOF).
+        // Park our fds high, put them at 3, 4 (and 5 for cgroup.kill), and close everything
+        // else, so the reaper holds neither the command's stdio pipes (their EOF must
+        // depend only on the command) nor std's exec-error pipe (the parent waits for its
+        // EOF).
         let status_hi = libc::fcntl(fds.status_w, libc::F_DUPFD_CLOEXEC, 10);
         let control_hi = libc::fcntl(fds.control_r, libc::F_DUPFD_CLOEXEC, 10);
+        let kill_hi = if fds.cgroup_kill >= 0 {
+            libc::fcntl(fds.cgroup_kill, libc::F_DUPFD_CLOEXEC, 10)
+        } else {
+            -1
+        };
         if status_hi < 0 || control_hi < 0 {
             libc::_exit(125);
         }
         libc::dup2(status_hi, STATUS_FD);
         libc::dup2(control_hi, CONTROL_FD);
+        let has_cgroup = kill_hi >= 0 && libc::dup2(kill_hi, CGROUP_KILL_FD) == CGROUP_KILL_FD;
+        let first_closed = if has_cgroup {
+            CGROUP_KILL_FD + 1
+        } else {
+            CONTROL_FD + 1
+        };
         libc::syscall(
             libc::SYS_close_range,
-            5 as libc::c_uint,
+            first_closed as libc::c_uint,
             libc::c_uint::MAX,
             0 as libc::c_uint,
         );
@@ -266,7 +293,7 @@ unsafe fn become_reaper(fds: ReaperFds, leader: libc::pid_t) -> ! {
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-        reaper_loop(leader, sigfd)
+        reaper_loop(leader, sigfd, has_cgroup)
     }
 }
 
@@ -276,15 +303,17 @@ struct Reaper {
     leader_reaped: bool,
     killing: bool,
     control_open: bool,
+    has_cgroup: bool,
 }
 
-unsafe fn reaper_loop(leader: libc::pid_t, sigfd: RawFd) -> ! {
+unsafe fn reaper_loop(leader: libc::pid_t, sigfd: RawFd, has_cgroup: bool) -> ! {
     let mut r = Reaper {
         leader,
         leader_reported: false,
         leader_reaped: false,
         killing: false,
         control_open: true,
+        has_cgroup,
     };
     loop {
         // SAFETY: as above.
@@ -301,7 +330,13 @@ unsafe fn reaper_loop(leader: libc::pid_t, sigfd: RawFd) -> ! {
             }
         }
         if r.killing {
-            unsafe { r.signal_tree(libc::SIGKILL) };
+            unsafe {
+                if r.has_cgroup {
+                    // Every member at once, whatever group or session it moved to.
+                    libc::write(CGROUP_KILL_FD, b"1".as_ptr().cast(), 1);
+                }
+                r.signal_tree(libc::SIGKILL);
+            }
         }
         let mut pfds = [
             libc::pollfd {

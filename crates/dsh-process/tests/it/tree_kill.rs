@@ -36,25 +36,90 @@ async fn spawn_escapes(
     (p, pids)
 }
 
+/// Both mechanisms: cgroups where this process may create them, and the subreaper alone.
+fn providers() -> Vec<LocalSubprocess> {
+    vec![
+        LocalSubprocess::new(),
+        LocalSubprocess::new().without_cgroups(),
+    ]
+}
+
+#[test]
+fn the_mechanism_in_use_is_reported() {
+    let plain = LocalSubprocess::new().without_cgroups();
+    assert_eq!(plain.tree_mechanism(), TreeMechanism::Subreaper);
+    assert_eq!(
+        plain.cgroup_status(),
+        Err("cgroups disabled by configuration")
+    );
+    let auto = LocalSubprocess::new();
+    let expected = match auto.cgroup_status() {
+        Ok(()) => TreeMechanism::Cgroup,
+        Err(why) => {
+            println!("cgroups unavailable here ({why}); the subreaper alone is in use");
+            TreeMechanism::Subreaper
+        }
+    };
+    assert_eq!(auto.tree_mechanism(), expected);
+}
+
 #[tokio::test]
 async fn terminate_kills_disowned_setsid_and_double_forked_descendants() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sub = LocalSubprocess::new();
-    assert_eq!(sub.tree_mechanism(), TreeMechanism::Subreaper);
-    let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
-    p.terminate();
-    assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGTERM)));
-    p.wait_for_exit().await;
-    for pid in pids {
-        assert!(wait_gone(pid).await, "descendant {pid} survived terminate");
+    for sub in providers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
+        p.terminate();
+        assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGTERM)));
+        p.wait_for_exit().await;
+        for pid in pids {
+            assert!(
+                wait_gone(pid).await,
+                "{:?}: descendant {pid} survived terminate",
+                sub.tree_mechanism()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_keeps_forking_into_new_sessions_is_killed_whole() {
+    for sub in providers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids_file = dir.path().join("pids");
+        // Bounded so a broken kill cannot run away: at most 2000 children.
+        let script =
+            "for i in $(seq 2000); do setsid sleep 1000 & echo $! >> \"$PIDS\"; done; wait";
+        let mut spec = bash(script);
+        spec.env.insert(
+            "PIDS".into(),
+            Some(pids_file.to_string_lossy().into_owned()),
+        );
+        spec.grace = Duration::from_millis(100);
+        let p = sub.spawn(spec).expect("spawn");
+        read_pids(&pids_file, 50).await;
+        p.kill();
+        p.wait_for_exit().await;
+        let pids = read_pids(&pids_file, 50).await;
+        for pid in pids {
+            assert!(
+                wait_gone(pid).await,
+                "{:?}: {pid} survived",
+                sub.tree_mechanism()
+            );
+        }
     }
 }
 
 #[tokio::test]
 async fn descendants_are_killed_when_the_leader_already_exited() {
+    for sub in providers() {
+        descendants_die_after_the_leader(&sub).await;
+    }
+}
+
+async fn descendants_die_after_the_leader(sub: &LocalSubprocess) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sub = LocalSubprocess::new();
-    let (p, pids) = spawn_escapes(&sub, "exit 3", dir.path()).await;
+    let (p, pids) = spawn_escapes(sub, "exit 3", dir.path()).await;
     assert_eq!(p.done().await, Outcome::Exited(3));
     for pid in &pids {
         assert!(is_alive(*pid), "{pid} lives on until its owner acts");
@@ -68,12 +133,17 @@ async fn descendants_are_killed_when_the_leader_already_exited() {
 
 #[tokio::test]
 async fn dropping_the_owner_kills_the_tree() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sub = LocalSubprocess::new();
-    let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
-    drop(p);
-    for pid in pids {
-        assert!(wait_gone(pid).await, "descendant {pid} survived its owner");
+    for sub in providers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (p, pids) = spawn_escapes(&sub, "sleep 1000", dir.path()).await;
+        drop(p);
+        for pid in pids {
+            assert!(
+                wait_gone(pid).await,
+                "{:?}: descendant {pid} survived its owner",
+                sub.tree_mechanism()
+            );
+        }
     }
 }
 
@@ -223,4 +293,35 @@ async fn shutdown_waits_for_term_trapping_trees() {
     }
     sub.shutdown().await;
     assert!(p.is_tree_gone());
+}
+
+#[tokio::test]
+async fn with_cgroups_each_command_lives_in_its_own_cgroup() {
+    let sub = LocalSubprocess::new();
+    if let Err(why) = sub.cgroup_status() {
+        println!("skipped: cgroups unavailable here ({why})");
+        return;
+    }
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let p = sub
+            .spawn(bash("grep '^0::' /proc/self/cgroup"))
+            .expect("spawn");
+        p.done().await;
+        let line = p.stdout_capture().expect("cap").collected().text;
+        assert!(line.contains("/dsh-") && line.contains("/cmd-"), "{line}");
+        seen.push(line);
+    }
+    assert_ne!(seen[0], seen[1], "two commands shared a cgroup");
+    let plain = LocalSubprocess::new().without_cgroups();
+    let p = plain
+        .spawn(bash("grep '^0::' /proc/self/cgroup"))
+        .expect("spawn");
+    p.done().await;
+    assert!(!p
+        .stdout_capture()
+        .expect("cap")
+        .collected()
+        .text
+        .contains("/cmd-"));
 }

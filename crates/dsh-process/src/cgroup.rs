@@ -1,0 +1,218 @@
+//! One cgroup v2 per command, when this process may create them.
+//!
+//! # Mechanism
+//! At construction [`CgroupRoot::probe`] finds this process's own cgroup v2 directory
+//! (`/proc/self/cgroup` line `0::PATH` under the `cgroup2` mount of
+//! `/proc/self/mountinfo`) and tries to create a private subtree `dsh-<pid>-<random>` in
+//! it. Each spawn then creates `cmd-<n>` in that subtree; the command's leader moves
+//! itself into it (writes `0` to its `cgroup.procs`) before `execve`, so the leader and
+//! every descendant it ever has, `setsid` daemons included, are members. Killing writes
+//! `1` to `cgroup.kill` (Linux 5.14+): the kernel kills every member at once, so even a
+//! fork bomb cannot outrun it.
+//!
+//! # Limits
+//! Needs write access to this process's own cgroup (root, or a systemd-delegated
+//! subtree). Otherwise the probe fails and the per-command subreaper alone provides the
+//! guarantees (it is there in both cases: it reports the leader's status and kills the
+//! tree when dsh dies).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{Mode, OFlags};
+
+/// A private cgroup subtree for one [`LocalSubprocess`](crate::LocalSubprocess).
+#[derive(Debug)]
+pub(crate) struct CgroupRoot {
+    dir: PathBuf,
+    next: AtomicU64,
+}
+
+/// The files of one command's cgroup, opened before the fork.
+pub(crate) struct CommandCgroup {
+    pub dir: PathBuf,
+    /// `cgroup.procs`, written by the leader to join.
+    pub procs: OwnedFd,
+    /// `cgroup.kill`, written by the reaper to kill every member.
+    pub kill: OwnedFd,
+}
+
+impl CgroupRoot {
+    /// Creates a private subtree in this process's own cgroup, or says why it cannot.
+    pub(crate) fn probe() -> Result<CgroupRoot, String> {
+        let own = own_cgroup_dir()?;
+        if !own.join("cgroup.procs").exists() {
+            return Err(format!("{} is not a cgroup v2 directory", own.display()));
+        }
+        remove_stale(&own);
+        let dir = own.join(format!(
+            "dsh-{}-{}",
+            std::process::id(),
+            dsh_core::spill::random_hex(8)
+        ));
+        rustix::fs::mkdir(&dir, Mode::RWXU)
+            .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
+        let root = CgroupRoot {
+            dir,
+            next: AtomicU64::new(0),
+        };
+        if !root.dir.join("cgroup.kill").exists() {
+            return Err("cgroup.kill is missing (Linux 5.14 or newer is needed)".into());
+        }
+        Ok(root)
+    }
+
+    /// Creates the cgroup of one command and opens its control files.
+    pub(crate) fn command(&self) -> io::Result<CommandCgroup> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(format!("cmd-{n}"));
+        rustix::fs::mkdir(&dir, Mode::RWXU)?;
+        let open = |name: &str| -> io::Result<OwnedFd> {
+            Ok(rustix::fs::open(
+                dir.join(name),
+                OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?)
+        };
+        match (open("cgroup.procs"), open("cgroup.kill")) {
+            (Ok(procs), Ok(kill)) => Ok(CommandCgroup { dir, procs, kill }),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        // Command cgroups are removed as their trees end; one still populated (its tree is
+        // being killed) keeps the subtree, which the kernel then reports as busy.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl CommandCgroup {
+    /// Removes the (empty) cgroup once its tree is gone, waiting briefly for members the
+    /// kernel is still tearing down.
+    pub(crate) async fn remove(dir: PathBuf) {
+        for _ in 0..200 {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Removes the empty subtrees of dsh processes that no longer exist (killed before they
+/// could clean up). `rmdir` refuses a populated cgroup, so nothing in use is touched.
+fn remove_stale(own: &Path) {
+    let Ok(entries) = std::fs::read_dir(own) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("dsh-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(cmds) = std::fs::read_dir(e.path()) {
+            for c in cmds.flatten() {
+                if c.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(c.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(e.path());
+    }
+}
+
+/// This process's cgroup v2 directory.
+fn own_cgroup_dir() -> Result<PathBuf, String> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let rel = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2 hierarchy")?;
+    let mount = cgroup2_mount()?;
+    Ok(mount.join(rel.trim_start_matches('/')))
+}
+
+/// The mount point of the cgroup2 filesystem, from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Result<PathBuf, String> {
+    let mut text = String::new();
+    io::Read::read_to_string(
+        &mut File::open("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?,
+        &mut text,
+    )
+    .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    for line in text.lines() {
+        // Fields: id parent major:minor root mountpoint options [optional...] - fstype ...
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() == Some("cgroup2") {
+            if let Some(mp) = left.split_whitespace().nth(4) {
+                return Ok(Path::new(&unescape_mount(mp)).to_path_buf());
+            }
+        }
+    }
+    Err("no cgroup2 filesystem is mounted".into())
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            out.push(u8::try_from(v).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape_mount("/sys/fs/cgroup"), "/sys/fs/cgroup");
+        assert_eq!(unescape_mount("/mnt/a\\040b"), "/mnt/a b");
+    }
+}
