@@ -214,12 +214,22 @@ impl Capture {
         }
     }
 
-    /// Waits until new bytes arrive or the capture is sealed.
+    /// A future that completes when new bytes arrive or the capture is sealed after this
+    /// call. Create it *before* checking the state you wait on, so nothing is missed:
     ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn changed(&self) {
-        self.changed.notified().await;
+    /// ```no_run
+    /// # async fn f(cap: &dsh_process::Capture) {
+    /// loop {
+    ///     let changed = cap.changed();
+    ///     if cap.read_from(0).text.contains("ready") || cap.is_sealed() {
+    ///         break;
+    ///     }
+    ///     changed.await;
+    /// }
+    /// # }
+    /// ```
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     /// Appends `chunk`, spilling as needed. Returns a spill batch to send to the writer
@@ -321,8 +331,8 @@ impl SpillState {
 
 /// The spill writer: a thread that drains a bounded channel into the file, so a slow disk
 /// applies backpressure to the reader (and through the pipe to the command) instead of
-/// blocking the async runtime or growing memory. It reports whether every byte reached the
-/// file and `fdatasync` succeeded.
+/// blocking the async runtime or growing memory. It reports whether every byte was
+/// written.
 fn spawn_writer(file: File) -> (mpsc::Sender<Vec<u8>>, oneshot::Receiver<bool>) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     let (done_tx, done_rx) = oneshot::channel();
@@ -334,8 +344,8 @@ fn spawn_writer(file: File) -> (mpsc::Sender<Vec<u8>>, oneshot::Receiver<bool>) 
             while let Some(buf) = rx.blocking_recv() {
                 ok = ok && file.write_all(&buf).is_ok();
             }
-            // Advertise the path only for data that reached the disk.
-            ok = ok && file.sync_data().is_ok();
+            // No fsync: a spill file is scratch for the life of the World, and syncing up to
+            // 64 MiB would hold `done` back for nothing.
             let _ = done_tx.send(ok);
         });
     // No thread: the receiver is dropped with the closure, so sends fail and the spill is
@@ -351,6 +361,7 @@ pub(crate) async fn pump(
     stop: CancelToken,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut spill_intact = true;
     loop {
         let n = tokio::select! {
             biased;
@@ -361,23 +372,32 @@ pub(crate) async fn pump(
             () = stop.cancelled() => break,
         };
         if let Some((tx, batch)) = capture.push(&buf[..n]) {
-            // Backpressure: wait for the writer; a dead writer just loses the spill.
-            let _ = tx.send(batch).await;
+            // Backpressure: wait for the writer (a dead writer just loses the spill), but
+            // never past the stop, which bounds `done`.
+            tokio::select! {
+                biased;
+                _ = tx.send(batch) => {}
+                () = stop.cancelled() => {
+                    spill_intact = false;
+                    break;
+                }
+            }
         }
         capture.changed.notify_waiters();
     }
-    seal(&capture).await;
+    seal(&capture, spill_intact).await;
 }
 
-/// Seals `capture`: waits for the spill writer and records the spill file, if it was
-/// written and synced.
-pub(crate) async fn seal(capture: &Capture) {
+/// Seals `capture`: waits for the spill writer and records the spill file, if every byte
+/// queued for it was written (`spill_intact` is false when a batch was dropped at the stop).
+async fn seal(capture: &Capture, spill_intact: bool) {
     let info = match capture.begin_seal() {
         Some((path, written, total, done)) => {
-            let ok = match done {
-                Some(done) => done.await.unwrap_or(false),
-                None => false,
-            };
+            let ok = spill_intact
+                && match done {
+                    Some(done) => done.await.unwrap_or(false),
+                    None => false,
+                };
             ok.then_some(SpillInfo {
                 path,
                 bytes: written,

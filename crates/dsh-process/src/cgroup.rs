@@ -103,9 +103,12 @@ impl Drop for CgroupRoot {
 }
 
 impl CommandCgroup {
-    /// Removes the (empty) cgroup once its tree is gone, waiting briefly for members the
-    /// kernel is still tearing down.
-    pub(crate) async fn remove(dir: PathBuf) {
+    /// Removes the cgroup once its tree is gone, waiting (at most a second) for members
+    /// the kernel is still tearing down; a cgroup still busy then is left for
+    /// [`CgroupRoot`]'s drop or the next probe.
+    pub(crate) async fn remove(self) {
+        let dir = self.dir;
+        drop((self.procs, self.kill));
         for _ in 0..200 {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => return,

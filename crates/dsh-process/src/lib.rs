@@ -51,7 +51,9 @@
 
 mod capture;
 mod cgroup;
+mod control;
 pub mod env;
+mod exec_plan;
 mod local;
 mod reaper;
 mod resolve;
@@ -144,6 +146,8 @@ pub enum StdinMode {
     /// `/dev/null`: a reader sees end-of-file at once. Default.
     #[default]
     Ignore,
+    /// The parent's own standard input (e.g. the terminal, or a pipe into `dsh exec`).
+    Inherit,
     /// These bytes, then end-of-file. A child that never reads them is not an error.
     Data(Vec<u8>),
     /// A pipe the caller writes through [`Process::take_stdin`].
@@ -298,16 +302,23 @@ pub trait ProcessControl: Send + Sync {
     /// The leader's pid.
     fn pid(&self) -> u32;
     /// Settles with the leader's outcome, at most `grace` after the leader exits.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops only the waiting.
     async fn done(&self) -> Outcome;
     /// The outcome if `done` has settled, without waiting.
     fn outcome(&self) -> Option<Outcome>;
-    /// SIGTERM to the tree now, SIGKILL after the grace if anything is left.
+    /// SIGTERM to the tree now, SIGKILL after the grace if anything is left. Does not
+    /// wait.
     fn terminate(&self);
-    /// SIGKILL to the whole tree now.
-    fn kill(&self);
+    /// SIGKILL to the whole tree now. Does not wait.
+    fn signal_kill(&self);
     /// True once every process of the tree is gone.
     fn is_tree_gone(&self) -> bool;
     /// Completes when every process of the tree is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops only the waiting.
     async fn wait_for_exit(&self);
 }
 
@@ -343,7 +354,7 @@ impl Process {
         }
     }
 
-    /// The leader's pid.
+    /// The pid of the command's leader (the program `argv[0]` names).
     pub fn pid(&self) -> u32 {
         self.control.pid()
     }
@@ -364,14 +375,16 @@ impl Process {
     }
 
     /// SIGTERM to the whole tree, then SIGKILL after the grace to whatever is left, even
-    /// after the leader has settled. Idempotent; a no-op once the tree is gone.
+    /// after the leader has settled. Idempotent; a no-op once the tree is gone. Does not
+    /// wait.
     pub fn terminate(&self) {
         self.control.terminate();
     }
 
-    /// SIGKILL to the whole tree now.
-    pub fn kill(&self) {
-        self.control.kill();
+    /// SIGKILL to the whole tree now. Does not wait (see
+    /// [`wait_for_exit`](Self::wait_for_exit)).
+    pub fn signal_kill(&self) {
+        self.control.signal_kill();
     }
 
     /// True once every process of the tree is gone.
@@ -402,6 +415,15 @@ impl Process {
         self.stderr.take()
     }
 
+    /// The final stdout and stderr captures (empty for streams that were not collected).
+    pub fn collected(&self) -> (CollectedOutput, CollectedOutput) {
+        let get = |c: Option<&Arc<Capture>>| c.map(|c| c.collected()).unwrap_or_default();
+        (
+            get(self.stdout_capture.as_ref()),
+            get(self.stderr_capture.as_ref()),
+        )
+    }
+
     /// The stdout capture, for [`OutputMode::Collect`].
     pub fn stdout_capture(&self) -> Option<&Arc<Capture>> {
         self.stdout_capture.as_ref()
@@ -415,7 +437,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        self.control.kill();
+        self.control.signal_kill();
     }
 }
 

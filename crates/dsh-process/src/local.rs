@@ -1,18 +1,18 @@
 //! [`LocalSubprocess`]: the subprocess seam on this machine.
 //!
 //! # Mechanism
-//! Each spawn forks a per-command reaper that forks the command leader (see the
-//! `reaper` module). Two pipes connect the owner and the reaper: the status pipe carries
-//! the leader's wait status the moment it exits; the control pipe carries `T` (terminate)
-//! and `K` (kill), and its end-of-file (every owner handle dropped, or dsh gone) makes the
-//! reaper SIGKILL the tree. The reaper's own exit, seen through tokio's child reaping, is
-//! the "whole tree gone" event: no polling of process groups.
-//!
-//! One monitor task per process reads the status, bounds the pipe drain by the grace,
-//! settles `done`, and then waits for the reaper's exit.
+//! Each spawn forks a per-command reaper (see the `reaper` module) that starts the
+//! command leader and owns its whole tree, inside a cgroup v2 of its own where this
+//! process may create cgroups (the `cgroup` module). Two pipes connect the owner and the
+//! reaper: the status pipe carries the leader's pid and then its exit status; the control
+//! pipe carries terminate and kill, and its end-of-file (every owner handle dropped, or
+//! dsh gone) makes the reaper SIGKILL the tree. The reaper's own exit is the "whole tree
+//! gone" event (the `control` module turns these into `done` and `wait_for_exit`).
 //!
 //! # Limits
-//! Linux only (see the crate docs).
+//! Linux only (see the crate docs). Each live reaper is a fork of the host process: pages
+//! the host writes after the fork are copied for it, so a host with a large, busy heap
+//! pays that per running command.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -20,35 +20,42 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::spill::SpillDir;
 use dsh_core::{CancelToken, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::capture::{self, Capture, CaptureLimits, StreamName};
-use crate::cgroup::{CgroupRoot, CommandCgroup};
-use crate::reaper::{self, ExecPlan, ReaperFds};
+use crate::cgroup::CgroupRoot;
+use crate::control::{self, LocalControl, Monitor, Watchdog};
+use crate::exec_plan::ExecPlan;
+use crate::reaper::{self, ReaperFds};
 use crate::{
-    env, resolve, EnvOverlay, Outcome, OutputMode, Process, ProcessControl, Signal, SpawnSpec,
-    StdinMode, Subprocess, TreeMechanism,
+    env, resolve, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
+    Subprocess, TreeMechanism,
 };
+
+type SpillFactory = Arc<dyn Fn() -> Option<Arc<SpillDir>> + Send + Sync>;
+type LiveSet = Arc<Mutex<HashMap<u64, LiveEntry>>>;
 
 /// The subprocess seam on this machine (Linux).
 ///
 /// # Requires
 /// Linux with `/proc` mounted (`PR_SET_CHILD_SUBREAPER`, `/proc/thread-self/children`,
-/// `signalfd`), and a tokio runtime with IO and time enabled.
+/// `signalfd`), and a tokio runtime with IO and time enabled. Cgroups v2 with
+/// `cgroup.kill` (Linux 5.14) and a writable own cgroup are used when present.
 pub struct LocalSubprocess {
+    proc_children: Result<(), String>,
     cgroups: Result<Arc<CgroupRoot>, String>,
     spill_parent: Option<PathBuf>,
     keep_spill: bool,
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
-    live: Arc<Mutex<HashMap<u64, LiveEntry>>>,
-    next_id: std::sync::atomic::AtomicU64,
+    live: LiveSet,
+    next_id: AtomicU64,
 }
 
 struct LiveEntry {
@@ -62,19 +69,36 @@ impl Default for LocalSubprocess {
     }
 }
 
+impl std::fmt::Debug for LocalSubprocess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSubprocess")
+            .field("tree_mechanism", &self.tree_mechanism())
+            .finish_non_exhaustive()
+    }
+}
+
 impl LocalSubprocess {
     /// A provider whose spill directory is made lazily, at the first spill, in the system
     /// temp directory, and removed when the provider is dropped. It puts each command in
     /// its own cgroup when this process may create cgroups (see
-    /// [`tree_mechanism`](Subprocess::tree_mechanism) and [`cgroup_status`](Self::cgroup_status)).
+    /// [`tree_mechanism`](Subprocess::tree_mechanism) and
+    /// [`cgroup_status`](Self::cgroup_status)).
     pub fn new() -> LocalSubprocess {
+        let proc_children = match std::fs::File::open("/proc/thread-self/children") {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "/proc/thread-self/children is unreadable ({e}); mount /proc (Linux 3.17 or newer \
+                 with CONFIG_PROC_CHILDREN)"
+            )),
+        };
         LocalSubprocess {
+            proc_children,
             cgroups: CgroupRoot::probe().map(Arc::new),
             spill_parent: None,
             keep_spill: false,
             spill_dir: Arc::new(OnceLock::new()),
             live: Arc::new(Mutex::new(HashMap::new())),
-            next_id: std::sync::atomic::AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -113,7 +137,7 @@ impl LocalSubprocess {
         self.spill_dir.get().cloned().flatten()
     }
 
-    fn spill_dir_factory(&self) -> Arc<dyn Fn() -> Option<Arc<SpillDir>> + Send + Sync> {
+    fn spill_dir_factory(&self) -> SpillFactory {
         let cell = self.spill_dir.clone();
         let parent = self.spill_parent.clone();
         let keep = self.keep_spill;
@@ -130,6 +154,64 @@ impl LocalSubprocess {
     fn live_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, LiveEntry>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Starts the capture pumps for the collected streams; hands back raw pipes otherwise.
+    fn wire_output(
+        &self,
+        child: &mut tokio::process::Child,
+        spec: &SpawnSpec,
+        stop: &CancelToken,
+    ) -> Wired {
+        let mut w = Wired::default();
+        if let Some(out) = child.stdout.take() {
+            match &spec.stdout {
+                OutputMode::Collect(limits) => {
+                    let cap = Capture::new(StreamName::Stdout, limits, self.spill_dir_factory());
+                    widen_pipe(&out, limits);
+                    w.pumps
+                        .push(tokio::spawn(capture::pump(cap.clone(), out, stop.clone())));
+                    w.out_cap = Some(cap);
+                }
+                _ => w.raw_out = Some(Box::new(out)),
+            }
+        }
+        if let Some(err) = child.stderr.take() {
+            match &spec.stderr {
+                OutputMode::Collect(limits) => {
+                    let cap = Capture::new(StreamName::Stderr, limits, self.spill_dir_factory());
+                    widen_pipe(&err, limits);
+                    w.pumps
+                        .push(tokio::spawn(capture::pump(cap.clone(), err, stop.clone())));
+                    w.err_cap = Some(cap);
+                }
+                _ => w.raw_err = Some(Box::new(err)),
+            }
+        }
+        match (&spec.stdin, child.stdin.take()) {
+            (StdinMode::Data(data), Some(mut pipe)) => {
+                let data = data.clone();
+                // EPIPE from a child that never reads is not an error: the exit status and
+                // the output stay authoritative.
+                tokio::spawn(async move {
+                    let _ = pipe.write_all(&data).await;
+                    let _ = pipe.shutdown().await;
+                });
+            }
+            (StdinMode::Pipe, Some(pipe)) => w.stdin = Some(Box::new(pipe)),
+            _ => {}
+        }
+        w
+    }
+}
+
+#[derive(Default)]
+struct Wired {
+    stdin: Option<Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>>,
+    raw_out: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>>,
+    raw_err: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>>,
+    out_cap: Option<Arc<Capture>>,
+    err_cap: Option<Arc<Capture>>,
+    pumps: Vec<tokio::task::JoinHandle<()>>,
 }
 
 #[async_trait]
@@ -146,16 +228,28 @@ impl Subprocess for LocalSubprocess {
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Process, HarnessError> {
         validate(&spec)?;
+        if let Err(why) = &self.proc_children {
+            return Err(HarnessError::new(
+                ErrorCode::ProcessSpawnFailed,
+                why.clone(),
+            ));
+        }
         let program = resolve::resolve(
             &spec.argv[0],
             path_of(&spec.env).as_deref(),
             &spec.cwd,
             true,
         )?;
+        let mut plan = ExecPlan::new(
+            program.as_os_str(),
+            &spec.argv,
+            &env::child_env(&spec.env),
+            spec.grace,
+        )
+        .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
         let (status_r, status_w) = cloexec_pipe()?;
         let (control_r, control_w) = cloexec_pipe()?;
-        rustix::io::ioctl_fionbio(&control_w, true).map_err(spawn_failed)?;
-
+        rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
         // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
         // tree exact.
         let cgroup = self
@@ -163,13 +257,13 @@ impl Subprocess for LocalSubprocess {
             .as_ref()
             .ok()
             .and_then(|root| root.command().ok());
-        let mut plan = ExecPlan::new(
-            program.as_os_str(),
-            &spec.argv,
-            &env::child_env(&spec.env),
-            cgroup.as_ref().map(|c| c.procs.as_raw_fd()),
-        )
-        .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
+        plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
+        let fds = ReaperFds {
+            status_w: status_w.as_raw_fd(),
+            control_r: control_r.as_raw_fd(),
+            cgroup_kill: cgroup.as_ref().map_or(-1, |c| c.kill.as_raw_fd()),
+        };
+
         // std forks the reaper and sets up its stdio and cwd; the reaper never returns to
         // std (it starts the program itself), so std's own program, args and env are unused.
         let mut cmd = tokio::process::Command::new(&program);
@@ -177,93 +271,61 @@ impl Subprocess for LocalSubprocess {
             .env_clear()
             .stdin(match spec.stdin {
                 StdinMode::Ignore => Stdio::null(),
+                StdinMode::Inherit => Stdio::inherit(),
                 StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
             })
             .stdout(stdio_for(&spec.stdout))
             .stderr(stdio_for(&spec.stderr));
-        let fds = ReaperFds {
-            status_w: status_w.as_raw_fd(),
-            control_r: control_r.as_raw_fd(),
-            cgroup_kill: cgroup.as_ref().map_or(-1, |c| c.kill.as_raw_fd()),
-        };
         // SAFETY: `reaper::enter` runs in the forked child before exec and uses only
         // async-signal-safe calls on fds that are open in the child (we keep them open in
-        // the parent until spawn returns).
+        // the parent until spawn returns) and on memory prepared before the fork.
         unsafe {
             cmd.pre_exec(move || reaper::enter(fds, &mut plan));
         }
         let spawned = cmd.spawn();
-        let cgroup_dir = cgroup.map(|c| c.dir);
+        drop((status_w, control_r));
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                if let Some(dir) = cgroup_dir {
-                    let _ = std::fs::remove_dir(dir);
+                if let Some(cg) = cgroup {
+                    let _ = std::fs::remove_dir(&cg.dir);
                 }
                 return Err(spawn_error(e, &spec));
             }
         };
-        drop((status_w, control_r));
-        let pid = child.id().unwrap_or(0);
-
-        let stdin_pipe = child.stdin.take();
-        let mut stdin_out: Option<Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>> = None;
-        match (&spec.stdin, stdin_pipe) {
-            (StdinMode::Data(data), Some(mut w)) => {
-                let data = data.clone();
-                // EPIPE from a child that never reads is not an error: the exit status and
-                // the output stay authoritative.
-                tokio::spawn(async move {
-                    let _ = w.write_all(&data).await;
-                    let _ = w.shutdown().await;
-                });
+        let pid = match control::read_start(&status_r) {
+            Ok(pid) => pid,
+            Err(e) => {
+                // The reaper exits by itself after an exec failure; otherwise stop it.
+                let _ = child.start_kill();
+                if let Some(cg) = &cgroup {
+                    let _ = std::fs::remove_dir(&cg.dir);
+                }
+                return Err(spawn_error(e, &spec));
             }
-            (StdinMode::Pipe, Some(w)) => stdin_out = Some(Box::new(w)),
-            _ => {}
-        }
+        };
+        let status_r = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).map_err(|e| {
+            HarnessError::new(
+                ErrorCode::ProcessSpawnFailed,
+                "cannot watch the process reaper",
+            )
+            .with_source(e)
+        })?;
 
         let stop = CancelToken::new();
-        let mut pumps = Vec::new();
-        let mut raw_out: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>> = None;
-        let mut raw_err: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>> = None;
-        let mut out_cap = None;
-        let mut err_cap = None;
-        if let Some(out) = child.stdout.take() {
-            match &spec.stdout {
-                OutputMode::Collect(limits) => {
-                    let cap = Capture::new(StreamName::Stdout, limits, self.spill_dir_factory());
-                    widen_pipe(&out, limits);
-                    pumps.push(tokio::spawn(capture::pump(cap.clone(), out, stop.clone())));
-                    out_cap = Some(cap);
-                }
-                _ => raw_out = Some(Box::new(out)),
-            }
-        }
-        if let Some(err) = child.stderr.take() {
-            match &spec.stderr {
-                OutputMode::Collect(limits) => {
-                    let cap = Capture::new(StreamName::Stderr, limits, self.spill_dir_factory());
-                    widen_pipe(&err, limits);
-                    pumps.push(tokio::spawn(capture::pump(cap.clone(), err, stop.clone())));
-                    err_cap = Some(cap);
-                }
-                _ => raw_err = Some(Box::new(err)),
-            }
-        }
-
+        let mut wired = self.wire_output(&mut child, &spec, &stop);
         let (done_tx, done_rx) = watch::channel(None);
         let (gone_tx, gone_rx) = watch::channel(false);
-        let control = Arc::new(LocalControl {
+        let watchdog = Arc::new(Watchdog::default());
+        let control = Arc::new(LocalControl::new(
             pid,
-            grace: spec.grace,
-            control_w: Mutex::new(Some(control_w)),
-            terminating: std::sync::atomic::AtomicBool::new(false),
-            done: done_rx,
-            gone: gone_rx.clone(),
-        });
-        let id = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            spec.grace,
+            control_w,
+            done_rx,
+            gone_rx.clone(),
+            watchdog.clone(),
+        ));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.live_lock().insert(
             id,
             LiveEntry {
@@ -271,22 +333,32 @@ impl Subprocess for LocalSubprocess {
                 gone: gone_rx,
             },
         );
+        let live = Arc::downgrade(&self.live);
         let monitor = Monitor {
             control: Arc::downgrade(&control),
-            status_r,
+            status_r: Some(status_r),
             grace: spec.grace,
             cancel: spec.cancel.clone(),
             stop,
-            pumps,
+            pumps: std::mem::take(&mut wired.pumps),
             done_tx,
             gone_tx,
-            live: Arc::downgrade(&self.live),
-            id,
-            cgroup_dir,
+            watchdog,
+            cgroup,
+            on_gone: Box::new(move || {
+                if let Some(live) = live.upgrade() {
+                    live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                }
+            }),
         };
         tokio::spawn(monitor.run(child));
         Ok(Process::from_parts(
-            control, stdin_out, raw_out, raw_err, out_cap, err_cap,
+            control,
+            wired.stdin,
+            wired.raw_out,
+            wired.raw_err,
+            wired.out_cap,
+            wired.err_cap,
         ))
     }
 
@@ -308,6 +380,7 @@ impl Subprocess for LocalSubprocess {
                 c.terminate();
             }
         }
+        // Bounded: each monitor's watchdog kills a reaper that does not finish in time.
         for (control, mut gone) in entries {
             let _ = gone.wait_for(|g| *g).await;
             drop(control);
@@ -320,7 +393,7 @@ impl Drop for LocalSubprocess {
         // No waiting in drop: SIGKILL what is left; each reaper exits once its tree is empty.
         for e in self.live_lock().values() {
             if let Some(c) = e.control.upgrade() {
-                c.kill();
+                c.signal_kill();
             }
         }
     }
@@ -385,10 +458,10 @@ fn widen_pipe(fd: &impl std::os::fd::AsFd, limits: &CaptureLimits) {
 }
 
 fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), HarnessError> {
-    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(spawn_failed)
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(pipe_failed)
 }
 
-fn spawn_failed(e: rustix::io::Errno) -> HarnessError {
+fn pipe_failed(e: rustix::io::Errno) -> HarnessError {
     HarnessError::new(
         ErrorCode::ProcessSpawnFailed,
         "cannot create the pipes for a new process",
@@ -415,184 +488,4 @@ fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
         ),
     };
     HarnessError::new(code, what).with_source(e)
-}
-
-/// The owner's side of one tree. Dropping it closes the control pipe, which makes the
-/// reaper SIGKILL the tree (as does dsh's own death, which closes it too).
-struct LocalControl {
-    pid: u32,
-    grace: Duration,
-    control_w: Mutex<Option<OwnedFd>>,
-    terminating: std::sync::atomic::AtomicBool,
-    done: watch::Receiver<Option<Outcome>>,
-    gone: watch::Receiver<bool>,
-}
-
-impl LocalControl {
-    fn send(&self, byte: u8) {
-        let guard = self.control_w.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(fd) = guard.as_ref() {
-            // Non-blocking and tiny: the pipe never holds more than a few bytes.
-            let _ = rustix::io::write(fd, &[byte]);
-        }
-    }
-}
-
-#[async_trait]
-impl ProcessControl for LocalControl {
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    async fn done(&self) -> Outcome {
-        let mut rx = self.done.clone();
-        let settled = rx.wait_for(Option::is_some).await.ok().and_then(|v| *v);
-        settled.unwrap_or(Outcome::Lost)
-    }
-
-    fn outcome(&self) -> Option<Outcome> {
-        *self.done.borrow()
-    }
-
-    fn terminate(&self) {
-        if self.is_tree_gone()
-            || self
-                .terminating
-                .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            return;
-        }
-        self.send(reaper::CONTROL_TERM);
-        let grace = self.grace;
-        let mut gone = self.gone.clone();
-        // The escalation outlives settlement on purpose: a TERM-ignoring survivor in the
-        // tree must still be killed after the leader settles.
-        let w = self
-            .control_w
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .and_then(|fd| fd.try_clone().ok());
-        if let Some(w) = w {
-            tokio::spawn(async move {
-                if tokio::time::timeout(grace, gone.wait_for(|g| *g))
-                    .await
-                    .is_err()
-                {
-                    let _ = rustix::io::write(&w, &[reaper::CONTROL_KILL]);
-                }
-            });
-        }
-    }
-
-    fn kill(&self) {
-        if !self.is_tree_gone() {
-            self.send(reaper::CONTROL_KILL);
-        }
-    }
-
-    fn is_tree_gone(&self) -> bool {
-        *self.gone.borrow()
-    }
-
-    async fn wait_for_exit(&self) {
-        let mut rx = self.gone.clone();
-        let _ = rx.wait_for(|g| *g).await;
-    }
-}
-
-struct Monitor {
-    control: Weak<LocalControl>,
-    status_r: OwnedFd,
-    grace: Duration,
-    cancel: Option<CancelToken>,
-    stop: CancelToken,
-    pumps: Vec<tokio::task::JoinHandle<()>>,
-    done_tx: watch::Sender<Option<Outcome>>,
-    gone_tx: watch::Sender<bool>,
-    live: Weak<Mutex<HashMap<u64, LiveEntry>>>,
-    id: u64,
-    cgroup_dir: Option<PathBuf>,
-}
-
-impl Monitor {
-    async fn run(self, mut reaper_child: tokio::process::Child) {
-        let outcome = self.leader_outcome().await;
-        // The leader exited: give descendants that still hold the pipes at most `grace` to
-        // let go, then stop reading. Output written after that is not captured.
-        let mut pumps = self.pumps;
-        let all = futures_join(&mut pumps);
-        if tokio::time::timeout(self.grace, all).await.is_err() {
-            self.stop.cancel("pipe drain grace elapsed");
-            for p in pumps.iter_mut() {
-                let _ = p.await;
-            }
-        }
-        let _ = self.done_tx.send(Some(outcome));
-        // The reaper exits only when its tree is empty: that is the quiescence event.
-        let _ = reaper_child.wait().await;
-        if let Some(dir) = self.cgroup_dir {
-            CommandCgroup::remove(dir).await;
-        }
-        let _ = self.gone_tx.send(true);
-        if let Some(live) = self.live.upgrade() {
-            live.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&self.id);
-        }
-    }
-
-    async fn leader_outcome(&self) -> Outcome {
-        let file = std::fs::File::from(match self.status_r.try_clone() {
-            Ok(fd) => fd,
-            Err(_) => return Outcome::Lost,
-        });
-        let mut status = match tokio::net::unix::pipe::Receiver::from_file(file) {
-            Ok(r) => r,
-            Err(_) => return Outcome::Lost,
-        };
-        let mut rec = [0u8; reaper::STATUS_LEN];
-        let read = status.read_exact(&mut rec);
-        tokio::pin!(read);
-        let mut cancel_seen = false;
-        loop {
-            let cancelled = async {
-                match &self.cancel {
-                    Some(c) if !cancel_seen => c.cancelled().await,
-                    _ => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                r = &mut read => {
-                    return match r {
-                        Ok(_) => decode_status(&rec),
-                        Err(_) => Outcome::Lost,
-                    };
-                }
-                () = cancelled => {
-                    cancel_seen = true;
-                    if let Some(c) = self.control.upgrade() {
-                        c.terminate();
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn futures_join(pumps: &mut [tokio::task::JoinHandle<()>]) {
-    for p in pumps.iter_mut() {
-        let _ = p.await;
-    }
-}
-
-fn decode_status(rec: &[u8; reaper::STATUS_LEN]) -> Outcome {
-    let mut v = [0u8; 4];
-    v.copy_from_slice(&rec[1..]);
-    let value = i32::from_ne_bytes(v);
-    match rec[0] {
-        reaper::STATUS_EXITED => Outcome::Exited(value),
-        reaper::STATUS_SIGNALED => Outcome::Signaled(Signal(value)),
-        _ => Outcome::Lost,
-    }
 }

@@ -2,26 +2,31 @@
 //!
 //! # Mechanism
 //! `spawn` forks once (through `std::process::Command`); in the child, before `exec`, the
-//! `pre_exec` hook [`enter`] runs. It makes that child the **reaper** of the command:
+//! `pre_exec` hook [`enter`] runs and makes that child the **reaper** of the command:
 //!
 //! 1. `setsid()`, so the reaper has no controlling terminal and is alone in its group;
-//! 2. `prctl(PR_SET_CHILD_SUBREAPER)`, so every orphan of the command's tree (a `setsid`
+//!    `prctl(PR_SET_CHILD_SUBREAPER)`, so every orphan of the command's tree (a `setsid`
 //!    daemon, a double-forked grandchild) is re-parented to the reaper, not to init;
-//! 3. `clone(CLONE_VM | CLONE_VFORK)` (what `posix_spawn` does): the new process is the
-//!    command **leader**. It takes its own process group (`setpgid(0, 0)`), restores the
-//!    default signal mask and `execve`s the program with argv and environment prepared
-//!    before the first fork ([`ExecPlan`]). An `execve` failure comes back as the errno of
-//!    `spawn`. The reaper never returns: it runs [`reaper_loop`] and `_exit`s when its tree
-//!    is empty.
+//! 2. its pipes to the owner are moved above fd 10, and the owner's signal handlers are
+//!    reset to the default, before anything starts (a failure is an error of `spawn`);
+//! 3. `clone(CLONE_VM | CLONE_VFORK)` (what `posix_spawn` does) starts the command
+//!    **leader**, which joins the command's cgroup if there is one, asks for SIGKILL if
+//!    the reaper dies (`PR_SET_PDEATHSIG`), takes its own process group and `execve`s the
+//!    program prepared in the [`ExecPlan`]. An `execve` failure comes back as the errno
+//!    of `spawn`;
+//!    The leader itself writes its pid (and, if `execve` fails, the errno) on the status
+//!    pipe, before any of the command's code runs;
+//! 4. the reaper closed every fd above 2 that it does not need (std's exec-error pipe
+//!    among them) before the clone, so std's `spawn` never waits on anything the command
+//!    can delay; after the clone it also gives up the command's stdio. It reports a successful `execve`, ignores every catchable
+//!    signal, and serves until its tree is empty, then `_exit`s. It never returns to std.
 //!
-//! With a command cgroup (see the `cgroup` module), the leader joins it before `execve`
-//! and the reaper writes `cgroup.kill` as the first step of every kill.
-//!
-//! The reaper reports the leader's wait status on the status pipe as soon as the leader
-//! exits, and exits itself only when it has no child left: its exit is the exact "whole
-//! tree gone" event. The owner drives it through the control pipe: `T` sends SIGTERM to the
-//! tree, `K` (or end-of-file, when the owner closes the pipe or dies) SIGKILLs it until it
-//! is empty. So nothing started by dsh survives dsh, even when dsh is SIGKILLed.
+//! The reaper reports the leader's wait status the moment the leader exits, and exits
+//! itself only when it has no child left: its exit is the exact "whole tree gone" event.
+//! The owner drives it through the control pipe: `T` sends SIGTERM to the tree and, after
+//! the grace, SIGKILL; `K`, or end-of-file (every owner handle dropped, or dsh gone, even
+//! by SIGKILL), SIGKILLs the tree until it is empty. With a command cgroup, every kill
+//! starts with a write to its `cgroup.kill`.
 //!
 //! # Exactness
 //! The reaper signals only processes whose pid cannot have been reused: its own unreaped
@@ -31,22 +36,30 @@
 //! is reached through the group kill, or once its parent dies and it is re-parented here.
 //! Nothing outside the tree is ever signalled.
 //!
+//! # Limits
+//! The command runs as the same user as its reaper and can SIGKILL or SIGSTOP it. The
+//! owner then notices (the status pipe closes, or the tree is not gone a grace after a
+//! kill) and kills the reaper and the command's cgroup; without a cgroup, descendants the
+//! command started before killing its reaper escape to init (the leader itself dies by
+//! `PR_SET_PDEATHSIG`).
+//!
 //! # Async-signal safety
 //! Everything here runs in the child of a multi-threaded process, between `fork` and
-//! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls: `clone`,
-//! `execve`, `setsid`, `setpgid`, `prctl`, `sigprocmask`, `sigemptyset`/`sigaddset`, `signal`,
-//! `signalfd`, `dup2`, `fcntl`, `close_range` (raw syscall), `open`, `read`, `write`,
-//! `poll`, `waitid`, `kill`, `getpid`, `_exit`. It allocates nothing: buffers live on the
-//! stack and paths are static C strings. (libc is used here rather than rustix because
-//! the async-signal-safe list is written in terms of these libc calls and raw fds.)
+//! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls:
+//! `clone`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
+//! `sigemptyset`/`sigaddset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
+//! `getrlimit`, `open`, `read`, `write`, `poll`, `waitid`, `kill`, `clock_gettime`,
+//! `_exit`. It allocates nothing: buffers live on the stack, paths are static C strings
+//! and everything else was prepared before the fork. (libc is used here rather than
+//! rustix because the async-signal-safe list is written in terms of these libc calls.)
 
-use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 
-/// Control byte: send SIGTERM to the tree.
+use crate::exec_plan::ExecPlan;
+
+/// Control byte: SIGTERM to the tree, SIGKILL after the grace.
 pub(crate) const CONTROL_TERM: u8 = b'T';
 /// Control byte: SIGKILL the tree until it is empty.
 pub(crate) const CONTROL_KILL: u8 = b'K';
@@ -55,132 +68,65 @@ pub(crate) const CONTROL_KILL: u8 = b'K';
 pub(crate) const STATUS_EXITED: u8 = 1;
 /// The leader was killed by a signal: the payload is the signal number.
 pub(crate) const STATUS_SIGNALED: u8 = 2;
+/// The leader is about to `execve`: the payload is its pid. Always the first record,
+/// written by the leader itself before any of the command's code runs.
+pub(crate) const STATUS_STARTED: u8 = 3;
+/// The leader's `execve` failed: the payload is the errno. Written by the leader.
+pub(crate) const STATUS_EXEC_FAILED: u8 = 4;
+/// The leader's `execve` succeeded. Written by the reaper; the command can delay it (by
+/// stopping the reaper), so the owner waits for it only briefly.
+pub(crate) const STATUS_EXEC_OK: u8 = 5;
 /// Length of one status record: a tag byte and an `i32` in native byte order.
 pub(crate) const STATUS_LEN: usize = 5;
 
-/// The fds the reaper keeps: it writes the leader status to `status_w` and reads owner
-/// commands from `control_r`. Both must be `O_CLOEXEC` so the leader's `exec` drops them.
+/// The fds the reaper keeps: it writes records to `status_w` and reads owner commands
+/// from `control_r`; `cgroup_kill` is the command cgroup's `cgroup.kill` (-1 if none).
 #[derive(Clone, Copy)]
 pub(crate) struct ReaperFds {
     pub status_w: RawFd,
     pub control_r: RawFd,
-    /// The command cgroup's `cgroup.kill`, or -1 without a cgroup.
     pub cgroup_kill: RawFd,
-}
-
-// After `enter` moves them, the reaper's fds sit at fixed numbers.
-const STATUS_FD: RawFd = 3;
-const CONTROL_FD: RawFd = 4;
-const CGROUP_KILL_FD: RawFd = 5;
-
-/// Stack for the leader between `clone` and `execve` (it only makes a few syscalls).
-const LEADER_STACK: usize = 64 * 1024;
-
-/// Everything the leader needs to `execve`, prepared in the parent so that nothing is
-/// allocated after the fork: C strings and the null-terminated pointer arrays into them,
-/// and the stack the leader runs on.
-pub(crate) struct ExecPlan {
-    program: CString,
-    _argv: Vec<CString>,
-    argv_ptrs: Vec<*const libc::c_char>,
-    _envp: Vec<CString>,
-    envp_ptrs: Vec<*const libc::c_char>,
-    stack: Vec<u8>,
-    /// The command cgroup's `cgroup.procs`, which the leader joins; -1 without a cgroup.
-    cgroup_procs: RawFd,
-    /// Written by the leader (which shares the reaper's memory) when `execve` fails.
-    exec_errno: AtomicI32,
-}
-
-// SAFETY: the raw pointers point into the CStrings this struct owns, whose heap buffers
-// never move or change; they are only read (by the forked reaper and its leader).
-unsafe impl Send for ExecPlan {}
-// SAFETY: as above; the only mutation after construction goes through `exec_errno`, an
-// atomic, and through `stack`, used only in the forked child.
-unsafe impl Sync for ExecPlan {}
-
-impl ExecPlan {
-    /// Prepares `program` (the resolved path), `argv` (as given, `argv[0]` included) and
-    /// the complete environment `env`.
-    ///
-    /// # Errors
-    /// `InvalidInput` naming the first string that contains a NUL byte.
-    pub(crate) fn new(
-        program: &OsStr,
-        argv: &[OsString],
-        env: &[(OsString, OsString)],
-        cgroup_procs: Option<RawFd>,
-    ) -> io::Result<ExecPlan> {
-        let c = |s: &[u8], what: &dyn Fn() -> String| {
-            CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, what()))
-        };
-        let program = c(program.as_bytes(), &|| {
-            "the program path contains a NUL byte".into()
-        })?;
-        let argv: Vec<CString> = argv
-            .iter()
-            .enumerate()
-            .map(|(i, a)| c(a.as_bytes(), &|| format!("argv[{i}] contains a NUL byte")))
-            .collect::<io::Result<_>>()?;
-        let envp: Vec<CString> = env
-            .iter()
-            .map(|(k, v)| {
-                let mut kv = k.as_bytes().to_vec();
-                kv.push(b'=');
-                kv.extend_from_slice(v.as_bytes());
-                c(&kv, &|| {
-                    format!(
-                        "environment variable {} contains a NUL byte",
-                        k.to_string_lossy()
-                    )
-                })
-            })
-            .collect::<io::Result<_>>()?;
-        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-        argv_ptrs.push(std::ptr::null());
-        let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
-        envp_ptrs.push(std::ptr::null());
-        Ok(ExecPlan {
-            program,
-            _argv: argv,
-            argv_ptrs,
-            _envp: envp,
-            envp_ptrs,
-            stack: vec![0u8; LEADER_STACK],
-            cgroup_procs: cgroup_procs.unwrap_or(-1),
-            exec_errno: AtomicI32::new(0),
-        })
-    }
 }
 
 /// Runs in the forked child before `exec`. It never returns `Ok`: the child becomes the
 /// reaper and `_exit`s when its tree is empty. It returns `Err` (which std reports to the
-/// parent's `spawn`) when the leader's `execve` failed, with that errno.
+/// parent's `spawn`) when the reaper could not be set up or the leader's `execve` failed.
 ///
 /// # Safety
 /// Must only be called from a `pre_exec` hook: in a freshly forked, single-threaded child.
 pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()> {
     // SAFETY (whole function): we are the only thread of a freshly forked child; every call
-    // below is async-signal-safe (see the module docs) and touches only our own fds and
-    // memory prepared before the fork.
+    // is async-signal-safe (see the module docs) and touches only our own fds and memory
+    // prepared before the fork.
     unsafe {
-        if libc::setsid() < 0 {
+        if libc::setsid() < 0 || libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
             return Err(io::Error::last_os_error());
         }
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
-            return Err(io::Error::last_os_error());
+        let status = high_dup(fds.status_w)?;
+        let control = high_dup(fds.control_r)?;
+        let cgroup_kill = if fds.cgroup_kill >= 0 {
+            high_dup(fds.cgroup_kill)?
+        } else {
+            -1
+        };
+        if plan.cgroup_procs >= 0 {
+            plan.cgroup_procs = high_dup(plan.cgroup_procs)?;
         }
+        plan.status_fd = status;
+        reset_handlers();
         // Block SIGCHLD before the leader starts so a leader that exits at once is not
         // missed: it stays pending until the signalfd reads it.
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
+        // Close everything else now, std's exec-error pipe included, so std's `spawn`
+        // returns before any of the command's code can run (the command could stop us):
+        // from here on we talk to the owner only through the status pipe.
+        close_all_except(&[status, control, cgroup_kill, plan.cgroup_procs]);
 
-        // The leader shares our memory and we sleep until it has exec'd (CLONE_VM |
-        // CLONE_VFORK, as posix_spawn does): no second copy of the page tables, which is
-        // the largest fixed cost of a spawn. It runs on its own stack, so it cannot
-        // clobber ours.
+        // The leader shares our memory and we sleep until it has exec'd: no copy of the
+        // page tables. It runs on its own stack, so it cannot clobber ours.
         let top = plan.stack.as_mut_ptr().add(plan.stack.len());
         let top = top.sub(top as usize % 16);
         let arg: *mut ExecPlan = plan;
@@ -191,28 +137,141 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             arg.cast(),
         );
         if pid < 0 {
-            return Err(io::Error::last_os_error());
+            write_record(status, STATUS_EXEC_FAILED, *libc::__errno_location());
+            libc::_exit(0);
         }
-        let errno = plan.exec_errno.load(Ordering::SeqCst);
-        if errno != 0 {
-            // Reap the failed leader so it does not linger, then let std report the errno.
+        if plan.exec_errno.load(Ordering::SeqCst) != 0 {
+            // The leader reported the errno itself; reap it and go.
             let mut info: libc::siginfo_t = std::mem::zeroed();
             libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED);
-            return Err(io::Error::from_raw_os_error(errno));
+            libc::_exit(0);
         }
+        write_record(status, STATUS_EXEC_OK, pid);
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
-        become_reaper(fds, pid)
+        if plan.cgroup_procs >= 0 {
+            libc::close(plan.cgroup_procs);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+        ignore_signals();
+        let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        let mut reaper = Reaper {
+            leader: pid,
+            leader_reported: false,
+            leader_reaped: false,
+            killing: false,
+            term_deadline_ns: None,
+            grace_ns: i128::from(plan.grace_ms) * 1_000_000,
+            status,
+            control,
+            control_open: true,
+            cgroup_kill,
+            sigfd,
+        };
+        reaper.serve()
     }
 }
 
-/// The leader between `clone` and `execve`: its own process group (so one kill(-leader)
-/// reaches every member that stays in it), the default signal mask, then the program.
+/// `fcntl(fd, F_DUPFD_CLOEXEC, 10)`: a copy above the low fd numbers that the command's
+/// stdio and std's own pipes use.
+unsafe fn high_dup(fd: RawFd) -> io::Result<RawFd> {
+    // SAFETY: fcntl(2) on an fd we own.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+    if new < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(new)
+    }
+}
+
+/// Resets every signal the owner handles to the default, so neither the reaper nor the
+/// leader ever runs the owner's handlers (which write to the owner's fds). Ignored
+/// signals stay ignored, as across any `exec`.
+unsafe fn reset_handlers() {
+    // SAFETY: sigaction(2) with stack values.
+    unsafe {
+        for sig in 1..=libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
+/// The reaper ignores every catchable signal but SIGCHLD (read through the signalfd): a
+/// signal meant for the tree, or sent by it, must not stop the reaper.
+unsafe fn ignore_signals() {
+    // SAFETY: signal(2); failures (reserved realtime signals) are harmless.
+    unsafe {
+        for sig in 1..=libc::SIGRTMAX() {
+            if !matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+        }
+    }
+}
+
+/// Closes every fd from 3 up except `keep` (-1 entries are ignored), with `close_range`,
+/// or one by one up to the fd limit where `close_range` is missing (Linux < 5.9) or
+/// filtered.
+unsafe fn close_all_except(keep: &[RawFd; 4]) {
+    let mut sorted = *keep;
+    sorted.sort_unstable();
+    let mut from: RawFd = 3;
+    for &k in sorted.iter().filter(|k| **k >= 3) {
+        // SAFETY: closing fds in this child only.
+        unsafe { close_range(from, k - 1) };
+        from = k + 1;
+    }
+    // SAFETY: as above.
+    unsafe { close_range(from, RawFd::MAX) };
+}
+
+unsafe fn close_range(first: RawFd, last: RawFd) {
+    if first > last {
+        return;
+    }
+    // SAFETY: close_range(2), else close(2), on this child's own fds.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0,
+        ) == 0
+        {
+            return;
+        }
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as RawFd
+        } else {
+            1 << 16
+        };
+        for fd in first..=last.min(max) {
+            libc::close(fd);
+        }
+    }
+}
+
+/// The leader between `clone` and `execve`.
 extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the reaper's `ExecPlan`, alive while the reaper sleeps in clone;
     // only async-signal-safe calls; errno is read through the shared TLS pointer, which is
-    // the reaper's (suspended) errno slot.
+    // the (suspended) reaper's errno slot.
     unsafe {
         let plan = &*(arg as *const ExecPlan);
         if plan.cgroup_procs >= 0 {
@@ -220,80 +279,26 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
             // refusal leaves the subreaper as the (still exact) boundary.
             libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
         }
+        // If the reaper is killed (by the command itself, say), the leader goes too.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        // Its own group, so one kill(-leader) reaches every member that stays in it.
         libc::setpgid(0, 0);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        write_record(plan.status_fd, STATUS_STARTED, libc::getpid());
         libc::execve(
             plan.program.as_ptr(),
             plan.argv_ptrs.as_ptr(),
             plan.envp_ptrs.as_ptr(),
         );
-        let errno = *libc::__errno_location();
-        plan.exec_errno.store(
-            if errno == 0 { libc::ENOEXEC } else { errno },
-            Ordering::SeqCst,
-        );
+        let errno = match *libc::__errno_location() {
+            0 => libc::ENOEXEC,
+            e => e,
+        };
+        write_record(plan.status_fd, STATUS_EXEC_FAILED, errno);
+        plan.exec_errno.store(errno, Ordering::SeqCst);
         libc::_exit(127)
-    }
-}
-
-/// The reaper side after the fork: isolate fds, then serve until the tree is empty.
-unsafe fn become_reaper(fds: ReaperFds, leader: libc::pid_t) -> ! {
-    // SAFETY: single-threaded forked child; async-signal-safe calls only.
-    unsafe {
-        // Park our fds high, put them at 3, 4 (and 5 for cgroup.kill), and close everything
-        // else, so the reaper holds neither the command's stdio pipes (their EOF must
-        // depend only on the command) nor std's exec-error pipe (the parent waits for its
-        // EOF).
-        let status_hi = libc::fcntl(fds.status_w, libc::F_DUPFD_CLOEXEC, 10);
-        let control_hi = libc::fcntl(fds.control_r, libc::F_DUPFD_CLOEXEC, 10);
-        let kill_hi = if fds.cgroup_kill >= 0 {
-            libc::fcntl(fds.cgroup_kill, libc::F_DUPFD_CLOEXEC, 10)
-        } else {
-            -1
-        };
-        if status_hi < 0 || control_hi < 0 {
-            libc::_exit(125);
-        }
-        libc::dup2(status_hi, STATUS_FD);
-        libc::dup2(control_hi, CONTROL_FD);
-        let has_cgroup = kill_hi >= 0 && libc::dup2(kill_hi, CGROUP_KILL_FD) == CGROUP_KILL_FD;
-        let first_closed = if has_cgroup {
-            CGROUP_KILL_FD + 1
-        } else {
-            CONTROL_FD + 1
-        };
-        libc::syscall(
-            libc::SYS_close_range,
-            first_closed as libc::c_uint,
-            libc::c_uint::MAX,
-            0 as libc::c_uint,
-        );
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::dup2(null, 1);
-            libc::dup2(null, 2);
-            if null > 2 {
-                libc::close(null);
-            }
-        }
-        // A signal meant for the tree must never stop the reaper before it reaps.
-        for sig in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGPIPE,
-        ] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-        let mut chld: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut chld);
-        libc::sigaddset(&mut chld, libc::SIGCHLD);
-        let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-        reaper_loop(leader, sigfd, has_cgroup)
     }
 }
 
@@ -302,78 +307,81 @@ struct Reaper {
     leader_reported: bool,
     leader_reaped: bool,
     killing: bool,
+    /// CLOCK_MONOTONIC time at which a terminate turns into a kill.
+    term_deadline_ns: Option<i128>,
+    grace_ns: i128,
+    status: RawFd,
+    control: RawFd,
     control_open: bool,
-    has_cgroup: bool,
-}
-
-unsafe fn reaper_loop(leader: libc::pid_t, sigfd: RawFd, has_cgroup: bool) -> ! {
-    let mut r = Reaper {
-        leader,
-        leader_reported: false,
-        leader_reaped: false,
-        killing: false,
-        control_open: true,
-        has_cgroup,
-    };
-    loop {
-        // SAFETY: as above.
-        let others = unsafe { r.reap() };
-        if r.leader_reported && others == 0 {
-            unsafe {
-                // Only the leader's zombie is left: release it and report "tree gone" by
-                // exiting.
-                if !r.leader_reaped {
-                    let mut info: libc::siginfo_t = std::mem::zeroed();
-                    libc::waitid(libc::P_PID, leader as libc::id_t, &mut info, libc::WEXITED);
-                }
-                libc::_exit(0);
-            }
-        }
-        if r.killing {
-            unsafe {
-                if r.has_cgroup {
-                    // Every member at once, whatever group or session it moved to.
-                    libc::write(CGROUP_KILL_FD, b"1".as_ptr().cast(), 1);
-                }
-                r.signal_tree(libc::SIGKILL);
-            }
-        }
-        let mut pfds = [
-            libc::pollfd {
-                fd: sigfd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if r.control_open { CONTROL_FD } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // While killing, re-scan every 10 ms: an orphan re-parented to us after a deeper
-        // death brings no SIGCHLD. Otherwise wait for an event (sigfd < 0 only if
-        // signalfd failed; then poll every 50 ms instead).
-        let timeout = if r.killing {
-            10
-        } else if sigfd < 0 {
-            50
-        } else {
-            -1
-        };
-        unsafe {
-            libc::poll(pfds.as_mut_ptr(), 2, timeout);
-            if pfds[0].revents != 0 {
-                let mut buf = [0u8; 128 * 4];
-                while libc::read(sigfd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
-            }
-            if pfds[1].revents != 0 {
-                r.read_control();
-            }
-        }
-    }
+    cgroup_kill: RawFd,
+    sigfd: RawFd,
 }
 
 impl Reaper {
+    unsafe fn serve(&mut self) -> ! {
+        loop {
+            // SAFETY (loop body): async-signal-safe calls on our own fds and children.
+            unsafe {
+                let others = self.reap();
+                if self.leader_reported && others == 0 {
+                    if !self.leader_reaped {
+                        // Only the leader's zombie is left: release it, then report "tree
+                        // gone" by exiting.
+                        let mut info: libc::siginfo_t = std::mem::zeroed();
+                        libc::waitid(
+                            libc::P_PID,
+                            self.leader as libc::id_t,
+                            &mut info,
+                            libc::WEXITED,
+                        );
+                    }
+                    libc::_exit(0);
+                }
+                let now = monotonic_ns();
+                if !self.killing && self.term_deadline_ns.is_some_and(|d| now >= d) {
+                    self.killing = true;
+                }
+                if self.killing {
+                    if self.cgroup_kill >= 0 {
+                        // Every member at once, whatever group or session it moved to.
+                        libc::write(self.cgroup_kill, b"1".as_ptr().cast(), 1);
+                    }
+                    self.signal_tree(libc::SIGKILL);
+                }
+                // While killing, re-scan every 10 ms: an orphan re-parented to us after a
+                // deeper death brings no SIGCHLD. While terminating, wake at the deadline.
+                let timeout = if self.killing || self.sigfd < 0 {
+                    10
+                } else {
+                    match self.term_deadline_ns {
+                        Some(d) => ((d - now) / 1_000_000).clamp(1, i128::from(i32::MAX)) as i32,
+                        None => -1,
+                    }
+                };
+                let mut pfds = [
+                    libc::pollfd {
+                        fd: self.sigfd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: if self.control_open { self.control } else { -1 },
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                libc::poll(pfds.as_mut_ptr(), 2, timeout);
+                if pfds[0].revents != 0 {
+                    let mut buf = [0u8; 128 * 4];
+                    while libc::read(self.sigfd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+                }
+                if pfds[1].revents != 0 {
+                    self.read_control();
+                }
+            }
+        }
+    }
+
     /// Reaps every exited child except the leader, whose status is only peeked (`WNOWAIT`)
     /// and reported once. Returns the number of children other than the leader still
     /// present (alive or not yet reaped).
@@ -383,13 +391,14 @@ impl Reaper {
             let mut reaped_any = false;
             let leader = self.leader;
             let leader_gone = self.leader_reaped;
-            let mut report_now = false;
-            // SAFETY: async-signal-safe calls on our own children only.
+            let status = self.status;
+            let mut reported = self.leader_reported;
+            // SAFETY: waitid(2) on our own children only.
             let listed = unsafe {
                 for_each_child(|pid| {
                     let mut info: libc::siginfo_t = std::mem::zeroed();
                     if pid == leader && !leader_gone {
-                        report_now |= !self.leader_reported
+                        if !reported
                             && libc::waitid(
                                 libc::P_PID,
                                 pid as libc::id_t,
@@ -397,7 +406,10 @@ impl Reaper {
                                 libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
                             ) == 0
                             && info.si_pid() == pid
-                            && report(&info);
+                        {
+                            report_exit(status, &info);
+                            reported = true;
+                        }
                     } else if libc::waitid(
                         libc::P_PID,
                         pid as libc::id_t,
@@ -412,7 +424,7 @@ impl Reaper {
                     }
                 })
             };
-            self.leader_reported |= report_now;
+            self.leader_reported = reported;
             if !listed {
                 // SAFETY: as above.
                 return unsafe { self.reap_without_proc() };
@@ -425,16 +437,14 @@ impl Reaper {
         }
     }
 
-    /// Fallback when `/proc` is unreadable: reap everything (the leader too, so its group
-    /// is no longer signalled) and count the children as "unknown" until `ECHILD`.
+    /// Fallback when `/proc` became unreadable: reap everything (the leader too, so its
+    /// group is no longer signalled) and count the children as "unknown" until `ECHILD`.
     unsafe fn reap_without_proc(&mut self) -> usize {
         // SAFETY: waitid(2) on our own children.
         unsafe {
             loop {
                 let mut info: libc::siginfo_t = std::mem::zeroed();
-                let rc = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG);
-                if rc < 0 {
-                    // ECHILD: nothing left at all.
+                if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG) < 0 {
                     self.leader_reaped = true;
                     return 0;
                 }
@@ -444,7 +454,8 @@ impl Reaper {
                 }
                 if pid == self.leader {
                     if !self.leader_reported {
-                        self.leader_reported = report(&info);
+                        report_exit(self.status, &info);
+                        self.leader_reported = true;
                     }
                     self.leader_reaped = true;
                 }
@@ -471,7 +482,7 @@ impl Reaper {
     unsafe fn read_control(&mut self) {
         let mut buf = [0u8; 16];
         // SAFETY: read(2) into a stack buffer.
-        let n = unsafe { libc::read(CONTROL_FD, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = unsafe { libc::read(self.control, buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             // End of file: the owner closed the pipe or died. Nothing may outlive it.
             if n == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -482,7 +493,12 @@ impl Reaper {
         }
         for &b in &buf[..n as usize] {
             match b {
-                CONTROL_TERM if !self.killing => unsafe { self.signal_tree(libc::SIGTERM) },
+                CONTROL_TERM if !self.killing && self.term_deadline_ns.is_none() => {
+                    // SAFETY: as in signal_tree.
+                    unsafe { self.signal_tree(libc::SIGTERM) };
+                    // SAFETY: clock_gettime(2).
+                    self.term_deadline_ns = Some(unsafe { monotonic_ns() } + self.grace_ns);
+                }
                 CONTROL_KILL => self.killing = true,
                 _ => {}
             }
@@ -490,21 +506,35 @@ impl Reaper {
     }
 }
 
-/// Writes the leader's status record to the status pipe. Returns true (so callers can
-/// fold it into a condition).
-unsafe fn report(info: &libc::siginfo_t) -> bool {
-    // SAFETY: reading the siginfo union fields waitid filled; write(2) to our pipe.
+unsafe fn monotonic_ns() -> i128 {
+    // SAFETY: clock_gettime(2) into a stack value.
     unsafe {
-        let (tag, value) = match info.si_code {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    }
+}
+
+/// Writes one status record.
+unsafe fn write_record(fd: RawFd, tag: u8, value: i32) {
+    let mut rec = [0u8; STATUS_LEN];
+    rec[0] = tag;
+    rec[1..].copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: write(2) of a stack buffer; a record is smaller than PIPE_BUF, so atomic.
+    unsafe { libc::write(fd, rec.as_ptr().cast(), STATUS_LEN) };
+}
+
+/// Writes the leader's exit record from `waitid`'s siginfo.
+unsafe fn report_exit(fd: RawFd, info: &libc::siginfo_t) {
+    // SAFETY: reading the siginfo fields waitid filled.
+    let (tag, value) = unsafe {
+        match info.si_code {
             libc::CLD_EXITED => (STATUS_EXITED, info.si_status()),
             _ => (STATUS_SIGNALED, info.si_status()),
-        };
-        let mut rec = [0u8; STATUS_LEN];
-        rec[0] = tag;
-        rec[1..].copy_from_slice(&value.to_ne_bytes());
-        libc::write(STATUS_FD, rec.as_ptr().cast(), STATUS_LEN);
-    }
-    true
+        }
+    };
+    // SAFETY: as in write_record.
+    unsafe { write_record(fd, tag, value) };
 }
 
 /// Calls `f` with each pid listed in `/proc/thread-self/children` (our children, zombies
@@ -520,25 +550,72 @@ unsafe fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> bool {
             return false;
         }
         let mut buf = [0u8; 1024];
-        let mut current: i64 = -1;
+        let mut parser = PidParser::default();
         loop {
             let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
             if n <= 0 {
                 break;
             }
-            for &b in &buf[..n as usize] {
-                if b.is_ascii_digit() {
-                    current = current.max(0) * 10 + i64::from(b - b'0');
-                } else if current >= 0 {
-                    f(current as libc::pid_t);
-                    current = -1;
-                }
-            }
+            parser.feed(&buf[..n as usize], &mut f);
         }
-        if current >= 0 {
-            f(current as libc::pid_t);
-        }
+        parser.finish(&mut f);
         libc::close(fd);
     }
     true
+}
+
+/// Parses space-separated decimal pids that may be split across reads.
+#[derive(Default)]
+struct PidParser {
+    current: Option<i64>,
+}
+
+impl PidParser {
+    fn feed(&mut self, bytes: &[u8], f: &mut impl FnMut(libc::pid_t)) {
+        for &b in bytes {
+            if b.is_ascii_digit() {
+                let v = self
+                    .current
+                    .unwrap_or(0)
+                    .saturating_mul(10)
+                    .saturating_add(i64::from(b - b'0'));
+                self.current = Some(v);
+            } else {
+                self.finish(f);
+            }
+        }
+    }
+
+    fn finish(&mut self, f: &mut impl FnMut(libc::pid_t)) {
+        if let Some(v) = self.current.take() {
+            if let Ok(pid) = libc::pid_t::try_from(v) {
+                f(pid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_split_across_reads_are_parsed_whole() {
+        let mut got = Vec::new();
+        let mut p = PidParser::default();
+        for chunk in [&b"12 3"[..], b"45 6", b"7 "] {
+            p.feed(chunk, &mut |pid| got.push(pid));
+        }
+        p.finish(&mut |pid| got.push(pid));
+        assert_eq!(got, vec![12, 345, 67]);
+    }
+
+    #[test]
+    fn an_absurd_number_is_skipped_not_wrapped() {
+        let mut got = Vec::new();
+        let mut p = PidParser::default();
+        p.feed(b"99999999999999999999 5", &mut |pid| got.push(pid));
+        p.finish(&mut |pid| got.push(pid));
+        assert_eq!(got, vec![5]);
+    }
 }

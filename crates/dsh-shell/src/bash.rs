@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dsh_core::{clamp_timeout, CancelToken, Deadline, HarnessError, MAX_TIMER_DELAY_MS};
+use dsh_core::{clamp_timeout, CancelToken, Cause, Deadline, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
     CaptureLimits, EnvOverlay, OutputMode, Process, ProcessControl, Signal, SpawnSpec, StdinMode,
     Subprocess,
@@ -241,30 +241,34 @@ impl Shell for LocalBash {
     }
 
     async fn run(&self, spec: ShellSpec) -> Result<RunResult, HarnessError> {
+        if let Some(reason) = spec.cancel.as_ref().and_then(CancelToken::reason) {
+            return Err(HarnessError::aborted_before_start("spawn", reason));
+        }
+        let process = self
+            .subprocess
+            .spawn(self.spawn_spec(&spec, spec.stdout_max_bytes, None))?;
+        // Armed once the command runs, so a short timeout is always a result, never an
+        // error of the spawn.
         let deadline = Deadline::new(
             Some(Duration::from_millis(spec.timeout_ms)),
             spec.cancel.as_ref(),
         );
-        if let Some(reason) = spec.cancel.as_ref().and_then(CancelToken::reason) {
-            return Err(HarnessError::aborted_before_start("spawn", reason));
-        }
-        let sub_spec =
-            self.spawn_spec(&spec, spec.stdout_max_bytes, Some(deadline.token().clone()));
-        let process = self.subprocess.spawn(sub_spec)?;
-        let outcome = process.done().await;
-        // Read when the outcome settles: whichever cause fired first is the one recorded.
-        let timed_out = deadline.is_timed_out();
-        let aborted = deadline.is_cancelled();
-        let collected =
-            |c: Option<&Arc<dsh_process::Capture>>| c.map(|c| c.collected()).unwrap_or_default();
+        let (outcome, cause) = tokio::select! {
+            outcome = process.done() => (outcome, None),
+            () = deadline.token().cancelled() => {
+                process.terminate();
+                (process.done().await, deadline.cause())
+            }
+        };
+        let (stdout, stderr) = process.collected();
         Ok(RunResult {
             exit_code: outcome.exit_code(),
             signal: outcome.signal(),
-            timed_out,
-            aborted,
+            timed_out: cause == Some(Cause::TimedOut),
+            aborted: cause == Some(Cause::Cancelled),
             timeout_ms: spec.timeout_ms,
-            stdout: collected(process.stdout_capture()),
-            stderr: collected(process.stderr_capture()),
+            stdout,
+            stderr,
         })
         // `process` drops here: anything the command left running is killed.
     }
@@ -319,7 +323,8 @@ impl ShellProcess {
                 let mut st = bg.lock();
                 if st.status == ProcessStatus::Running {
                     let cancelled = cancel.as_ref().is_some_and(CancelToken::is_cancelled);
-                    st.status = if cancelled || outcome.signal().is_some() {
+                    // A lost status (the command killed its own reaper) is no completion.
+                    st.status = if cancelled || outcome.exit_code().is_none() {
                         ProcessStatus::Killed
                     } else {
                         ProcessStatus::Completed
@@ -386,10 +391,10 @@ impl ShellProcess {
         process_read(&out, &err)
     }
 
-    /// Kills the process: the status becomes `Killed` at once, then the tree gets SIGTERM
-    /// and SIGKILL after the grace. Returns false (and does nothing) when it is no longer
-    /// running.
-    pub fn kill(&self) -> bool {
+    /// Terminates the process: the status becomes `Killed` at once, then the tree gets
+    /// SIGTERM and SIGKILL after the grace. Returns false (and does nothing) when it is no
+    /// longer running. Does not wait (see [`done`](Self::done)).
+    pub fn terminate(&self) -> bool {
         let mut st = self.inner.lock();
         if st.status != ProcessStatus::Running {
             return false;

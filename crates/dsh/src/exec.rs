@@ -4,13 +4,13 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use dsh_core::{CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
-    CaptureLimits, CollectedOutput, LocalSubprocess, Outcome, OutputMode, SpawnSpec, Subprocess,
+    CaptureLimits, CollectedOutput, LocalSubprocess, Outcome, OutputMode, SpawnSpec, StdinMode,
+    Subprocess,
 };
 
 /// Exit status when `--timeout` passed.
@@ -79,12 +79,9 @@ async fn run(args: &ExecArgs) -> u8 {
         },
     };
     let sub = LocalSubprocess::new().keep_spill_files(args.json);
-    // Ctrl-C, SIGTERM and SIGHUP stop the whole tree, like a timeout does.
-    let interrupt = CancelToken::new();
-    let deadline = Deadline::new(args.timeout.map(Duration::from_millis), Some(&interrupt));
     let mut spec = SpawnSpec::new(args.argv.iter().cloned(), cwd);
+    spec.stdin = StdinMode::Inherit;
     spec.grace = Duration::from_millis(args.grace);
-    spec.cancel = Some(deadline.token().clone());
     if args.json {
         let limits = CaptureLimits {
             max_bytes: JSON_MAX_BYTES,
@@ -93,23 +90,29 @@ async fn run(args: &ExecArgs) -> u8 {
         spec.stdout = OutputMode::Collect(limits.clone());
         spec.stderr = OutputMode::Collect(limits);
     }
+    // Ctrl-C, SIGTERM and SIGHUP stop the whole tree, like a timeout does. Watched before
+    // spawning, so a signal that arrives while the command starts is not lost.
+    let interrupt = CancelToken::new();
+    let signals = watch_signals(interrupt.clone());
     let process = match sub.spawn(spec) {
         Ok(p) => p,
         Err(e) => return fail(args, &e),
     };
-    let signals = watch_signals(interrupt.clone());
-    let outcome = process.done().await;
+    // Armed once the command runs, so even a 1 ms timeout is a timeout, not a failure.
+    let deadline = Deadline::new(args.timeout.map(Duration::from_millis), Some(&interrupt));
+    let outcome = tokio::select! {
+        outcome = process.done() => outcome,
+        () = deadline.token().cancelled() => {
+            process.terminate();
+            process.done().await
+        }
+    };
     signals.abort();
-    let code = exit_status(outcome, deadline.is_timed_out(), interrupt.reason());
+    let timed_out = deadline.is_timed_out();
+    let code = exit_status(outcome, timed_out, interrupt.reason());
     if args.json {
-        let collected =
-            |c: Option<&Arc<dsh_process::Capture>>| c.map(|c| c.collected()).unwrap_or_default();
-        print_json(
-            outcome,
-            deadline.is_timed_out(),
-            &collected(process.stdout_capture()),
-            &collected(process.stderr_capture()),
-        );
+        let (stdout, stderr) = process.collected();
+        print_json(outcome, timed_out, &stdout, &stderr);
     }
     drop(process);
     sub.shutdown().await;

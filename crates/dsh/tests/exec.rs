@@ -47,17 +47,41 @@ fn a_timeout_exits_124_even_when_sigkill_was_needed() {
             .code(),
         Some(124)
     );
+    // The trap is the script's first statement; the 500 ms timeout only stops a hang.
+    let script = "trap '' TERM; sleep 1000 & wait";
     let out = exec(&[
+        "--json",
         "--timeout",
-        "100",
+        "500",
         "--grace",
         "100",
         "--",
         "bash",
         "-c",
-        "trap '' TERM; sleep 1000",
+        script,
     ]);
     assert_eq!(out.status.code(), Some(124));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        v["signal"].as_str(),
+        Some("SIGKILL"),
+        "TERM was not ignored: {v}"
+    );
+}
+
+#[test]
+fn stdin_is_passed_through() {
+    let mut child = dsh()
+        .args(["exec", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn dsh");
+    let mut stdin = child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, b"piped into dsh").expect("write");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "piped into dsh");
 }
 
 #[test]

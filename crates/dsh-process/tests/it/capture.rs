@@ -84,11 +84,8 @@ async fn independent_readers_see_every_byte_and_old_offsets_are_lossy() {
     spec.stdout = collect(8, None);
     let mut p = sub.spawn(spec).expect("spawn");
     let cap = p.stdout_capture().expect("cap").clone();
-    let mut r1 = cap.read_from(0);
-    while r1.next_offset < 6 {
-        cap.changed().await;
-        r1 = cap.read_from(0);
-    }
+    crate::support::wait_for_total(&cap, 6).await;
+    let r1 = cap.read_from(0);
     assert_eq!(
         (r1.text.as_str(), r1.next_offset, r1.lossy),
         ("first\n", 6, false)
@@ -120,9 +117,7 @@ async fn a_character_split_between_writes_is_carried_not_replaced() {
         spec.stdin = dsh_process::StdinMode::Pipe;
         let mut p = sub.spawn(spec).expect("spawn");
         let cap = p.stdout_capture().expect("cap").clone();
-        while cap.total() < 1 + split as u64 {
-            cap.changed().await;
-        }
+        crate::support::wait_for_total(&cap, 1 + split as u64).await;
         let r1 = cap.read_from(0);
         assert_eq!(
             (r1.text.as_str(), r1.next_offset),

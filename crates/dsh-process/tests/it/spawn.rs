@@ -177,9 +177,7 @@ async fn cancel_terminates_with_sigterm() {
     spec.cancel = Some(cancel.clone());
     let p = sub.spawn(spec).expect("spawn");
     let cap = p.stdout_capture().expect("cap").clone();
-    while !cap.read_from(0).text.contains("started") {
-        cap.changed().await;
-    }
+    crate::support::wait_for_text(&cap, "started").await;
     cancel.cancel("stop");
     assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGTERM)));
 }

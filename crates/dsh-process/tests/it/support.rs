@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use dsh_process::{CaptureLimits, OutputMode, SpawnSpec};
+use dsh_process::{Capture, CaptureLimits, OutputMode, SpawnSpec};
 
 /// A spec running `bash -c script` in `/tmp` with both streams collected.
 pub fn bash(script: &str) -> SpawnSpec {
@@ -59,4 +59,29 @@ pub async fn read_pids(file: &Path, n: usize) -> Vec<i32> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the command did not write {n} pids to {}", file.display());
+}
+
+/// Waits until the capture's text contains `needle` (or it is sealed without it: panic).
+pub async fn wait_for_text(cap: &Capture, needle: &str) {
+    loop {
+        // Registered before the check, so a change in between is not missed.
+        let changed = cap.changed();
+        if cap.read_from(0).text.contains(needle) {
+            return;
+        }
+        assert!(!cap.is_sealed(), "the stream ended without {needle:?}");
+        changed.await;
+    }
+}
+
+/// Waits until the capture has received at least `n` bytes.
+pub async fn wait_for_total(cap: &Capture, n: u64) {
+    loop {
+        let changed = cap.changed();
+        if cap.total() >= n {
+            return;
+        }
+        assert!(!cap.is_sealed(), "the stream ended before {n} bytes");
+        changed.await;
+    }
 }

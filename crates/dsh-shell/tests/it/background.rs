@@ -116,7 +116,7 @@ async fn lossy_reads_carry_both_spill_paths() {
 }
 
 #[tokio::test]
-async fn kill_is_true_once_while_running_then_false() {
+async fn terminate_is_true_once_while_running_then_false() {
     let sh = bash();
     let p = sh
         .start(
@@ -124,9 +124,9 @@ async fn kill_is_true_once_while_running_then_false() {
                 .expect("resolve"),
         )
         .expect("start");
-    assert!(p.kill());
+    assert!(p.terminate());
     assert_eq!(p.status(), ProcessStatus::Killed);
-    assert!(!p.kill());
+    assert!(!p.terminate());
     p.done().await;
     assert_eq!(
         (p.status(), p.signal()),
@@ -137,7 +137,7 @@ async fn kill_is_true_once_while_running_then_false() {
         .start(sh.resolve(ShellRequest::new("true")).expect("resolve"))
         .expect("start");
     p.done().await;
-    assert!(!p.kill());
+    assert!(!p.terminate());
     assert_eq!(p.status(), ProcessStatus::Completed);
 }
 
@@ -153,7 +153,7 @@ async fn a_term_trap_gets_sigkill_after_grace() {
         )
         .expect("start");
     read_until(&p, "ready").await;
-    assert!(p.kill());
+    assert!(p.terminate());
     p.done().await;
     assert_eq!(p.signal(), Some(Signal(9)));
 }

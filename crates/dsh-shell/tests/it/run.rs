@@ -170,8 +170,9 @@ async fn a_timeout_is_timed_out_not_aborted() {
 #[tokio::test]
 async fn a_timed_out_command_that_traps_term_and_exits_zero_still_timed_out() {
     let sh = fast_grace();
-    let mut req = ShellRequest::new("trap 'exit 0' TERM; echo ready; sleep 1000 & wait");
-    req.timeout_ms = Some(300.0);
+    // The trap is the first statement; the timeout is long enough that bash has set it.
+    let mut req = ShellRequest::new("trap 'exit 0' TERM; sleep 1000 & wait");
+    req.timeout_ms = Some(1000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
         .await
@@ -183,7 +184,7 @@ async fn a_timed_out_command_that_traps_term_and_exits_zero_still_timed_out() {
 async fn a_command_ignoring_term_is_killed_after_grace_and_run_returns() {
     let sh = fast_grace();
     let mut req = ShellRequest::new("trap '' TERM; sleep 1000 & wait; sleep 1000");
-    req.timeout_ms = Some(100.0);
+    req.timeout_ms = Some(1000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
         .await

@@ -1,0 +1,375 @@
+//! The owner's side of one spawned tree: [`LocalControl`] (terminate, kill, observe) and
+//! the monitor task that turns the reaper's reports into `done` and "tree gone".
+//!
+//! # Mechanism
+//! The reaper writes the leader's exit status on the status pipe the moment the leader
+//! exits; the monitor then gives the captured pipes at most the grace to drain, seals the
+//! captures and settles `done`. The reaper's own exit (seen through tokio's child reaping)
+//! is the "whole tree gone" event. A watchdog covers a reaper that cannot act (the command
+//! SIGSTOPped or SIGKILLed it): when the tree is not gone a grace after a kill was asked
+//! for, the monitor SIGKILLs the reaper (its own unreaped child, so the pid is exact) and
+//! writes the command cgroup's `cgroup.kill` itself.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::CancelToken;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::cgroup::CommandCgroup;
+use crate::reaper::{self, CONTROL_KILL, CONTROL_TERM};
+use crate::{Outcome, ProcessControl, Signal};
+
+/// The owner's side of one tree. Dropping it closes the control pipe, which makes the
+/// reaper SIGKILL the tree (as does dsh's own death, which closes it too).
+pub(crate) struct LocalControl {
+    pub(crate) pid: u32,
+    pub(crate) grace: Duration,
+    control_w: Mutex<Option<OwnedFd>>,
+    done: watch::Receiver<Option<Outcome>>,
+    gone: watch::Receiver<bool>,
+    watchdog: Arc<Watchdog>,
+}
+
+/// When the monitor should stop trusting the reaper.
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    deadline: Mutex<Option<Instant>>,
+    armed: Notify,
+}
+
+impl Watchdog {
+    fn arm(&self, after: Duration) {
+        let at = Instant::now() + after;
+        let mut d = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if d.is_none_or(|cur| at < cur) {
+            *d = Some(at);
+            self.armed.notify_one();
+        }
+    }
+
+    /// Completes when an armed deadline passes.
+    async fn fired(&self) {
+        loop {
+            let armed = self.armed.notified();
+            let at = *self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+            match at {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => return,
+                        () = armed => {}
+                    }
+                }
+                None => armed.await,
+            }
+        }
+    }
+}
+
+impl LocalControl {
+    pub(crate) fn new(
+        pid: u32,
+        grace: Duration,
+        control_w: OwnedFd,
+        done: watch::Receiver<Option<Outcome>>,
+        gone: watch::Receiver<bool>,
+        watchdog: Arc<Watchdog>,
+    ) -> LocalControl {
+        LocalControl {
+            pid,
+            grace,
+            control_w: Mutex::new(Some(control_w)),
+            done,
+            gone,
+            watchdog,
+        }
+    }
+
+    fn send(&self, byte: u8) {
+        let guard = self.control_w.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(fd) = guard.as_ref() {
+            // Non-blocking and tiny: the pipe never holds more than a few bytes.
+            let _ = rustix::io::write(fd, &[byte]);
+        }
+    }
+}
+
+#[async_trait]
+impl ProcessControl for LocalControl {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn done(&self) -> Outcome {
+        let mut rx = self.done.clone();
+        let settled = rx.wait_for(Option::is_some).await.ok().and_then(|v| *v);
+        settled.unwrap_or(Outcome::Lost)
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        *self.done.borrow()
+    }
+
+    fn terminate(&self) {
+        if self.is_tree_gone() {
+            return;
+        }
+        // The reaper ignores a second `T`, and escalates to SIGKILL after the grace by
+        // itself, even after the leader settled.
+        self.send(CONTROL_TERM);
+        self.watchdog.arm(self.grace * 2 + WATCHDOG_SLACK);
+    }
+
+    fn signal_kill(&self) {
+        if self.is_tree_gone() {
+            return;
+        }
+        self.send(CONTROL_KILL);
+        self.watchdog.arm(self.grace + WATCHDOG_SLACK);
+    }
+
+    fn is_tree_gone(&self) -> bool {
+        *self.gone.borrow()
+    }
+
+    async fn wait_for_exit(&self) {
+        let mut rx = self.gone.clone();
+        let _ = rx.wait_for(|g| *g).await;
+    }
+}
+
+impl Drop for LocalControl {
+    fn drop(&mut self) {
+        // Closing the control pipe is the kill; the monitor's watchdog backs it up.
+        self.control_w
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        self.watchdog.arm(self.grace + WATCHDOG_SLACK);
+    }
+}
+
+/// Time the reaper gets beyond the grace before the watchdog steps in. A guess: the
+/// reaper needs a few scheduling rounds to kill and reap a large tree.
+const WATCHDOG_SLACK: Duration = Duration::from_millis(500);
+
+/// Drives one tree from spawn to "gone".
+pub(crate) struct Monitor {
+    pub(crate) control: Weak<LocalControl>,
+    pub(crate) status_r: Option<tokio::net::unix::pipe::Receiver>,
+    pub(crate) grace: Duration,
+    pub(crate) cancel: Option<CancelToken>,
+    pub(crate) stop: CancelToken,
+    pub(crate) pumps: Vec<tokio::task::JoinHandle<()>>,
+    pub(crate) done_tx: watch::Sender<Option<Outcome>>,
+    pub(crate) gone_tx: watch::Sender<bool>,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) cgroup: Option<CommandCgroup>,
+    pub(crate) on_gone: Box<dyn FnOnce() + Send + Sync>,
+}
+
+impl Monitor {
+    pub(crate) async fn run(mut self, mut reaper_child: tokio::process::Child) {
+        let mut reaper_exited = false;
+        let outcome = self
+            .leader_outcome(&mut reaper_child, &mut reaper_exited)
+            .await;
+        // The leader exited: give descendants that still hold the pipes at most `grace` to
+        // let go, then stop reading. Output written after that is not captured.
+        let mut pumps = std::mem::take(&mut self.pumps);
+        let drained = async {
+            for p in pumps.iter_mut() {
+                let _ = p.await;
+            }
+        };
+        if tokio::time::timeout(self.grace, drained).await.is_err() {
+            self.stop.cancel("pipe drain grace elapsed");
+            for p in pumps.iter_mut() {
+                let _ = p.await;
+            }
+        }
+        let _ = self.done_tx.send(Some(outcome));
+        if !reaper_exited {
+            tokio::select! {
+                _ = reaper_child.wait() => {}
+                () = self.watchdog.fired() => self.force_kill(&mut reaper_child).await,
+            }
+        }
+        if outcome == Outcome::Lost {
+            // The reaper died without reporting (killed from inside the tree, or from
+            // outside): whatever is left in the cgroup goes now.
+            self.kill_cgroup();
+        }
+        if let Some(cg) = self.cgroup.take() {
+            cg.remove().await;
+        }
+        let _ = self.gone_tx.send(true);
+        (self.on_gone)();
+    }
+
+    /// Reads the leader's exit record, terminating on cancel; `Lost` if the reaper exits
+    /// (or is killed by the watchdog) without writing one.
+    async fn leader_outcome(
+        &mut self,
+        reaper_child: &mut tokio::process::Child,
+        exited: &mut bool,
+    ) -> Outcome {
+        let Some(mut status_r) = self.status_r.take() else {
+            return Outcome::Lost;
+        };
+        // One read future for the whole wait, so no partial record is lost when another
+        // branch wins a round.
+        let read = async move {
+            let mut rec = [0u8; reaper::STATUS_LEN];
+            loop {
+                if status_r.read_exact(&mut rec).await.is_err() {
+                    return Outcome::Lost;
+                }
+                // A confirmation the owner stopped waiting for at spawn may come late.
+                if rec[0] != reaper::STATUS_EXEC_OK {
+                    return decode_exit(&rec);
+                }
+            }
+        };
+        tokio::pin!(read);
+        let mut cancel_seen = false;
+        loop {
+            let cancelled = async {
+                match &self.cancel {
+                    Some(c) if !cancel_seen => c.cancelled().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                outcome = &mut read => return outcome,
+                _ = reaper_child.wait(), if !*exited => {
+                    // The record, if the reaper wrote one, is still in the pipe: the read
+                    // gets it, or end-of-file.
+                    *exited = true;
+                }
+                () = cancelled => {
+                    cancel_seen = true;
+                    if let Some(c) = self.control.upgrade() {
+                        c.terminate();
+                    }
+                }
+                () = self.watchdog.fired(), if !*exited => {
+                    self.force_kill(reaper_child).await;
+                    *exited = true;
+                }
+            }
+        }
+    }
+
+    /// The reaper did not finish a kill in time: SIGKILL it (an unreaped child of ours, so
+    /// the pid is exact) and kill the cgroup from here.
+    async fn force_kill(&self, reaper_child: &mut tokio::process::Child) {
+        let _ = reaper_child.start_kill();
+        let _ = reaper_child.wait().await;
+        self.kill_cgroup();
+    }
+
+    fn kill_cgroup(&self) {
+        if let Some(cg) = &self.cgroup {
+            let _ = rustix::io::write(&cg.kill, b"1");
+        }
+    }
+}
+
+/// How long the owner waits for the leader's first record. Only something outside the
+/// command (the leader has run none of its code yet) can delay it; a guess at "stuck".
+const STARTED_WAIT: Duration = Duration::from_secs(30);
+/// How long the owner waits for the reaper to confirm the `execve`. The command can delay
+/// the confirmation by stopping its reaper; then it is running, so waiting longer gains
+/// nothing. A guess.
+const EXEC_OK_WAIT: Duration = Duration::from_secs(2);
+
+/// Reads the start of the status protocol: the leader's pid, then either the reaper's
+/// confirmation of the `execve` or the leader's errno.
+///
+/// # Errors
+/// The `execve` errno, or `TimedOut` / `UnexpectedEof` when the reaper vanished.
+pub(crate) fn read_start(status_r: &OwnedFd) -> io::Result<u32> {
+    let started = read_record(status_r, STARTED_WAIT)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the process reaper did not start the command",
+        )
+    })?;
+    let pid = match started {
+        (reaper::STATUS_STARTED, pid) => u32::try_from(pid).map_err(|_| bad_record())?,
+        (reaper::STATUS_EXEC_FAILED, errno) => return Err(io::Error::from_raw_os_error(errno)),
+        _ => return Err(bad_record()),
+    };
+    // The leader writes the errno before it exits when `execve` fails; so a confirmation,
+    // silence, or end-of-file (the command already killed its reaper) all mean the
+    // command is running.
+    match read_record(status_r, EXEC_OK_WAIT) {
+        Ok(Some((reaper::STATUS_EXEC_FAILED, errno))) => Err(io::Error::from_raw_os_error(errno)),
+        Ok(Some((reaper::STATUS_EXEC_OK, _)) | None) => Ok(pid),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(pid),
+        Err(e) => Err(e),
+        Ok(Some(_)) => Err(bad_record()),
+    }
+}
+
+fn bad_record() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "the process reaper sent an unexpected record",
+    )
+}
+
+/// One record, or `None` when none arrived within `wait`.
+fn read_record(fd: &OwnedFd, wait: Duration) -> io::Result<Option<(u8, i32)>> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let until = std::time::Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let timeout = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Ok(None),
+            Ok(_) => break,
+            // A signal for this process (tokio's SIGCHLD, say) is not our business.
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut rec = [0u8; reaper::STATUS_LEN];
+    let mut got = 0;
+    while got < rec.len() {
+        match rustix::io::read(fd, &mut rec[got..]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the process reaper exited early",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some((
+        rec[0],
+        i32::from_ne_bytes([rec[1], rec[2], rec[3], rec[4]]),
+    )))
+}
+
+fn decode_exit(rec: &[u8; reaper::STATUS_LEN]) -> Outcome {
+    let value = i32::from_ne_bytes([rec[1], rec[2], rec[3], rec[4]]);
+    match rec[0] {
+        reaper::STATUS_EXITED => Outcome::Exited(value),
+        reaper::STATUS_SIGNALED => Outcome::Signaled(Signal(value)),
+        _ => Outcome::Lost,
+    }
+}
