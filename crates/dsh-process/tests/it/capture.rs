@@ -107,31 +107,40 @@ async fn independent_readers_see_every_byte_and_old_offsets_are_lossy() {
 
 #[tokio::test]
 async fn a_character_split_between_writes_is_carried_not_replaced() {
-    // "€" is E2 82 AC. For every split point the command writes the first part, waits for
-    // a go on stdin, then writes the rest; a read in between must not show U+FFFD.
+    // For each 2-, 3- and 4-byte character and every split point inside it, the command
+    // writes the first part, waits for a go on stdin, then writes the rest; a read in
+    // between must return only the complete text before it, never U+FFFD.
     let sub = LocalSubprocess::new();
-    for split in 1..3 {
-        let first: String = "\\xE2\\x82\\xAC".chars().take(split * 4).collect();
-        let rest: String = "\\xE2\\x82\\xAC".chars().skip(split * 4).collect();
-        let mut spec = bash(&format!("printf 'a{first}'; read x; printf '{rest}b'"));
-        spec.stdin = dsh_process::StdinMode::Pipe;
-        let mut p = sub.spawn(spec).expect("spawn");
-        let cap = p.stdout_capture().expect("cap").clone();
-        crate::support::wait_for_total(&cap, 1 + split as u64).await;
-        let r1 = cap.read_from(0);
-        assert_eq!(
-            (r1.text.as_str(), r1.next_offset),
-            ("a", 1),
-            "split {split}"
-        );
-        let mut w = p.take_stdin().expect("stdin");
-        tokio::io::AsyncWriteExt::write_all(&mut w, b"go\n")
-            .await
-            .expect("write");
-        p.done().await;
-        let r2 = cap.read_from(r1.next_offset);
-        assert_eq!(r2.text, "€b", "split {split}");
-        assert_eq!(cap.collected().text, "a€b");
+    for ch in ['é', '€', '😀'] {
+        let mut utf8 = [0u8; 4];
+        let bytes = ch.encode_utf8(&mut utf8).as_bytes().to_vec();
+        let hex = |b: &[u8]| b.iter().map(|b| format!("\\x{b:02x}")).collect::<String>();
+        for split in 1..bytes.len() {
+            let script = format!(
+                "printf 'a{}'; read x; printf '{}b'",
+                hex(&bytes[..split]),
+                hex(&bytes[split..])
+            );
+            let mut spec = bash(&script);
+            spec.stdin = dsh_process::StdinMode::Pipe;
+            let mut p = sub.spawn(spec).expect("spawn");
+            let cap = p.stdout_capture().expect("cap").clone();
+            crate::support::wait_for_total(&cap, 1 + split as u64).await;
+            let r1 = cap.read_from(0);
+            assert_eq!(
+                (r1.text.as_str(), r1.next_offset),
+                ("a", 1),
+                "{ch} split {split}"
+            );
+            let mut w = p.take_stdin().expect("stdin");
+            tokio::io::AsyncWriteExt::write_all(&mut w, b"go\n")
+                .await
+                .expect("write");
+            p.done().await;
+            let r2 = cap.read_from(r1.next_offset);
+            assert_eq!(r2.text, format!("{ch}b"), "{ch} split {split}");
+            assert_eq!(cap.collected().text, format!("a{ch}b"));
+        }
     }
 }
 

@@ -224,3 +224,22 @@ async fn a_nul_byte_in_argv_or_env_is_refused_before_anything_runs() {
     let e = sub.spawn(spec).expect_err("nul env");
     assert_eq!(e.message(), "environment variable X contains a NUL byte");
 }
+
+#[tokio::test]
+async fn resolve_executable_searches_the_child_path_and_refuses_relative_paths() {
+    let sub = LocalSubprocess::new();
+    let mut env = dsh_process::EnvOverlay::new();
+    env.insert("PATH".into(), Some("/nonexistent:/bin".into()));
+    let found = sub
+        .resolve_executable("sh".as_ref(), &env)
+        .expect("sh on PATH");
+    assert_eq!(found, std::path::PathBuf::from("/bin/sh"));
+    let e = sub
+        .resolve_executable("bin/sh".as_ref(), &env)
+        .expect_err("relative");
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    let e = sub
+        .resolve_executable("".as_ref(), &env)
+        .expect_err("empty");
+    assert_eq!(e.message(), "executable must be non-empty");
+}

@@ -329,3 +329,62 @@ async fn nothing_the_command_started_survives_run() {
 fn libc_sigterm() -> i32 {
     15
 }
+
+#[tokio::test]
+async fn a_missing_shell_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sh = bash();
+    let mut req = ShellRequest::new("true");
+    let mut env = BTreeMap::new();
+    env.insert(
+        "PATH".to_owned(),
+        Some(dir.path().to_string_lossy().into_owned()),
+    );
+    req.env = Some(env);
+    let e = sh
+        .run(sh.resolve(req).expect("resolve"))
+        .await
+        .expect_err("no bash");
+    assert_eq!(e.code(), ErrorCode::ProcessNotFound);
+}
+
+#[tokio::test]
+async fn a_timeout_kills_disowned_setsid_and_double_forked_descendants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("pids");
+    let sh = fast_grace();
+    let script = format!(
+        "sleep 1000 & disown; echo $! >> {p}; setsid sleep 1000 & echo $! >> {p}; \
+         ( ( sleep 1000 & echo $! >> {p} ) & ); sleep 1000",
+        p = pids.display()
+    );
+    let mut req = ShellRequest::new(script);
+    req.timeout_ms = Some(1000.0);
+    let r = sh
+        .run(sh.resolve(req).expect("resolve"))
+        .await
+        .expect("run");
+    assert!(r.timed_out);
+    let pids: Vec<i32> = std::fs::read_to_string(&pids)
+        .expect("pids")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        3,
+        "the script did not start its escapees in time"
+    );
+    for pid in pids {
+        let mut gone = false;
+        for _ in 0..500 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z") {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(gone, "{pid} survived the timeout");
+    }
+}
