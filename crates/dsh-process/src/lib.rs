@@ -103,7 +103,11 @@ pub trait Subprocess: Send + Sync {
     /// `(0, 2147483647]` ms; `ABORTED` when the cancel token already fired
     /// (`aborted before spawn: <reason>`); `INVALID_ARGUMENT` for an empty argv or
     /// `argv[0]`; `PROCESS_CWD_INVALID`; then `PROCESS_NOT_FOUND` /
-    /// `PROCESS_NOT_EXECUTABLE` / `PROCESS_SPAWN_FAILED`.
+    /// `PROCESS_NOT_EXECUTABLE` / `PROCESS_SPAWN_FAILED`. A NUL byte in argv or the
+    /// environment is `INVALID_ARGUMENT`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime with IO and time enabled (the tree is watched by a task).
     fn spawn(&self, spec: SpawnSpec) -> Result<Process, HarnessError>;
 
     /// How this provider attributes descendants to their command.

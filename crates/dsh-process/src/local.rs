@@ -155,6 +155,30 @@ impl LocalSubprocess {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// One output pipe: a capture with its pump for [`OutputMode::Collect`], else the raw
+    /// pipe for the caller.
+    fn wire_stream<R>(
+        &self,
+        pipe: R,
+        name: StreamName,
+        mode: &OutputMode,
+        stop: &CancelToken,
+        pumps: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> (Option<Arc<Capture>>, Option<RawReader>)
+    where
+        R: tokio::io::AsyncRead + std::os::fd::AsFd + Send + Sync + Unpin + 'static,
+    {
+        match mode {
+            OutputMode::Collect(limits) => {
+                let cap = Capture::new(name, limits, self.spill_dir_factory());
+                widen_pipe(&pipe, limits);
+                pumps.push(tokio::spawn(capture::pump(cap.clone(), pipe, stop.clone())));
+                (Some(cap), None)
+            }
+            _ => (None, Some(Box::new(pipe))),
+        }
+    }
+
     /// Starts the capture pumps for the collected streams; hands back raw pipes otherwise.
     fn wire_output(
         &self,
@@ -164,28 +188,12 @@ impl LocalSubprocess {
     ) -> Wired {
         let mut w = Wired::default();
         if let Some(out) = child.stdout.take() {
-            match &spec.stdout {
-                OutputMode::Collect(limits) => {
-                    let cap = Capture::new(StreamName::Stdout, limits, self.spill_dir_factory());
-                    widen_pipe(&out, limits);
-                    w.pumps
-                        .push(tokio::spawn(capture::pump(cap.clone(), out, stop.clone())));
-                    w.out_cap = Some(cap);
-                }
-                _ => w.raw_out = Some(Box::new(out)),
-            }
+            (w.out_cap, w.raw_out) =
+                self.wire_stream(out, StreamName::Stdout, &spec.stdout, stop, &mut w.pumps);
         }
         if let Some(err) = child.stderr.take() {
-            match &spec.stderr {
-                OutputMode::Collect(limits) => {
-                    let cap = Capture::new(StreamName::Stderr, limits, self.spill_dir_factory());
-                    widen_pipe(&err, limits);
-                    w.pumps
-                        .push(tokio::spawn(capture::pump(cap.clone(), err, stop.clone())));
-                    w.err_cap = Some(cap);
-                }
-                _ => w.raw_err = Some(Box::new(err)),
-            }
+            (w.err_cap, w.raw_err) =
+                self.wire_stream(err, StreamName::Stderr, &spec.stderr, stop, &mut w.pumps);
         }
         match (&spec.stdin, child.stdin.take()) {
             (StdinMode::Data(data), Some(mut pipe)) => {
@@ -204,11 +212,13 @@ impl LocalSubprocess {
     }
 }
 
+type RawReader = Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>;
+
 #[derive(Default)]
 struct Wired {
     stdin: Option<Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>>,
-    raw_out: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>>,
-    raw_err: Option<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>>,
+    raw_out: Option<RawReader>,
+    raw_err: Option<RawReader>,
     out_cap: Option<Arc<Capture>>,
     err_cap: Option<Arc<Capture>>,
     pumps: Vec<tokio::task::JoinHandle<()>>,

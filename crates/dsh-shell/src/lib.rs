@@ -165,7 +165,9 @@ pub trait Shell: Send + Sync {
     /// Fills defaults and checks hints.
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` for a non-positive or non-finite timeout or a zero budget.
+    /// `INVALID_ARGUMENT` for a non-positive or non-finite timeout or a zero budget;
+    /// `PROCESS_CWD_INVALID` when no workdir is given and the host's current directory is
+    /// unusable.
     fn resolve(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError>;
 
     /// Runs `spec` in the foreground under its timeout. A non-zero exit, a timeout and a
@@ -173,7 +175,9 @@ pub trait Shell: Send + Sync {
     ///
     /// # Errors
     /// Only infrastructure failures: `ABORTED` (cancelled before start),
-    /// `PROCESS_CWD_INVALID`, `PROCESS_NOT_FOUND` (no shell), `PROCESS_SPAWN_FAILED`.
+    /// `INVALID_ARGUMENT` (a NUL byte in the command or environment),
+    /// `PROCESS_CWD_INVALID`, `PROCESS_NOT_FOUND` (no shell), `PROCESS_NOT_EXECUTABLE`,
+    /// `PROCESS_SPAWN_FAILED`.
     ///
     /// # Cancel safety
     /// Dropping the future kills the whole process tree.
@@ -184,6 +188,9 @@ pub trait Shell: Send + Sync {
     /// # Errors
     /// As [`run`](Shell::run): a command that cannot start is an error here, never a
     /// background process that failed.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the process is watched by a task).
     fn start(&self, spec: ShellSpec) -> Result<ShellProcess, HarnessError>;
 }
 

@@ -1,5 +1,6 @@
 //! Whole-tree termination: every descendant, exactly, checked from outside by pid.
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use dsh_core::CancelToken;
@@ -216,8 +217,11 @@ async fn terminate_after_the_tree_is_gone_is_a_no_op() {
 #[tokio::test]
 async fn nothing_outside_the_tree_is_signalled() {
     // A process started beside dsh, in its own group, must survive every kill dsh makes.
+    // Its own process group, like any unrelated process: a stray kill(-pgid) with a reused
+    // id would reach it.
     let mut bystander = std::process::Command::new("sleep")
         .arg("1000")
+        .process_group(0)
         .spawn()
         .expect("bystander");
     let sub = LocalSubprocess::new();
