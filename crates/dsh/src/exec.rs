@@ -39,6 +39,9 @@ pub struct ExecArgs {
     /// SIGTERM→SIGKILL grace in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMER_DELAY_MS))]
     grace: u64,
+    /// Use the per-command subreaper alone, even where a cgroup per command could be made.
+    #[arg(long)]
+    no_cgroup: bool,
     /// Capture output instead of streaming it and print one JSON object: exit_code,
     /// signal, timed_out, stdout, stderr, truncated, spill. Spill files are kept.
     #[arg(long)]
@@ -78,7 +81,11 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         },
     };
-    let sub = LocalSubprocess::new().keep_spill_files(args.json);
+    crate::orphans::become_subreaper();
+    let mut sub = LocalSubprocess::new().keep_spill_files(args.json);
+    if args.no_cgroup {
+        sub = sub.without_cgroups();
+    }
     let mut spec = SpawnSpec::new(args.argv.iter().cloned(), cwd);
     spec.stdin = StdinMode::Inherit;
     spec.grace = Duration::from_millis(args.grace);
@@ -116,6 +123,9 @@ async fn run(args: &ExecArgs) -> u8 {
     }
     drop(process);
     sub.shutdown().await;
+    // Anything still our child now was adopted from the command's tree after it killed
+    // its own reaper.
+    crate::orphans::sweep();
     code
 }
 

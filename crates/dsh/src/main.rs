@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod exec;
+mod orphans;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

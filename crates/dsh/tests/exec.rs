@@ -221,3 +221,35 @@ fn nothing_survives_dsh_being_sigkilled() {
         "the setsid escapee {escapee} survived dsh's death"
     );
 }
+
+#[test]
+fn a_command_that_kills_its_own_reaper_leaves_nothing_behind() {
+    // --no-cgroup: the subreaper-only path, where dsh exec itself adopts the orphans.
+    for extra in [&["--no-cgroup"][..], &[][..]] {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--",
+            "bash",
+            "-c",
+            "sleep 1000 & echo $!; kill -9 $PPID; sleep 1000",
+        ]);
+        let mut child = dsh()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn dsh");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        let pid: i32 = line.trim().parse().expect("pid");
+        // Not `output()`: an escapee would hold the pipe open and hang the test.
+        child.wait().expect("wait for dsh");
+        let gone = wait_gone(pid);
+        if !gone {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        assert!(gone, "{extra:?}: {pid} outlived dsh exec");
+    }
+}

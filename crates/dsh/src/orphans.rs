@@ -1,0 +1,52 @@
+//! `dsh exec` as a subreaper of last resort.
+//!
+//! Each command already has its own reaper (see `dsh-process`). If the command kills that
+//! reaper, its remaining descendants would re-parent to init; with `dsh exec` itself a
+//! child subreaper they come here instead, and since `dsh exec` runs exactly one command,
+//! every process adopted this way belongs to it. [`sweep`] kills and reaps them before
+//! dsh exits.
+
+use rustix::process::{kill_process, set_child_subreaper, waitpid, Pid, Signal, WaitOptions};
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)` on this process. Failure only loses the last resort.
+pub fn become_subreaper() {
+    let _ = set_child_subreaper(Some(Pid::INIT));
+}
+
+/// SIGKILLs and reaps every remaining child of this process: call it once the command's
+/// own reaper is gone, when any child left is an orphan adopted from the command's tree.
+/// Each is an unreaped child of ours, so its pid cannot have been reused.
+pub fn sweep() {
+    // Bounded: each round kills every child present; their own children re-parent here
+    // and are taken in the next round.
+    for _ in 0..1000 {
+        let children = children();
+        if children.is_empty() {
+            return;
+        }
+        for pid in &children {
+            let _ = kill_process(*pid, Signal::KILL);
+        }
+        for pid in children {
+            let _ = waitpid(Some(pid), WaitOptions::empty());
+        }
+    }
+}
+
+/// The children of every thread of this process, from `/proc/self/task/*/children`.
+fn children() -> Vec<Pid> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .filter_map(Pid::from_raw),
+            );
+        }
+    }
+    out
+}
