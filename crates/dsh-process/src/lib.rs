@@ -49,7 +49,7 @@
 //! `PROCESS_SPAWN_FAILED`. A non-zero exit or a signal death is an [`Outcome`], not an
 //! error.
 
-mod capture;
+pub mod capture;
 mod cgroup;
 mod control;
 pub mod env;

@@ -134,7 +134,7 @@ pub enum ProcessStatus {
     Running,
     /// Exited by itself (any exit code).
     Completed,
-    /// Killed: by [`ShellProcess::kill`], by its cancel token, or by any signal
+    /// Killed: by [`ShellProcess::terminate`], by its cancel token, or by any signal
     /// (including one it sent itself).
     Killed,
 }
