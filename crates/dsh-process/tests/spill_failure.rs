@@ -9,16 +9,32 @@ async fn a_spill_file_that_cannot_be_written_is_dropped_and_the_tail_kept() {
     // write past the limit fails with EFBIG instead of killing the process.
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        let lim = libc::rlimit { rlim_cur: 1000, rlim_max: 1000 };
+        let lim = libc::rlimit {
+            rlim_cur: 1000,
+            rlim_max: 1000,
+        };
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
     }
     let sub = LocalSubprocess::new();
-    let mut spec = SpawnSpec::new(["bash", "-c", "for i in $(seq 1 2000); do echo line-$i; done"], "/tmp");
-    spec.stdout = OutputMode::Collect(CaptureLimits { max_bytes: 100, max_spill_bytes: Some(1 << 20) });
+    let mut spec = SpawnSpec::new(
+        [
+            "bash",
+            "-c",
+            "for i in $(seq 1 2000); do echo line-$i; done",
+        ],
+        "/tmp",
+    );
+    spec.stdout = OutputMode::Collect(CaptureLimits {
+        max_bytes: 100,
+        max_spill_bytes: Some(1 << 20),
+    });
     let p = sub.spawn(spec).expect("spawn");
     p.done().await;
     let (out, _) = p.collected();
     assert!(out.truncated);
     assert!(out.text.ends_with("line-2000\n"));
-    assert_eq!(out.spill, None, "a spill file that failed to write was advertised");
+    assert_eq!(
+        out.spill, None,
+        "a spill file that failed to write was advertised"
+    );
 }

@@ -1,7 +1,8 @@
 //! Run a command line in a shell; get back a bounded result, and render it for a model.
 //!
-//! [`Shell`] is the seam; [`bash::LocalBash`] provides it (unconfined `bash -c`; the
-//! confined variants arrive with the sandbox); the `bash` tool and `dsh` consume it through
+//! [`Shell`] is the seam; [`bash::LocalBash`] and [`pwsh::LocalPwsh`] provide it
+//! (unconfined; the confined variants arrive with the sandbox), both a [`ShellExecutor`]
+//! that differs only in its [`Dialect`]; the `bash` tool and `dsh` consume it through
 //! `Arc<dyn Shell>`. [`Shell::resolve`] turns a loose [`ShellRequest`] into a checked
 //! [`ShellSpec`] (defaults filled, timeout capped); [`Shell::run`] runs it in the
 //! foreground under a timeout; [`Shell::start`] starts it in the background as a
@@ -41,6 +42,9 @@
 #![forbid(unsafe_code)]
 
 pub mod bash;
+pub mod executor;
+mod process;
+pub mod pwsh;
 pub mod render;
 pub mod shell_env;
 
@@ -194,7 +198,8 @@ pub trait Shell: Send + Sync {
     fn start(&self, spec: ShellSpec) -> Result<ShellProcess, HarnessError>;
 }
 
-pub use bash::ShellProcess;
+pub use executor::{Dialect, ShellConfig, ShellExecutor};
+pub use process::ShellProcess;
 
 /// Formats a stdout/stderr pair as one delta: stdout, then `[stderr]\n` + stderr when
 /// stderr is non-empty, with a `\n` between them when stdout is non-empty and lacks one.

@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use dsh_core::{CancelToken, ErrorCode};
 use dsh_process::{LocalSubprocess, Signal, Subprocess};
-use dsh_shell::bash::{BashConfig, LocalBash};
+use dsh_shell::bash::LocalBash;
+use dsh_shell::ShellConfig;
 use dsh_shell::{ProcessStatus, Shell, ShellRequest};
 
 fn bash() -> LocalBash {
-    let cfg = BashConfig {
+    let cfg = ShellConfig {
         grace_ms: 200,
-        ..BashConfig::default()
+        ..ShellConfig::default()
     };
     LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("config")
 }
@@ -96,10 +97,10 @@ async fn read_output_is_consuming_and_marks_stderr() {
 
 #[tokio::test]
 async fn lossy_reads_carry_both_spill_paths() {
-    let cfg = BashConfig {
+    let cfg = ShellConfig {
         max_output_bytes: 100,
         grace_ms: 200,
-        ..BashConfig::default()
+        ..ShellConfig::default()
     };
     let sh = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("cfg");
     let p = sh

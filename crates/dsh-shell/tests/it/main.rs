@@ -1,4 +1,5 @@
 //! Behaviour of the bash executor with real processes.
 
 mod background;
+mod pwsh;
 mod run;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use dsh_core::{CancelToken, ErrorCode};
 use dsh_process::{LocalSubprocess, Signal};
-use dsh_shell::bash::{BashConfig, LocalBash};
+use dsh_shell::bash::LocalBash;
+use dsh_shell::ShellConfig;
 use dsh_shell::{Shell, ShellRequest};
 
 fn bash() -> LocalBash {
@@ -13,9 +14,9 @@ fn bash() -> LocalBash {
 }
 
 fn fast_grace() -> LocalBash {
-    let cfg = BashConfig {
+    let cfg = ShellConfig {
         grace_ms: 200,
-        ..BashConfig::default()
+        ..ShellConfig::default()
     };
     LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("config")
 }
@@ -23,8 +24,8 @@ fn fast_grace() -> LocalBash {
 #[test]
 fn defaults_match_the_reference() {
     assert_eq!(
-        BashConfig::default(),
-        BashConfig {
+        ShellConfig::default(),
+        ShellConfig {
             cwd: None,
             timeout_ms: 120_000,
             max_timeout_ms: 600_000,
@@ -43,10 +44,10 @@ async fn resolve_fills_defaults_and_caps_the_timeout() {
     assert_eq!(spec.stdout_max_bytes, 64_000);
     assert_eq!(spec.workdir, std::env::current_dir().expect("cwd"));
     assert!(spec.stdin.is_none() && spec.env.is_none() && spec.dsh_env.is_none());
-    let cfg = BashConfig {
+    let cfg = ShellConfig {
         max_timeout_ms: 2000,
         cwd: Some("/tmp".into()),
-        ..BashConfig::default()
+        ..ShellConfig::default()
     };
     sh.set_config(cfg).expect("set");
     let mut req = ShellRequest::new("true");
@@ -71,53 +72,53 @@ async fn resolve_fills_defaults_and_caps_the_timeout() {
 #[test]
 fn invalid_config_is_refused_and_the_last_good_one_stays() {
     let sh = LocalBash::new(Arc::new(LocalSubprocess::new()));
-    let cases: [(BashConfig, &str); 7] = [
+    let cases: [(ShellConfig, &str); 7] = [
         (
-            BashConfig {
+            ShellConfig {
                 timeout_ms: 0,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: timeout_ms must be a positive finite number",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 max_timeout_ms: 0,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: max_timeout_ms must be a positive finite number",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 max_output_bytes: 0,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: max_output_bytes must be a positive finite number",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 max_spill_bytes: 0,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: max_spill_bytes must be a positive finite number",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 grace_ms: 0,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: grace_ms must be a positive finite number",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 grace_ms: 2_147_483_648,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: grace_ms must be no greater than 2147483647",
         ),
         (
-            BashConfig {
+            ShellConfig {
                 max_timeout_ms: 2_147_483_648,
-                ..BashConfig::default()
+                ..ShellConfig::default()
             },
             "bash: max_timeout_ms must be no greater than 2147483647",
         ),
@@ -128,7 +129,7 @@ fn invalid_config_is_refused_and_the_last_good_one_stays() {
         let e = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg)
             .expect_err("refused at construction");
         assert_eq!(e.message(), msg);
-        assert_eq!(sh.config(), BashConfig::default());
+        assert_eq!(sh.config(), ShellConfig::default());
     }
 }
 
@@ -280,9 +281,9 @@ async fn env_layers_dsh_env_over_request_env_over_overrides() {
 
 #[tokio::test]
 async fn stdout_max_bytes_raises_only_the_foreground_stdout_budget() {
-    let cfg = BashConfig {
+    let cfg = ShellConfig {
         max_output_bytes: 100,
-        ..BashConfig::default()
+        ..ShellConfig::default()
     };
     let sh = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("cfg");
     let mut req = ShellRequest::new(

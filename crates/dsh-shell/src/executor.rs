@@ -1,0 +1,303 @@
+//! [`ShellExecutor`]: the shell seam on this machine, for any shell [`Dialect`].
+//!
+//! Each call spawns the dialect's argv (`bash -c COMMAND`, `pwsh … -Command COMMAND`)
+//! through the subprocess seam with the executor's defaults: a timeout (default
+//! 120 000 ms, capped at 600 000 ms), a per-stream memory budget (64 000 bytes), a spill cap
+//! (64 MiB per stream) and a TERM→KILL grace (3000 ms). The child environment is layered,
+//! last wins: the scrubbed host environment, then the dialect's overrides (no colours, no
+//! pager), then the request's `env`, then its `dsh_env`. Providers differ only in their
+//! dialect; everything else is here, once.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::{clamp_timeout, CancelToken, Cause, Deadline, HarnessError, MAX_TIMER_DELAY_MS};
+use dsh_process::{CaptureLimits, EnvOverlay, OutputMode, SpawnSpec, StdinMode, Subprocess};
+
+use crate::{RunResult, Shell, ShellProcess, ShellRequest, ShellSpec};
+
+/// What makes one shell different from another: how a command line becomes an argv, and
+/// which variables every command gets.
+pub trait Dialect: Send + Sync + 'static {
+    /// The shell's name, used in messages (`bash`, `pwsh`).
+    fn name(&self) -> &str;
+    /// The argv that runs `command`, the command as one element (no quoting layer).
+    fn argv(&self, command: &str) -> Vec<OsString>;
+    /// Variables every command gets unless the request overrides them.
+    fn env_overrides(&self) -> &[(&str, &str)];
+}
+
+/// Configuration of a shell executor. Every number must be > 0; `grace_ms` and
+/// `max_timeout_ms` must be ≤ 2147483647 (so a run can never fail later on its timer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellConfig {
+    /// Working directory when a request names none. Default: the host's current directory.
+    pub cwd: Option<PathBuf>,
+    /// Timeout when a request names none, in ms. Default: 120 000.
+    pub timeout_ms: u64,
+    /// Cap on any timeout, in ms. Default: 600 000.
+    pub max_timeout_ms: u64,
+    /// In-memory budget per stream, in bytes. Default: 64 000.
+    pub max_output_bytes: usize,
+    /// Spill file cap per stream, in bytes. Default: 67 108 864 (64 MiB).
+    pub max_spill_bytes: u64,
+    /// SIGTERM→SIGKILL grace, and the bound on the pipe drain after exit, in ms.
+    /// Default: 3000.
+    pub grace_ms: u64,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        ShellConfig {
+            cwd: None,
+            timeout_ms: 120_000,
+            max_timeout_ms: 600_000,
+            max_output_bytes: 64_000,
+            max_spill_bytes: 64 * 1024 * 1024,
+            grace_ms: 3000,
+        }
+    }
+}
+
+impl ShellConfig {
+    /// Checks every field; `shell` (`bash`, `pwsh`) prefixes the messages.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` naming the first bad field (`<shell>: <field> must be a positive
+    /// finite number`, or `<shell>: <field> must be no greater than 2147483647`).
+    pub fn validate(&self, shell: &str) -> Result<(), HarnessError> {
+        let fields: [(&str, u64); 5] = [
+            ("timeout_ms", self.timeout_ms),
+            ("max_timeout_ms", self.max_timeout_ms),
+            ("max_output_bytes", self.max_output_bytes as u64),
+            ("max_spill_bytes", self.max_spill_bytes),
+            ("grace_ms", self.grace_ms),
+        ];
+        for (name, value) in fields {
+            if value == 0 {
+                return Err(HarnessError::config_invalid(format!(
+                    "{shell}: {name} must be a positive finite number"
+                )));
+            }
+        }
+        for (name, value) in [
+            ("grace_ms", self.grace_ms),
+            ("max_timeout_ms", self.max_timeout_ms),
+        ] {
+            if value > MAX_TIMER_DELAY_MS {
+                return Err(HarnessError::config_invalid(format!(
+                    "{shell}: {name} must be no greater than {MAX_TIMER_DELAY_MS}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The shell seam on this machine, unconfined, for the shell dialect `D`
+/// ([`LocalBash`](crate::bash::LocalBash), [`LocalPwsh`](crate::pwsh::LocalPwsh)). See
+/// the [module docs](self).
+pub struct ShellExecutor<D> {
+    subprocess: Arc<dyn Subprocess>,
+    config: RwLock<ShellConfig>,
+    dialect: D,
+}
+
+impl<D: Dialect> std::fmt::Debug for ShellExecutor<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(self.dialect.name())
+            .field("config", &self.config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> ShellExecutor<D> {
+    /// An executor over `subprocess` with the default configuration and dialect.
+    pub fn new(subprocess: Arc<dyn Subprocess>) -> Self
+    where
+        D: Default,
+    {
+        ShellExecutor {
+            subprocess,
+            config: RwLock::new(ShellConfig::default()),
+            dialect: D::default(),
+        }
+    }
+
+    /// An executor over `subprocess` with `dialect` and `config`.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` as [`ShellConfig::validate`].
+    pub fn with_dialect(
+        subprocess: Arc<dyn Subprocess>,
+        dialect: D,
+        config: ShellConfig,
+    ) -> Result<Self, HarnessError> {
+        config.validate(dialect.name())?;
+        Ok(ShellExecutor {
+            subprocess,
+            config: RwLock::new(config),
+            dialect,
+        })
+    }
+
+    /// An executor over `subprocess` with `config` and the default dialect.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` as [`ShellConfig::validate`].
+    pub fn with_config(
+        subprocess: Arc<dyn Subprocess>,
+        config: ShellConfig,
+    ) -> Result<Self, HarnessError>
+    where
+        D: Default,
+    {
+        Self::with_dialect(subprocess, D::default(), config)
+    }
+
+    /// The configuration in force (read anew by every call).
+    pub fn config(&self) -> ShellConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the configuration. A refused configuration leaves the last good one in
+    /// force.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` as [`ShellConfig::validate`].
+    pub fn set_config(&self, config: ShellConfig) -> Result<(), HarnessError> {
+        config.validate(self.dialect.name())?;
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        Ok(())
+    }
+
+    fn spawn_spec(
+        &self,
+        spec: &ShellSpec,
+        stdout_max: usize,
+        cancel: Option<CancelToken>,
+    ) -> SpawnSpec {
+        let cfg = self.config();
+        let mut s = SpawnSpec::new(self.dialect.argv(&spec.command), spec.workdir.clone());
+        s.stdin = match &spec.stdin {
+            Some(data) => StdinMode::Data(data.clone()),
+            None => StdinMode::Ignore,
+        };
+        s.stdout = OutputMode::Collect(CaptureLimits {
+            max_bytes: stdout_max,
+            max_spill_bytes: Some(cfg.max_spill_bytes),
+        });
+        s.stderr = OutputMode::Collect(CaptureLimits {
+            max_bytes: cfg.max_output_bytes,
+            max_spill_bytes: Some(cfg.max_spill_bytes),
+        });
+        s.env = layered_env(self.dialect.env_overrides(), spec);
+        s.grace = Duration::from_millis(cfg.grace_ms);
+        s.cancel = cancel;
+        s
+    }
+}
+
+/// dsh_env > request env > the dialect's overrides (the scrubbed host env is the base,
+/// applied by the subprocess seam).
+fn layered_env(overrides: &[(&str, &str)], spec: &ShellSpec) -> EnvOverlay {
+    let mut env: EnvOverlay = overrides
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Some((*v).to_owned())))
+        .collect();
+    if let Some(extra) = &spec.env {
+        env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    if let Some(dsh) = &spec.dsh_env {
+        env.extend(dsh.iter().map(|(k, v)| (k.clone(), Some(v.clone()))));
+    }
+    env
+}
+
+#[async_trait]
+impl<D: Dialect> Shell for ShellExecutor<D> {
+    fn resolve(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError> {
+        let cfg = self.config();
+        let timeout_ms = clamp_timeout(
+            request.timeout_ms,
+            cfg.timeout_ms,
+            cfg.max_timeout_ms,
+            &format!("{}: request.timeout_ms", self.dialect.name()),
+        )?;
+        let stdout_max_bytes = request.stdout_max_bytes.unwrap_or(cfg.max_output_bytes);
+        if stdout_max_bytes == 0 {
+            return Err(HarnessError::invalid_argument(format!(
+                "{}: request.stdout_max_bytes must be a positive finite number",
+                self.dialect.name()
+            )));
+        }
+        let workdir = match request.workdir.or(cfg.cwd) {
+            Some(w) => w,
+            None => std::env::current_dir().map_err(|e| {
+                HarnessError::new(
+                    dsh_core::ErrorCode::ProcessCwdInvalid,
+                    "the host's current directory is unusable; pass a workdir",
+                )
+                .with_source(e)
+            })?,
+        };
+        Ok(ShellSpec {
+            command: request.command,
+            workdir,
+            timeout_ms,
+            stdout_max_bytes,
+            cancel: request.cancel,
+            stdin: request.stdin,
+            env: request.env,
+            dsh_env: request.dsh_env,
+        })
+    }
+
+    async fn run(&self, spec: ShellSpec) -> Result<RunResult, HarnessError> {
+        if let Some(reason) = spec.cancel.as_ref().and_then(CancelToken::reason) {
+            return Err(HarnessError::aborted_before_start("spawn", reason));
+        }
+        let process = self
+            .subprocess
+            .spawn(self.spawn_spec(&spec, spec.stdout_max_bytes, None))?;
+        // Armed once the command runs, so a short timeout is always a result, never an
+        // error of the spawn.
+        let deadline = Deadline::new(
+            Some(Duration::from_millis(spec.timeout_ms)),
+            spec.cancel.as_ref(),
+        );
+        let (outcome, cause) = tokio::select! {
+            outcome = process.done() => (outcome, None),
+            () = deadline.token().cancelled() => {
+                process.terminate();
+                (process.done().await, deadline.cause())
+            }
+        };
+        let (stdout, stderr) = process.collected();
+        Ok(RunResult {
+            exit_code: outcome.exit_code(),
+            signal: outcome.signal(),
+            timed_out: cause == Some(Cause::TimedOut),
+            aborted: cause == Some(Cause::Cancelled),
+            timeout_ms: spec.timeout_ms,
+            stdout,
+            stderr,
+        })
+        // `process` drops here: anything the command left running is killed.
+    }
+
+    fn start(&self, spec: ShellSpec) -> Result<ShellProcess, HarnessError> {
+        let cfg = self.config();
+        // Background output uses the per-stream budget; `stdout_max_bytes` is for
+        // foreground callers only.
+        let sub_spec = self.spawn_spec(&spec, cfg.max_output_bytes, spec.cancel.clone());
+        let process = self.subprocess.spawn(sub_spec)?;
+        Ok(ShellProcess::new(process, spec.cancel))
+    }
+}
