@@ -492,6 +492,14 @@ fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
             ErrorCode::ProcessNotExecutable,
             format!("cannot execute {shown}"),
         ),
+        Some(libc::E2BIG) => (
+            ErrorCode::InvalidArgument,
+            format!(
+                "the arguments and environment of {shown} are too large to execute (each \
+                 argument at most 128 KiB, all together a quarter of the stack limit); pass \
+                 large data on stdin or in a file"
+            ),
+        ),
         _ => (
             ErrorCode::ProcessSpawnFailed,
             format!("cannot start {shown}"),

@@ -243,3 +243,18 @@ async fn resolve_executable_searches_the_child_path_and_refuses_relative_paths()
         .expect_err("empty");
     assert_eq!(e.message(), "executable must be non-empty");
 }
+
+#[tokio::test]
+async fn a_huge_argument_is_a_clear_error_not_a_hang() {
+    let sub = LocalSubprocess::new();
+    let huge = "a".repeat(200 * 1024);
+    let e = sub
+        .spawn(SpawnSpec::new(["echo", huge.as_str()], "/"))
+        .expect_err("E2BIG");
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("too large to execute"),
+        "{}",
+        e.message()
+    );
+}
