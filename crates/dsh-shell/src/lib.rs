@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bash;
+pub mod conformance;
 pub mod executor;
 mod process;
 pub mod pwsh;

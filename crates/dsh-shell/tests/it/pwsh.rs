@@ -61,3 +61,19 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
         Err(e) => panic!("unexpected error: {e}"),
     }
 }
+
+#[tokio::test]
+async fn local_pwsh_passes_the_shell_conformance_checks_where_pwsh_is_installed() {
+    let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
+    if sh
+        .run(sh.resolve(ShellRequest::new("exit 0")).expect("resolve"))
+        .await
+        .is_err()
+    {
+        println!("skipped: pwsh is not installed");
+        return;
+    }
+    let result =
+        dsh_shell::conformance::check_all(&sh, &dsh_shell::conformance::Scripts::pwsh()).await;
+    assert_eq!(result, Ok(()));
+}

@@ -21,6 +21,14 @@ fn fast_grace() -> LocalBash {
     LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("config")
 }
 
+#[tokio::test]
+async fn local_bash_passes_the_shell_conformance_checks() {
+    let sh = fast_grace();
+    let result =
+        dsh_shell::conformance::check_all(&sh, &dsh_shell::conformance::Scripts::bash()).await;
+    assert_eq!(result, Ok(()));
+}
+
 #[test]
 fn defaults_match_the_reference() {
     assert_eq!(
