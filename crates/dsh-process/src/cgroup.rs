@@ -31,8 +31,10 @@ pub(crate) struct CgroupRoot {
     next: AtomicU64,
 }
 
-/// The files of one command's cgroup, opened before the fork.
+/// The files of one command's cgroup, opened before the fork. It keeps the subtree alive,
+/// so the subtree is removed only after its last command cgroup.
 pub(crate) struct CommandCgroup {
+    _root: std::sync::Arc<CgroupRoot>,
     pub dir: PathBuf,
     /// `cgroup.procs`, written by the leader to join.
     pub procs: OwnedFd,
@@ -66,7 +68,7 @@ impl CgroupRoot {
     }
 
     /// Creates the cgroup of one command and opens its control files.
-    pub(crate) fn command(&self) -> io::Result<CommandCgroup> {
+    pub(crate) fn command(self: &std::sync::Arc<Self>) -> io::Result<CommandCgroup> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let dir = self.dir.join(format!("cmd-{n}"));
         rustix::fs::mkdir(&dir, Mode::RWXU)?;
@@ -78,7 +80,12 @@ impl CgroupRoot {
             )?)
         };
         match (open("cgroup.procs"), open("cgroup.kill")) {
-            (Ok(procs), Ok(kill)) => Ok(CommandCgroup { dir, procs, kill }),
+            (Ok(procs), Ok(kill)) => Ok(CommandCgroup {
+                _root: self.clone(),
+                dir,
+                procs,
+                kill,
+            }),
             (Err(e), _) | (_, Err(e)) => {
                 let _ = std::fs::remove_dir(&dir);
                 Err(e)
@@ -107,8 +114,13 @@ impl CommandCgroup {
     /// the kernel is still tearing down; a cgroup still busy then is left for
     /// [`CgroupRoot`]'s drop or the next probe.
     pub(crate) async fn remove(self) {
-        let dir = self.dir;
-        drop((self.procs, self.kill));
+        let CommandCgroup {
+            _root,
+            dir,
+            procs,
+            kill,
+        } = self;
+        drop((procs, kill));
         for _ in 0..200 {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => return,

@@ -61,7 +61,11 @@ impl Watchdog {
             match at {
                 Some(at) => {
                     tokio::select! {
-                        () = tokio::time::sleep_until(at) => return,
+                        () = tokio::time::sleep_until(at) => {
+                            // Disarm: firing again needs a new `arm`.
+                            *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                            return;
+                        }
                         () = armed => {}
                     }
                 }
@@ -154,6 +158,10 @@ impl Drop for LocalControl {
     }
 }
 
+/// Rounds of [`Monitor::nudge`] before the reaper itself is killed. A guess: enough for a
+/// reaper that was merely stopped, or slowed by a large tree.
+const MAX_NUDGES: u32 = 3;
+
 /// Time the reaper gets beyond the grace before the watchdog steps in. A guess: the
 /// reaper needs a few scheduling rounds to kill and reap a large tree.
 const WATCHDOG_SLACK: Duration = Duration::from_millis(500);
@@ -194,10 +202,13 @@ impl Monitor {
             }
         }
         let _ = self.done_tx.send(Some(outcome));
-        if !reaper_exited {
+        let mut nudges = 0;
+        while !reaper_exited {
             tokio::select! {
-                _ = reaper_child.wait() => {}
-                () = self.watchdog.fired() => self.force_kill(&mut reaper_child).await,
+                _ = reaper_child.wait() => reaper_exited = true,
+                () = self.watchdog.fired() => {
+                    reaper_exited = self.nudge(&mut reaper_child, &mut nudges).await;
+                }
             }
         }
         if outcome == Outcome::Lost {
@@ -238,6 +249,7 @@ impl Monitor {
         };
         tokio::pin!(read);
         let mut cancel_seen = false;
+        let mut nudges = 0;
         loop {
             let cancelled = async {
                 match &self.cancel {
@@ -259,19 +271,33 @@ impl Monitor {
                     }
                 }
                 () = self.watchdog.fired(), if !*exited => {
-                    self.force_kill(reaper_child).await;
-                    *exited = true;
+                    *exited = self.nudge(reaper_child, &mut nudges).await;
                 }
             }
         }
     }
 
-    /// The reaper did not finish a kill in time: SIGKILL it (an unreaped child of ours, so
-    /// the pid is exact) and kill the cgroup from here.
-    async fn force_kill(&self, reaper_child: &mut tokio::process::Child) {
+    /// A kill did not finish in time. A stopped reaper (the command can SIGSTOP it) gets
+    /// SIGCONT; the cgroup, if any, is killed from here; a reaper still not done after
+    /// [`MAX_NUDGES`] rounds is SIGKILLed (an unreaped child of ours, so the pid is exact).
+    /// Returns true once the reaper is gone.
+    async fn nudge(&self, reaper_child: &mut tokio::process::Child, nudges: &mut u32) -> bool {
+        *nudges += 1;
+        self.kill_cgroup();
+        if let Some(pid) = reaper_child
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        {
+            if *nudges < MAX_NUDGES {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+                self.watchdog.arm(self.grace + WATCHDOG_SLACK);
+                return false;
+            }
+        }
         let _ = reaper_child.start_kill();
         let _ = reaper_child.wait().await;
         self.kill_cgroup();
+        true
     }
 
     fn kill_cgroup(&self) {

@@ -27,6 +27,8 @@ pub(crate) struct ExecPlan {
     /// The status pipe's write end, where the leader reports its pid or its exec errno;
     /// set by the reaper before the clone.
     pub(crate) status_fd: RawFd,
+    /// The reaper's pid, which the leader checks is its parent; set before the clone.
+    pub(crate) reaper_pid: libc::pid_t,
     /// SIGTERM→SIGKILL grace, applied by the reaper itself.
     pub(crate) grace_ms: u64,
     /// Written by the leader (which shares the reaper's memory) when `execve` fails.
@@ -85,6 +87,7 @@ impl ExecPlan {
             stack: vec![0u8; LEADER_STACK],
             cgroup_procs: -1,
             status_fd: -1,
+            reaper_pid: 0,
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             exec_errno: AtomicI32::new(0),
         })

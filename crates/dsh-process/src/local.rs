@@ -84,13 +84,7 @@ impl LocalSubprocess {
     /// [`tree_mechanism`](Subprocess::tree_mechanism) and
     /// [`cgroup_status`](Self::cgroup_status)).
     pub fn new() -> LocalSubprocess {
-        let proc_children = match std::fs::File::open("/proc/thread-self/children") {
-            Ok(_) => Ok(()),
-            Err(e) => Err(format!(
-                "/proc/thread-self/children is unreadable ({e}); mount /proc (Linux 3.17 or newer \
-                 with CONFIG_PROC_CHILDREN)"
-            )),
-        };
+        let proc_children = proc_is_usable();
         LocalSubprocess {
             proc_children,
             cgroups: CgroupRoot::probe().map(Arc::new),
@@ -306,10 +300,15 @@ impl Subprocess for LocalSubprocess {
         let pid = match control::read_start(&status_r) {
             Ok(pid) => pid,
             Err(e) => {
-                // The reaper exits by itself after an exec failure; otherwise stop it.
+                // The reaper exits by itself after an exec failure; otherwise stop it, and
+                // anything that did start, then clean up once it is gone.
                 let _ = child.start_kill();
-                if let Some(cg) = &cgroup {
-                    let _ = std::fs::remove_dir(&cg.dir);
+                if let Some(cg) = cgroup {
+                    let _ = rustix::io::write(&cg.kill, b"1");
+                    tokio::spawn(async move {
+                        let _ = child.wait().await;
+                        cg.remove().await;
+                    });
                 }
                 return Err(spawn_error(e, &spec));
             }
@@ -407,6 +406,29 @@ impl Drop for LocalSubprocess {
             }
         }
     }
+}
+
+/// The reaper lists its children in `/proc/thread-self/children`; that `/proc` must be
+/// this pid namespace's, or the pids it lists would name other processes.
+fn proc_is_usable() -> Result<(), String> {
+    let own = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse::<u32>().ok()));
+    if own != Some(std::process::id()) {
+        return Err(
+            "/proc does not belong to this process's pid namespace (or is not mounted); \
+             mount a procfs for it"
+                .into(),
+        );
+    }
+    std::fs::File::open("/proc/thread-self/children")
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "/proc/thread-self/children is unreadable ({e}); Linux 3.17 or newer with \
+             CONFIG_PROC_CHILDREN is needed"
+            )
+        })
 }
 
 fn validate(spec: &SpawnSpec) -> Result<(), HarnessError> {

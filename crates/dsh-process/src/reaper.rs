@@ -48,9 +48,9 @@
 //! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls:
 //! `clone`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
-//! `getrlimit`, `open`, `read`, `write`, `poll`, `waitid`, `kill`, `clock_gettime`,
-//! `_exit`. It allocates nothing: buffers live on the stack, paths are static C strings
-//! and everything else was prepared before the fork. (libc is used here rather than
+//! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
+//! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
+//! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
 //! rustix because the async-signal-safe list is written in terms of these libc calls.)
 
 use std::io;
@@ -113,7 +113,24 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             plan.cgroup_procs = high_dup(plan.cgroup_procs)?;
         }
         plan.status_fd = status;
+        plan.reaper_pid = libc::getpid();
+        // Our own children list, opened once: re-read with pread, it keeps working even if
+        // the command later exhausts our fd limit or hides /proc.
+        let children = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if children < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let children = high_dup(children)?;
         reset_handlers();
+        // SIGCHLD must be the default, whatever dsh inherited: with SIG_IGN (or
+        // SA_NOCLDWAIT) the kernel would reap the leader behind our back, and its status
+        // and its pinned group id with it.
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGCHLD, &dfl, std::ptr::null_mut());
         // Block SIGCHLD before the leader starts so a leader that exits at once is not
         // missed: it stays pending until the signalfd reads it.
         let mut chld: libc::sigset_t = std::mem::zeroed();
@@ -123,7 +140,7 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Close everything else now, std's exec-error pipe included, so std's `spawn`
         // returns before any of the command's code can run (the command could stop us):
         // from here on we talk to the owner only through the status pipe.
-        close_all_except(&[status, control, cgroup_kill, plan.cgroup_procs]);
+        close_all_except(&[status, control, cgroup_kill, plan.cgroup_procs, children]);
 
         // The leader shares our memory and we sleep until it has exec'd: no copy of the
         // page tables. It runs on its own stack, so it cannot clobber ours.
@@ -146,6 +163,9 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED);
             libc::_exit(0);
         }
+        // The command runs from here on: first make us deaf to its signals (and to SIGPIPE,
+        // should the owner be gone already).
+        ignore_signals();
         write_record(status, STATUS_EXEC_OK, pid);
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
@@ -153,21 +173,24 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         if plan.cgroup_procs >= 0 {
             libc::close(plan.cgroup_procs);
         }
+        // Give up the command's stdio (their end-of-file must depend on the command alone)
+        // and its working directory (so it can be removed or unmounted).
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
+        for fd in 0..3 {
+            if null >= 0 {
                 libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
+            } else {
+                libc::close(fd);
             }
         }
-        ignore_signals();
+        if null > 2 {
+            libc::close(null);
+        }
+        libc::chdir(c"/".as_ptr());
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         let mut reaper = Reaper {
             leader: pid,
             leader_reported: false,
-            leader_reaped: false,
             killing: false,
             term_deadline_ns: None,
             grace_ns: i128::from(plan.grace_ms) * 1_000_000,
@@ -176,6 +199,7 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             control_open: true,
             cgroup_kill,
             sigfd,
+            children,
         };
         reaper.serve()
     }
@@ -227,7 +251,7 @@ unsafe fn ignore_signals() {
 /// Closes every fd from 3 up except `keep` (-1 entries are ignored), with `close_range`,
 /// or one by one up to the fd limit where `close_range` is missing (Linux < 5.9) or
 /// filtered.
-unsafe fn close_all_except(keep: &[RawFd; 4]) {
+unsafe fn close_all_except(keep: &[RawFd; 5]) {
     let mut sorted = *keep;
     sorted.sort_unstable();
     let mut from: RawFd = 3;
@@ -279,8 +303,12 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
             // refusal leaves the subreaper as the (still exact) boundary.
             libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
         }
-        // If the reaper is killed (by the command itself, say), the leader goes too.
+        // If the reaper is killed (by the command itself, say), the leader goes too; if it
+        // died before this call, go now. (A set-user-ID program clears this at exec.)
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::getppid() != plan.reaper_pid {
+            libc::_exit(127);
+        }
         // Its own group, so one kill(-leader) reaches every member that stays in it.
         libc::setpgid(0, 0);
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -305,7 +333,6 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
 struct Reaper {
     leader: libc::pid_t,
     leader_reported: bool,
-    leader_reaped: bool,
     killing: bool,
     /// CLOCK_MONOTONIC time at which a terminate turns into a kill.
     term_deadline_ns: Option<i128>,
@@ -315,6 +342,8 @@ struct Reaper {
     control_open: bool,
     cgroup_kill: RawFd,
     sigfd: RawFd,
+    /// `/proc/thread-self/children`, opened before the clone.
+    children: RawFd,
 }
 
 impl Reaper {
@@ -324,17 +353,15 @@ impl Reaper {
             unsafe {
                 let others = self.reap();
                 if self.leader_reported && others == 0 {
-                    if !self.leader_reaped {
-                        // Only the leader's zombie is left: release it, then report "tree
-                        // gone" by exiting.
-                        let mut info: libc::siginfo_t = std::mem::zeroed();
-                        libc::waitid(
-                            libc::P_PID,
-                            self.leader as libc::id_t,
-                            &mut info,
-                            libc::WEXITED,
-                        );
-                    }
+                    // Only the leader's zombie is left: release it, then report "tree gone"
+                    // by exiting.
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::waitid(
+                        libc::P_PID,
+                        self.leader as libc::id_t,
+                        &mut info,
+                        libc::WEXITED,
+                    );
                     libc::_exit(0);
                 }
                 let now = monotonic_ns();
@@ -390,14 +417,13 @@ impl Reaper {
             let mut others = 0usize;
             let mut reaped_any = false;
             let leader = self.leader;
-            let leader_gone = self.leader_reaped;
             let status = self.status;
             let mut reported = self.leader_reported;
             // SAFETY: waitid(2) on our own children only.
             let listed = unsafe {
-                for_each_child(|pid| {
+                for_each_child(self.children, |pid| {
                     let mut info: libc::siginfo_t = std::mem::zeroed();
-                    if pid == leader && !leader_gone {
+                    if pid == leader {
                         if !reported
                             && libc::waitid(
                                 libc::P_PID,
@@ -426,39 +452,13 @@ impl Reaper {
             };
             self.leader_reported = reported;
             if !listed {
-                // SAFETY: as above.
-                return unsafe { self.reap_without_proc() };
+                // Unknown: never conclude the tree is empty from a list we could not read.
+                return others.max(1);
             }
             // Reaping while the list was being read may have shifted it; read it again
             // until a pass changes nothing, so no exited child is left unnoticed.
             if !reaped_any {
                 return others;
-            }
-        }
-    }
-
-    /// Fallback when `/proc` became unreadable: reap everything (the leader too, so its
-    /// group is no longer signalled) and count the children as "unknown" until `ECHILD`.
-    unsafe fn reap_without_proc(&mut self) -> usize {
-        // SAFETY: waitid(2) on our own children.
-        unsafe {
-            loop {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG) < 0 {
-                    self.leader_reaped = true;
-                    return 0;
-                }
-                let pid = info.si_pid();
-                if pid == 0 {
-                    return 1;
-                }
-                if pid == self.leader {
-                    if !self.leader_reported {
-                        report_exit(self.status, &info);
-                        self.leader_reported = true;
-                    }
-                    self.leader_reaped = true;
-                }
             }
         }
     }
@@ -469,10 +469,8 @@ impl Reaper {
     unsafe fn signal_tree(&self, sig: libc::c_int) {
         // SAFETY: kill(2) on pids pinned as described above.
         unsafe {
-            if !self.leader_reaped {
-                libc::kill(-self.leader, sig);
-            }
-            for_each_child(|pid| {
+            libc::kill(-self.leader, sig);
+            for_each_child(self.children, |pid| {
                 libc::kill(pid, sig);
                 libc::kill(-pid, sig);
             });
@@ -537,30 +535,26 @@ unsafe fn report_exit(fd: RawFd, info: &libc::siginfo_t) {
     unsafe { write_record(fd, tag, value) };
 }
 
-/// Calls `f` with each pid listed in `/proc/thread-self/children` (our children, zombies
-/// included), parsing in a fixed stack buffer. Returns false if the list is unreadable.
-unsafe fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> bool {
-    // SAFETY: open/read/close of a proc file into a stack buffer.
-    unsafe {
-        let fd = libc::open(
-            c"/proc/thread-self/children".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
+/// Calls `f` with each pid listed in our `/proc/thread-self/children` (`fd`; our children,
+/// zombies included), parsing in a fixed stack buffer. Returns false if the list could not
+/// be read to its end (the pids seen so far were still passed to `f`).
+unsafe fn for_each_child(fd: RawFd, mut f: impl FnMut(libc::pid_t)) -> bool {
+    let mut buf = [0u8; 1024];
+    let mut parser = PidParser::default();
+    let mut offset: libc::off_t = 0;
+    loop {
+        // SAFETY: pread(2) into a stack buffer.
+        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) };
+        if n < 0 {
             return false;
         }
-        let mut buf = [0u8; 1024];
-        let mut parser = PidParser::default();
-        loop {
-            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-            if n <= 0 {
-                break;
-            }
-            parser.feed(&buf[..n as usize], &mut f);
+        if n == 0 {
+            break;
         }
-        parser.finish(&mut f);
-        libc::close(fd);
+        parser.feed(&buf[..n as usize], &mut f);
+        offset += n as libc::off_t;
     }
+    parser.finish(&mut f);
     true
 }
 

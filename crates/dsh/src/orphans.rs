@@ -17,19 +17,19 @@ pub fn become_subreaper() {
 /// own reaper is gone, when any child left is an orphan adopted from the command's tree.
 /// Each is an unreaped child of ours, so its pid cannot have been reused.
 pub fn sweep() {
-    // Bounded: each round kills every child present; their own children re-parent here
-    // and are taken in the next round.
-    for _ in 0..1000 {
+    // Bounded (about 2 s): each round kills every child present and reaps those that have
+    // died; their own children re-parent here and are taken in a later round. A child
+    // stuck in uninterruptible sleep is given up on rather than waited for.
+    for _ in 0..200 {
         let children = children();
         if children.is_empty() {
             return;
         }
         for pid in &children {
             let _ = kill_process(*pid, Signal::KILL);
+            let _ = waitpid(Some(*pid), WaitOptions::NOHANG);
         }
-        for pid in children {
-            let _ = waitpid(Some(pid), WaitOptions::empty());
-        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -379,17 +379,69 @@ async fn a_command_that_kills_its_own_reaper_dies_with_it() {
 #[tokio::test]
 async fn a_stopped_reaper_does_not_hang_terminate() {
     for sub in providers() {
-        let mut spec = bash("echo ready; kill -STOP $PPID; sleep 1000");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids_file = dir.path().join("pids");
+        // The leader stops its reaper first, then reports, so terminate always meets a
+        // stopped reaper.
+        let mut spec =
+            bash("kill -STOP $PPID; sleep 1000 & echo $! > \"$PIDS\"; echo stopped; wait");
+        spec.env.insert(
+            "PIDS".into(),
+            Some(pids_file.to_string_lossy().into_owned()),
+        );
         spec.grace = Duration::from_millis(100);
         let p = sub.spawn(spec).expect("spawn");
         let cap = p.stdout_capture().expect("cap").clone();
-        crate::support::wait_for_text(&cap, "ready").await;
+        crate::support::wait_for_text(&cap, "stopped").await;
+        let reaper = parent_of(p.pid() as i32);
+        assert_eq!(state_of(reaper), Some('T'), "the reaper should be stopped");
+        let child = read_pids(&pids_file, 1).await[0];
         p.terminate();
         p.wait_for_exit().await;
-        assert!(
-            wait_gone(p.pid() as i32).await,
-            "{:?}: the leader survived",
-            sub.tree_mechanism()
-        );
+        for pid in [p.pid() as i32, child] {
+            assert!(
+                wait_gone(pid).await,
+                "{:?}: {pid} survived",
+                sub.tree_mechanism()
+            );
+        }
     }
+}
+
+fn stat_fields(pid: i32) -> Vec<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+fn state_of(pid: i32) -> Option<char> {
+    stat_fields(pid).first().and_then(|s| s.chars().next())
+}
+
+fn parent_of(pid: i32) -> i32 {
+    stat_fields(pid)
+        .get(1)
+        .and_then(|p| p.parse().ok())
+        .expect("ppid")
+}
+
+#[tokio::test]
+async fn a_second_terminate_sends_no_second_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("terms");
+    let script = format!(
+        "trap 'echo T >> {}' TERM; echo ready; while :; do sleep 0.05; done",
+        log.display()
+    );
+    let mut spec = bash(&script);
+    spec.grace = Duration::from_millis(500);
+    let sub = LocalSubprocess::new();
+    let p = sub.spawn(spec).expect("spawn");
+    let cap = p.stdout_capture().expect("cap").clone();
+    crate::support::wait_for_text(&cap, "ready").await;
+    p.terminate();
+    p.terminate();
+    assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGKILL)));
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), "T\n");
 }
