@@ -172,18 +172,11 @@ fn json_reports_truncation_and_a_kept_spill_file() {
     let _ = std::fs::remove_dir_all(std::path::Path::new(path).parent().expect("dir"));
 }
 
-/// Starts `dsh exec` on a script that prints the pid of a `setsid` escapee, then sleeps.
-fn start_with_escapee() -> (std::process::Child, i32) {
+/// Starts `dsh` with `args` on a command that prints a pid on its first line; returns the
+/// running dsh and that pid.
+fn start_printing_pid(args: &[&str]) -> (std::process::Child, i32) {
     let mut child = dsh()
-        .args([
-            "exec",
-            "--grace",
-            "200",
-            "--",
-            "bash",
-            "-c",
-            "setsid sleep 1000 & echo $!; sleep 1000",
-        ])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn dsh");
@@ -192,6 +185,13 @@ fn start_with_escapee() -> (std::process::Child, i32) {
         .read_line(&mut line)
         .expect("read");
     let pid: i32 = line.trim().parse().expect("pid");
+    (child, pid)
+}
+
+/// Starts `dsh exec` on a script that prints the pid of a `setsid` escapee, then sleeps.
+fn start_with_escapee() -> (std::process::Child, i32) {
+    let script = "setsid sleep 1000 & echo $!; sleep 1000";
+    let (child, pid) = start_printing_pid(&["exec", "--grace", "200", "--", "bash", "-c", script]);
     assert!(alive(pid));
     (child, pid)
 }
@@ -234,16 +234,7 @@ fn a_command_that_kills_its_own_reaper_leaves_nothing_behind() {
             "-c",
             "sleep 1000 & echo $!; kill -9 $PPID; sleep 1000",
         ]);
-        let mut child = dsh()
-            .args(&args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn dsh");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read");
-        let pid: i32 = line.trim().parse().expect("pid");
+        let (mut child, pid) = start_printing_pid(&args);
         // Not `output()`: an escapee would hold the pipe open and hang the test.
         child.wait().expect("wait for dsh");
         let gone = wait_gone(pid);
