@@ -396,6 +396,10 @@ fn decode_exit(rec: &[u8; reaper::STATUS_LEN]) -> Outcome {
     match rec[0] {
         reaper::STATUS_EXITED => Outcome::Exited(value),
         reaper::STATUS_SIGNALED => Outcome::Signaled(Signal(value)),
+        // An `execve` that failed after `spawn` stopped waiting for it (a very slow
+        // filesystem): report it as a shell would, 127 for a missing file, else 126.
+        reaper::STATUS_EXEC_FAILED if value == libc::ENOENT => Outcome::Exited(127),
+        reaper::STATUS_EXEC_FAILED => Outcome::Exited(126),
         _ => Outcome::Lost,
     }
 }
