@@ -1,5 +1,7 @@
 //! Behaviour of the bash executor with real processes.
 
+mod support;
+
 mod background;
 mod pwsh;
 mod run;

@@ -322,16 +322,7 @@ async fn nothing_the_command_started_survives_run() {
         .trim()
         .parse()
         .expect("int");
-    let mut gone = false;
-    for _ in 0..500 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
-        {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let gone = crate::support::wait_gone(pid).await;
     assert!(gone, "setsid sleep {pid} survived run()");
 }
 
@@ -385,15 +376,7 @@ async fn a_timeout_kills_disowned_setsid_and_double_forked_descendants() {
         "the script did not start its escapees in time"
     );
     for pid in pids {
-        let mut gone = false;
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.is_empty() || stat.contains(") Z") {
-                gone = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let gone = crate::support::wait_gone(pid).await;
         assert!(gone, "{pid} survived the timeout");
     }
 }
