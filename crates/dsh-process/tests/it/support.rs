@@ -85,3 +85,9 @@ pub async fn wait_for_total(cap: &Capture, n: u64) {
         changed.await;
     }
 }
+
+/// Points `$PIDS` of the command at `file`, where test scripts append the pids they start.
+pub fn record_pids_in(spec: &mut SpawnSpec, file: &Path) {
+    spec.env
+        .insert("PIDS".into(), Some(file.to_string_lossy().into_owned()));
+}

@@ -23,8 +23,7 @@ async fn spawn_escapes(
 ) -> (dsh_process::Process, Vec<i32>) {
     let pids = dir.join("pids");
     let mut spec = bash(&format!("{ESCAPES}\n{tail}"));
-    spec.env
-        .insert("PIDS".into(), Some(pids.to_string_lossy().into_owned()));
+    crate::support::record_pids_in(&mut spec, &pids);
     spec.grace = Duration::from_millis(300);
     let p = sub.spawn(spec).expect("spawn");
     let pids = read_pids(&pids, 4).await;
@@ -91,10 +90,7 @@ async fn a_command_that_keeps_forking_into_new_sessions_is_killed_whole() {
         let script =
             "for i in $(seq 2000); do setsid sleep 1000 & echo $! >> \"$PIDS\"; done; wait";
         let mut spec = bash(script);
-        spec.env.insert(
-            "PIDS".into(),
-            Some(pids_file.to_string_lossy().into_owned()),
-        );
+        crate::support::record_pids_in(&mut spec, &pids_file);
         spec.grace = Duration::from_millis(100);
         let p = sub.spawn(spec).expect("spawn");
         read_pids(&pids_file, 50).await;
@@ -155,10 +151,7 @@ async fn cancel_kills_every_descendant() {
     let pids_file = dir.path().join("pids");
     let cancel = CancelToken::new();
     let mut spec = bash(&format!("{ESCAPES}\nsleep 1000"));
-    spec.env.insert(
-        "PIDS".into(),
-        Some(pids_file.to_string_lossy().into_owned()),
-    );
+    crate::support::record_pids_in(&mut spec, &pids_file);
     spec.cancel = Some(cancel.clone());
     let p = sub.spawn(spec).expect("spawn");
     let pids = read_pids(&pids_file, 4).await;
@@ -192,8 +185,7 @@ async fn a_term_ignoring_survivor_is_killed_after_the_leader_settled() {
     let pid_file = dir.path().join("pids");
     let sub = LocalSubprocess::new();
     let mut spec = bash("bash -c 'trap \"\" TERM; sleep 1000' & echo $! > \"$PIDS\"; exit 0");
-    spec.env
-        .insert("PIDS".into(), Some(pid_file.to_string_lossy().into_owned()));
+    crate::support::record_pids_in(&mut spec, &pid_file);
     spec.grace = Duration::from_millis(200);
     let p = sub.spawn(spec).expect("spawn");
     let pids = read_pids(&pid_file, 1).await;
@@ -350,10 +342,7 @@ async fn a_command_that_kills_its_own_reaper_dies_with_it() {
         let mut spec = bash(
             "sleep 1000 & echo $! > \"$PIDS\"; echo $$ >> \"$PIDS\"; kill -9 $PPID; sleep 1000",
         );
-        spec.env.insert(
-            "PIDS".into(),
-            Some(pids_file.to_string_lossy().into_owned()),
-        );
+        crate::support::record_pids_in(&mut spec, &pids_file);
         let p = sub.spawn(spec).expect("spawn");
         assert_eq!(p.done().await, Outcome::Lost);
         p.wait_for_exit().await;
@@ -385,10 +374,7 @@ async fn a_stopped_reaper_does_not_hang_terminate() {
         // stopped reaper.
         let mut spec =
             bash("kill -STOP $PPID; sleep 1000 & echo $! > \"$PIDS\"; echo stopped; wait");
-        spec.env.insert(
-            "PIDS".into(),
-            Some(pids_file.to_string_lossy().into_owned()),
-        );
+        crate::support::record_pids_in(&mut spec, &pids_file);
         spec.grace = Duration::from_millis(100);
         let p = sub.spawn(spec).expect("spawn");
         let cap = p.stdout_capture().expect("cap").clone();
