@@ -380,6 +380,13 @@ async fn a_stopped_reaper_does_not_hang_terminate() {
         let cap = p.stdout_capture().expect("cap").clone();
         crate::support::wait_for_text(&cap, "stopped").await;
         let reaper = parent_of(p.pid() as i32);
+        // SIGSTOP takes effect when the reaper next runs: wait for it (bounded).
+        for _ in 0..500 {
+            if state_of(reaper) == Some('T') {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(state_of(reaper), Some('T'), "the reaper should be stopped");
         let child = read_pids(&pids_file, 1).await[0];
         p.terminate();
