@@ -2,10 +2,12 @@
 //!
 //! # Mechanism
 //! At construction [`CgroupRoot::probe`] finds this process's own cgroup v2 directory
-//! (`/proc/self/cgroup` line `0::PATH` under the `cgroup2` mount of
-//! `/proc/self/mountinfo`) and tries to create a private subtree `dsh-<pid>-<random>` in
-//! it. Each spawn then creates `cmd-<n>` in that subtree; the command's leader moves
-//! itself into it (writes `0` to its `cgroup.procs`) before `execve`, so the leader and
+//! (`/proc/self/cgroup` line `0::PATH` under the `cgroup2` mount: `/sys/fs/cgroup` or
+//! `/sys/fs/cgroup/unified` when one of them is, else the one `/proc/self/mountinfo`
+//! names) and tries to create a private subtree `dsh-<pid>-<random>` in
+//! it. Each spawn then creates `cmd-<n>` in that subtree; the command's leader is born in it
+//! (`clone3` with `CLONE_INTO_CGROUP`), or, where `clone3` is unavailable, moves itself
+//! into it (writes `0` to its `cgroup.procs`) before `execve`, so the leader and
 //! every descendant it ever has, `setsid` daemons included, are members. Killing writes
 //! `1` to `cgroup.kill` (Linux 5.14+): the kernel kills every member at once, so even a
 //! fork bomb cannot outrun it.
@@ -36,7 +38,9 @@ pub(crate) struct CgroupRoot {
 pub(crate) struct CommandCgroup {
     _root: std::sync::Arc<CgroupRoot>,
     pub dir: PathBuf,
-    /// `cgroup.procs`, written by the leader to join.
+    /// The cgroup directory itself, which the leader is born in (`CLONE_INTO_CGROUP`).
+    pub dir_fd: OwnedFd,
+    /// `cgroup.procs`, written by the leader to join when it cannot be born in it.
     pub procs: OwnedFd,
     /// `cgroup.kill`, written by the reaper to kill every member.
     pub kill: OwnedFd,
@@ -79,14 +83,21 @@ impl CgroupRoot {
                 Mode::empty(),
             )?)
         };
-        match (open("cgroup.procs"), open("cgroup.kill")) {
-            (Ok(procs), Ok(kill)) => Ok(CommandCgroup {
+        let dir_fd = rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from);
+        match (dir_fd, open("cgroup.procs"), open("cgroup.kill")) {
+            (Ok(dir_fd), Ok(procs), Ok(kill)) => Ok(CommandCgroup {
                 _root: self.clone(),
                 dir,
+                dir_fd,
                 procs,
                 kill,
             }),
-            (Err(e), _) | (_, Err(e)) => {
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 let _ = std::fs::remove_dir(&dir);
                 Err(e)
             }
@@ -117,10 +128,11 @@ impl CommandCgroup {
         let CommandCgroup {
             _root,
             dir,
+            dir_fd,
             procs,
             kill,
         } = self;
-        drop((procs, kill));
+        drop((dir_fd, procs, kill));
         for _ in 0..200 {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => return,
@@ -175,8 +187,15 @@ fn own_cgroup_dir() -> Result<PathBuf, String> {
     Ok(mount.join(rel.trim_start_matches('/')))
 }
 
-/// The mount point of the cgroup2 filesystem, from `/proc/self/mountinfo`.
+/// The mount point of the cgroup2 filesystem: one of the two usual places when it is
+/// there (one `statfs`), else found in `/proc/self/mountinfo`.
 fn cgroup2_mount() -> Result<PathBuf, String> {
+    const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+    for usual in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        if rustix::fs::statfs(usual).is_ok_and(|fs| fs.f_type as u64 == CGROUP2_SUPER_MAGIC) {
+            return Ok(PathBuf::from(usual));
+        }
+    }
     let mut text = String::new();
     io::Read::read_to_string(
         &mut File::open("/proc/self/mountinfo")

@@ -22,8 +22,14 @@ pub(crate) struct ExecPlan {
     _envp: Vec<CString>,
     pub(crate) envp_ptrs: Vec<*const libc::c_char>,
     pub(crate) stack: Vec<u8>,
-    /// The command cgroup's `cgroup.procs`, which the leader joins; -1 without a cgroup.
+    /// The command cgroup's directory, which the leader is born in where `clone3` allows;
+    /// -1 without a cgroup.
+    pub(crate) cgroup_dir: RawFd,
+    /// The command cgroup's `cgroup.procs`, which the leader joins when it could not be
+    /// born in the cgroup; -1 without a cgroup.
     pub(crate) cgroup_procs: RawFd,
+    /// Whether the leader must write `cgroup.procs` itself; set before the clone.
+    pub(crate) leader_joins: bool,
     /// The status pipe's write end, where the leader reports its pid or its exec errno;
     /// set by the reaper before the clone.
     pub(crate) status_fd: RawFd,
@@ -85,7 +91,9 @@ impl ExecPlan {
             _envp: envp,
             envp_ptrs,
             stack: vec![0u8; LEADER_STACK],
+            cgroup_dir: -1,
             cgroup_procs: -1,
+            leader_joins: false,
             status_fd: -1,
             reaper_pid: 0,
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),

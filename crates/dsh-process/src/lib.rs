@@ -51,6 +51,7 @@
 
 pub mod capture;
 mod cgroup;
+mod clone3;
 mod control;
 pub mod env;
 mod exec_plan;

@@ -50,7 +50,8 @@ type LiveSet = Arc<Mutex<HashMap<u64, LiveEntry>>>;
 /// `cgroup.kill` (Linux 5.14) and a writable own cgroup are used when present.
 pub struct LocalSubprocess {
     proc_children: Result<(), String>,
-    cgroups: Result<Arc<CgroupRoot>, String>,
+    /// Probed at first use, so a provider that never spawns (or opts out) creates nothing.
+    cgroups: OnceLock<Result<Arc<CgroupRoot>, String>>,
     spill_parent: Option<PathBuf>,
     keep_spill: bool,
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
@@ -87,7 +88,7 @@ impl LocalSubprocess {
         let proc_children = proc_is_usable();
         LocalSubprocess {
             proc_children,
-            cgroups: CgroupRoot::probe().map(Arc::new),
+            cgroups: OnceLock::new(),
             spill_parent: None,
             keep_spill: false,
             spill_dir: Arc::new(OnceLock::new()),
@@ -100,16 +101,25 @@ impl LocalSubprocess {
     /// tests of that mechanism, and for hosts that manage cgroups themselves).
     /// Default: cgroups when available.
     pub fn without_cgroups(mut self) -> Self {
-        self.cgroups = Err("cgroups disabled by configuration".into());
+        self.cgroups = OnceLock::new();
+        let _ = self
+            .cgroups
+            .set(Err("cgroups disabled by configuration".into()));
         self
     }
 
     /// Whether commands get their own cgroup, and if not, why not.
     pub fn cgroup_status(&self) -> Result<(), &str> {
-        match &self.cgroups {
+        match self.cgroup_root() {
             Ok(_) => Ok(()),
             Err(why) => Err(why),
         }
+    }
+
+    /// The private cgroup subtree, created at the first call.
+    fn cgroup_root(&self) -> &Result<Arc<CgroupRoot>, String> {
+        self.cgroups
+            .get_or_init(|| CgroupRoot::probe().map(Arc::new))
     }
 
     /// Makes the spill directory under `parent` instead of the system temp directory.
@@ -257,11 +267,12 @@ impl Subprocess for LocalSubprocess {
         // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
         // tree exact.
         let cgroup = self
-            .cgroups
+            .cgroup_root()
             .as_ref()
             .ok()
             .and_then(|root| root.command().ok());
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
+        plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
         let fds = ReaperFds {
             status_w: status_w.as_raw_fd(),
             control_r: control_r.as_raw_fd(),
@@ -372,7 +383,7 @@ impl Subprocess for LocalSubprocess {
     }
 
     fn tree_mechanism(&self) -> TreeMechanism {
-        match self.cgroups {
+        match self.cgroup_root() {
             Ok(_) => TreeMechanism::Cgroup,
             Err(_) => TreeMechanism::Subreaper,
         }

@@ -10,7 +10,9 @@
 //! 2. its pipes to the owner are moved above fd 10, and the owner's signal handlers are
 //!    reset to the default, before anything starts (a failure is an error of `spawn`);
 //! 3. `clone(CLONE_VM | CLONE_VFORK)` (what `posix_spawn` does) starts the command
-//!    **leader**, which joins the command's cgroup if there is one, asks for SIGKILL if
+//!    **leader**, born in the command's cgroup if there is one (`clone3` with
+//!    `CLONE_INTO_CGROUP`, see the `clone3` module; where that is unavailable the leader
+//!    joins the cgroup itself before `execve`), asks for SIGKILL if
 //!    the reaper dies (`PR_SET_PDEATHSIG`), takes its own process group and `execve`s the
 //!    program prepared in the [`ExecPlan`]. An `execve` failure comes back as the errno
 //!    of `spawn`;
@@ -46,7 +48,7 @@
 //! # Async-signal safety
 //! Everything here runs in the child of a multi-threaded process, between `fork` and
 //! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls:
-//! `clone`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
+//! `clone`, `clone3`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
 //! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
@@ -112,6 +114,9 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         if plan.cgroup_procs >= 0 {
             plan.cgroup_procs = high_dup(plan.cgroup_procs)?;
         }
+        if plan.cgroup_dir >= 0 {
+            plan.cgroup_dir = high_dup(plan.cgroup_dir)?;
+        }
         plan.status_fd = status;
         plan.reaper_pid = libc::getpid();
         // Our own children list, opened once: re-read with pread, it keeps working even if
@@ -140,23 +145,22 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Close everything else now, std's exec-error pipe included, so std's `spawn`
         // returns before any of the command's code can run (the command could stop us):
         // from here on we talk to the owner only through the status pipe.
-        close_all_except(&[status, control, cgroup_kill, plan.cgroup_procs, children]);
+        close_all_except(&[
+            status,
+            control,
+            cgroup_kill,
+            plan.cgroup_procs,
+            plan.cgroup_dir,
+            children,
+        ]);
 
-        // The leader shares our memory and we sleep until it has exec'd: no copy of the
-        // page tables. It runs on its own stack, so it cannot clobber ours.
-        let top = plan.stack.as_mut_ptr().add(plan.stack.len());
-        let top = top.sub(top as usize % 16);
-        let arg: *mut ExecPlan = plan;
-        let pid = libc::clone(
-            leader_main,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            arg.cast(),
-        );
-        if pid < 0 {
-            write_record(status, STATUS_EXEC_FAILED, *libc::__errno_location());
-            libc::_exit(0);
-        }
+        let pid = match start_leader(plan) {
+            Ok(pid) => pid,
+            Err(errno) => {
+                write_record(status, STATUS_EXEC_FAILED, errno);
+                libc::_exit(0);
+            }
+        };
         if plan.exec_errno.load(Ordering::SeqCst) != 0 {
             // The leader reported the errno itself; reap it and go.
             let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -170,8 +174,10 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
-        if plan.cgroup_procs >= 0 {
-            libc::close(plan.cgroup_procs);
+        for fd in [plan.cgroup_procs, plan.cgroup_dir] {
+            if fd >= 0 {
+                libc::close(fd);
+            }
         }
         // Give up the command's stdio (their end-of-file must depend on the command alone)
         // and its working directory (so it can be removed or unmounted).
@@ -202,6 +208,47 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             children,
         };
         reaper.serve()
+    }
+}
+
+/// Starts the leader: born in the command cgroup where `clone3` allows, else `clone`d and
+/// joining the cgroup itself. Either way it shares our memory and we sleep until it has
+/// exec'd (no copy of the page tables); it runs on its own stack, so it cannot clobber
+/// ours. Returns its pid or the clone's errno.
+unsafe fn start_leader(plan: &mut ExecPlan) -> Result<libc::pid_t, i32> {
+    let arg: *mut ExecPlan = plan;
+    // SAFETY: single-threaded child; the stack belongs to the plan, which outlives the
+    // leader's life before exec; `leader_main` makes async-signal-safe calls only.
+    unsafe {
+        if plan.cgroup_dir >= 0 {
+            plan.leader_joins = false;
+            let stack: *mut [u8] = plan.stack.as_mut_slice();
+            match crate::clone3::spawn_into_cgroup(
+                leader_main,
+                arg.cast(),
+                &mut *stack,
+                plan.cgroup_dir,
+            ) {
+                Ok(pid) => return Ok(pid),
+                // No clone3 here (old kernel, seccomp, other architecture): join by hand.
+                Err(libc::ENOSYS) | Err(libc::E2BIG) => {}
+                Err(errno) => return Err(errno),
+            }
+        }
+        plan.leader_joins = plan.cgroup_procs >= 0;
+        let top = plan.stack.as_mut_ptr().add(plan.stack.len());
+        let top = top.sub(top as usize % 16);
+        let pid = libc::clone(
+            leader_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg.cast(),
+        );
+        if pid < 0 {
+            Err(*libc::__errno_location())
+        } else {
+            Ok(pid)
+        }
     }
 }
 
@@ -251,7 +298,7 @@ unsafe fn ignore_signals() {
 /// Closes every fd from 3 up except `keep` (-1 entries are ignored), with `close_range`,
 /// or one by one up to the fd limit where `close_range` is missing (Linux < 5.9) or
 /// filtered.
-unsafe fn close_all_except(keep: &[RawFd; 5]) {
+unsafe fn close_all_except(keep: &[RawFd; 6]) {
     let mut sorted = *keep;
     sorted.sort_unstable();
     let mut from: RawFd = 3;
@@ -298,9 +345,9 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
     // the (suspended) reaper's errno slot.
     unsafe {
         let plan = &*(arg as *const ExecPlan);
-        if plan.cgroup_procs >= 0 {
-            // Join the command's cgroup before exec, so every descendant is born in it. A
-            // refusal leaves the subreaper as the (still exact) boundary.
+        if plan.leader_joins {
+            // Not born in the command's cgroup: join it before exec, so every descendant is
+            // born in it. A refusal leaves the subreaper as the (still exact) boundary.
             libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
         }
         // If the reaper is killed (by the command itself, say), the leader goes too; if it
