@@ -48,6 +48,20 @@ pub enum ErrorCode {
     /// A `DSH_*` environment contributor is malformed or returned something it did not
     /// declare. Fix the contributor named in the message. `as_str()`: `SHELL_ENV_INVALID`.
     ShellEnvInvalid,
+    /// A sandbox escalation request is malformed (`sandbox_permissions` without a
+    /// justification, or the reverse) or asks for a mode that is not strictly wider than
+    /// the call's. No human was asked. Fix the arguments. `as_str()`: `ESCALATION_INVALID`.
+    EscalationInvalid,
+    /// The human rejected the request. Do not retry the same request; change the approach.
+    /// `as_str()`: `APPROVAL_REJECTED`.
+    ApprovalRejected,
+    /// The approval was cancelled before anyone answered (the call was cancelled).
+    /// `as_str()`: `APPROVAL_CANCELLED`.
+    ApprovalCancelled,
+    /// No approval channel can answer (none configured, no terminal, the client cannot
+    /// elicit). Nothing ran; configure an approval policy or answerer.
+    /// `as_str()`: `APPROVAL_UNAVAILABLE`.
+    ApprovalUnavailable,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -69,6 +83,10 @@ impl ErrorCode {
         ErrorCode::DuplicateService,
         ErrorCode::SandboxUnavailable,
         ErrorCode::ShellEnvInvalid,
+        ErrorCode::EscalationInvalid,
+        ErrorCode::ApprovalRejected,
+        ErrorCode::ApprovalCancelled,
+        ErrorCode::ApprovalUnavailable,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -86,6 +104,10 @@ impl ErrorCode {
             ErrorCode::DuplicateService => "DUPLICATE_SERVICE",
             ErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
             ErrorCode::ShellEnvInvalid => "SHELL_ENV_INVALID",
+            ErrorCode::EscalationInvalid => "ESCALATION_INVALID",
+            ErrorCode::ApprovalRejected => "APPROVAL_REJECTED",
+            ErrorCode::ApprovalCancelled => "APPROVAL_CANCELLED",
+            ErrorCode::ApprovalUnavailable => "APPROVAL_UNAVAILABLE",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -209,6 +231,10 @@ mod tests {
                 (ErrorCode::DuplicateService, "DUPLICATE_SERVICE"),
                 (ErrorCode::SandboxUnavailable, "SANDBOX_UNAVAILABLE"),
                 (ErrorCode::ShellEnvInvalid, "SHELL_ENV_INVALID"),
+                (ErrorCode::EscalationInvalid, "ESCALATION_INVALID"),
+                (ErrorCode::ApprovalRejected, "APPROVAL_REJECTED"),
+                (ErrorCode::ApprovalCancelled, "APPROVAL_CANCELLED"),
+                (ErrorCode::ApprovalUnavailable, "APPROVAL_UNAVAILABLE"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

@@ -330,6 +330,12 @@ pub(crate) fn read_start(status_r: &OwnedFd) -> io::Result<u32> {
     let pid = match started {
         (reaper::STATUS_STARTED, pid) => u32::try_from(pid).map_err(|_| bad_record())?,
         (reaper::STATUS_EXEC_FAILED, errno) => return Err(io::Error::from_raw_os_error(errno)),
+        (reaper::STATUS_CONFINE_FAILED, value) => {
+            return Err(io::Error::other(ConfineFailed {
+                step: u8::try_from(value >> 16).unwrap_or(0),
+                errno: value & 0xffff,
+            }))
+        }
         _ => return Err(bad_record()),
     };
     // The leader writes the errno before it exits when `execve` fails; so a confirmation,
@@ -343,6 +349,27 @@ pub(crate) fn read_start(status_r: &OwnedFd) -> io::Result<u32> {
         Ok(Some(_)) => Err(bad_record()),
     }
 }
+
+/// The leader could not apply its sandbox restrictions (carried in an `io::Error`).
+#[derive(Debug)]
+pub(crate) struct ConfineFailed {
+    pub step: u8,
+    pub errno: i32,
+}
+
+impl std::fmt::Display for ConfineFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step = dsh_sandbox::ConfineStep::from_code(self.step)
+            .map_or("confining the command", |s| s.describe());
+        write!(
+            f,
+            "{step} failed: {}",
+            io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl std::error::Error for ConfineFailed {}
 
 fn bad_record() -> io::Error {
     io::Error::new(

@@ -37,9 +37,18 @@ pub(crate) struct ExecPlan {
     pub(crate) reaper_pid: libc::pid_t,
     /// SIGTERM→SIGKILL grace, applied by the reaper itself.
     pub(crate) grace_ms: u64,
-    /// Written by the leader (which shares the reaper's memory) when `execve` fails.
+    /// Written by the leader (which shares the reaper's memory) when `execve` fails, or
+    /// when the sandbox restrictions could not be applied.
     pub(crate) exec_errno: AtomicI32,
+    /// Sandbox restrictions the leader applies before `execve`.
+    pub(crate) restrictions: Option<std::sync::Arc<dsh_sandbox::ChildRestrictions>>,
+    /// The fds the restrictions need, renumbered by the reaper (at most
+    /// [`MAX_CARRIED_FDS`]).
+    pub(crate) carried: Vec<RawFd>,
 }
+
+/// The most fds a command's sandbox restrictions may carry into the child.
+pub(crate) const MAX_CARRIED_FDS: usize = 8;
 
 // SAFETY: the raw pointers point into the CStrings this struct owns, whose heap buffers
 // never move or change; they are only read (by the forked reaper and its leader).
@@ -98,6 +107,8 @@ impl ExecPlan {
             reaper_pid: 0,
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             exec_errno: AtomicI32::new(0),
+            restrictions: None,
+            carried: Vec::new(),
         })
     }
 }

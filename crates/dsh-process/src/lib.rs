@@ -190,6 +190,11 @@ pub struct SpawnSpec {
     pub grace: Duration,
     /// Cancelling it terminates the tree (TERM, then KILL after `grace`). Default: none.
     pub cancel: Option<CancelToken>,
+    /// Sandbox restrictions the command's first process applies to itself before `exec`
+    /// (a [`Confinement`](dsh_sandbox::Confinement)'s). If they cannot be applied the
+    /// command does not run and the spawn fails with `SANDBOX_UNAVAILABLE`; a provider
+    /// that cannot apply them at all refuses the spawn the same way. Default: none.
+    pub restrictions: Option<Arc<dsh_sandbox::ChildRestrictions>>,
 }
 
 impl SpawnSpec {
@@ -208,6 +213,7 @@ impl SpawnSpec {
             env: EnvOverlay::new(),
             grace: Duration::from_millis(3000),
             cancel: None,
+            restrictions: None,
         }
     }
 }

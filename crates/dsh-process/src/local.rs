@@ -261,6 +261,18 @@ impl Subprocess for LocalSubprocess {
             spec.grace,
         )
         .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
+        if let Some(r) = &spec.restrictions {
+            let carried = r.carried_fds();
+            if carried.len() > crate::exec_plan::MAX_CARRIED_FDS {
+                return Err(HarnessError::invalid_argument(format!(
+                    "the sandbox restrictions carry {} file descriptors; at most {} are supported",
+                    carried.len(),
+                    crate::exec_plan::MAX_CARRIED_FDS
+                )));
+            }
+            plan.carried = carried;
+            plan.restrictions = Some(r.clone());
+        }
         let (status_r, status_w) = cloexec_pipe()?;
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
@@ -514,6 +526,18 @@ fn pipe_failed(e: rustix::io::Errno) -> HarnessError {
 
 fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
     let shown = resolve::quoted(&spec.argv[0]);
+    if let Some(failed) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<control::ConfineFailed>())
+    {
+        return HarnessError::new(
+            ErrorCode::SandboxUnavailable,
+            format!(
+                "the sandbox could not be applied to {shown} ({failed}); it did not run. \
+                 `dsh doctor` shows what this machine supports"
+            ),
+        );
+    }
     let (code, what) = match e.raw_os_error() {
         // The program was checked just before, so ENOENT here means its interpreter (the
         // `#!` line) or loader is missing.

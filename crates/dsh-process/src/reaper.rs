@@ -78,6 +78,9 @@ pub(crate) const STATUS_EXEC_FAILED: u8 = 4;
 /// The leader's `execve` succeeded. Written by the reaper; the command can delay it (by
 /// stopping the reaper), so the owner waits for it only briefly.
 pub(crate) const STATUS_EXEC_OK: u8 = 5;
+/// The leader could not apply its sandbox restrictions and did not `execve`: the payload
+/// is `step << 16 | errno` ([`dsh_sandbox::ConfineStep`]). Written by the leader, first.
+pub(crate) const STATUS_CONFINE_FAILED: u8 = 6;
 /// Length of one status record: a tag byte and an `i32` in native byte order.
 pub(crate) const STATUS_LEN: usize = 5;
 
@@ -117,6 +120,9 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         if plan.cgroup_dir >= 0 {
             plan.cgroup_dir = high_dup(plan.cgroup_dir)?;
         }
+        for fd in plan.carried.iter_mut() {
+            *fd = high_dup(*fd)?;
+        }
         plan.status_fd = status;
         plan.reaper_pid = libc::getpid();
         // Our own children list, opened once: re-read with pread, it keeps working even if
@@ -145,7 +151,8 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Close everything else now, std's exec-error pipe included, so std's `spawn`
         // returns before any of the command's code can run (the command could stop us):
         // from here on we talk to the owner only through the status pipe.
-        close_all_except(&[
+        let mut keep = [-1; 6 + crate::exec_plan::MAX_CARRIED_FDS];
+        keep[..6].copy_from_slice(&[
             status,
             control,
             cgroup_kill,
@@ -153,6 +160,8 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             plan.cgroup_dir,
             children,
         ]);
+        keep[6..6 + plan.carried.len()].copy_from_slice(&plan.carried);
+        close_all_except(&mut keep);
 
         let pid = match start_leader(plan) {
             Ok(pid) => pid,
@@ -174,7 +183,10 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
-        for fd in [plan.cgroup_procs, plan.cgroup_dir] {
+        for &fd in [plan.cgroup_procs, plan.cgroup_dir]
+            .iter()
+            .chain(plan.carried.iter())
+        {
             if fd >= 0 {
                 libc::close(fd);
             }
@@ -298,9 +310,9 @@ unsafe fn ignore_signals() {
 /// Closes every fd from 3 up except `keep` (-1 entries are ignored), with `close_range`,
 /// or one by one up to the fd limit where `close_range` is missing (Linux < 5.9) or
 /// filtered.
-unsafe fn close_all_except(keep: &[RawFd; 6]) {
-    let mut sorted = *keep;
-    sorted.sort_unstable();
+unsafe fn close_all_except(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let sorted = &*keep;
     let mut from: RawFd = 3;
     for &k in sorted.iter().filter(|k| **k >= 3) {
         // SAFETY: closing fds in this child only.
@@ -361,6 +373,18 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some(restrictions) = &plan.restrictions {
+            // Last, so nothing after it needs more than the command may do.
+            if let Err((step, errno)) = restrictions.apply(&plan.carried) {
+                write_record(
+                    plan.status_fd,
+                    STATUS_CONFINE_FAILED,
+                    (i32::from(step as u8) << 16) | (errno & 0xffff),
+                );
+                plan.exec_errno.store(errno.max(1), Ordering::SeqCst);
+                libc::_exit(127);
+            }
+        }
         write_record(plan.status_fd, STATUS_STARTED, libc::getpid());
         libc::execve(
             plan.program.as_ptr(),

@@ -5,8 +5,11 @@
 //! 120 000 ms, capped at 600 000 ms), a per-stream memory budget (64 000 bytes), a spill cap
 //! (64 MiB per stream) and a TERM→KILL grace (3000 ms). The child environment is layered,
 //! last wins: the scrubbed host environment, then the dialect's overrides (no colours, no
-//! pager), then the request's `env`, then its `dsh_env`. Providers differ only in their
-//! dialect; everything else is here, once.
+//! pager), then the request's `env`, then its `dsh_env`, then what the sandbox requires
+//! (`TMPDIR`). Providers differ only in their dialect; everything else is here, once.
+//!
+//! With [`ShellExecutor::with_sandbox`] each call in a confined mode is wrapped by the
+//! sandbox (see the [crate docs](crate#sandbox)).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,8 +17,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dsh_core::ErrorCode;
 use dsh_core::{clamp_timeout, CancelToken, Cause, Deadline, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{CaptureLimits, EnvOverlay, OutputMode, SpawnSpec, StdinMode, Subprocess};
+use dsh_sandbox::{
+    classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, Sandbox,
+    SandboxFacts, SandboxMode, SandboxPolicy,
+};
 
 use crate::{RunResult, Shell, ShellProcess, ShellRequest, ShellSpec};
 
@@ -104,6 +112,7 @@ pub struct ShellExecutor<D> {
     subprocess: Arc<dyn Subprocess>,
     config: RwLock<ShellConfig>,
     dialect: D,
+    sandbox: Option<(Arc<dyn Sandbox>, SandboxMode)>,
 }
 
 impl<D: Dialect> std::fmt::Debug for ShellExecutor<D> {
@@ -124,7 +133,15 @@ impl<D: Dialect> ShellExecutor<D> {
             subprocess,
             config: RwLock::new(ShellConfig::default()),
             dialect: D::default(),
+            sandbox: None,
         }
+    }
+
+    /// The same executor confining its commands with `sandbox`. A request without a policy
+    /// gets `default_mode` for the workspace at the configured cwd (else the host's).
+    pub fn with_sandbox(mut self, sandbox: Arc<dyn Sandbox>, default_mode: SandboxMode) -> Self {
+        self.sandbox = Some((sandbox, default_mode));
+        self
     }
 
     /// An executor over `subprocess` with `dialect` and `config`.
@@ -141,6 +158,7 @@ impl<D: Dialect> ShellExecutor<D> {
             subprocess,
             config: RwLock::new(config),
             dialect,
+            sandbox: None,
         })
     }
 
@@ -177,14 +195,47 @@ impl<D: Dialect> ShellExecutor<D> {
         Ok(())
     }
 
+    /// Wraps the call in its sandbox policy: `None` for an unconfined call.
+    ///
+    /// # Errors
+    /// `SANDBOX_UNAVAILABLE` when the mode is confined and this executor has no sandbox or
+    /// the sandbox cannot enforce it.
+    fn confine(&self, spec: &ShellSpec) -> Result<Option<Wrapped>, HarnessError> {
+        let Some(policy) = spec.sandbox.as_ref().filter(|p| p.mode.is_confined()) else {
+            return Ok(None);
+        };
+        let Some((sandbox, _)) = &self.sandbox else {
+            return Err(sandbox_unavailable(
+                policy.mode,
+                &format!(
+                    "this {} executor has no sandbox configured",
+                    self.dialect.name()
+                ),
+                None,
+            ));
+        };
+        let plain = self.dialect.argv(&spec.command);
+        let confinement = sandbox.confine(&plain, policy)?;
+        Ok(Some(Wrapped {
+            mode: policy.mode,
+            own_runner: confinement.argv.first() != plain.first(),
+            confinement,
+        }))
+    }
+
     fn spawn_spec(
         &self,
         spec: &ShellSpec,
         stdout_max: usize,
         cancel: Option<CancelToken>,
+        wrapped: Option<&Wrapped>,
     ) -> SpawnSpec {
         let cfg = self.config();
-        let mut s = SpawnSpec::new(self.dialect.argv(&spec.command), spec.workdir.clone());
+        let argv = match wrapped {
+            Some(w) => w.confinement.argv.clone(),
+            None => self.dialect.argv(&spec.command),
+        };
+        let mut s = SpawnSpec::new(argv, spec.workdir.clone());
         s.stdin = match &spec.stdin {
             Some(data) => StdinMode::Data(data.clone()),
             None => StdinMode::Ignore,
@@ -198,10 +249,84 @@ impl<D: Dialect> ShellExecutor<D> {
             max_spill_bytes: Some(cfg.max_spill_bytes),
         });
         s.env = layered_env(self.dialect.env_overrides(), spec);
+        if let Some(w) = wrapped {
+            for (k, v) in &w.confinement.env {
+                s.env.insert(
+                    k.to_string_lossy().into_owned(),
+                    Some(v.to_string_lossy().into_owned()),
+                );
+            }
+            s.restrictions = w.confinement.restrictions.clone();
+        }
         s.grace = Duration::from_millis(cfg.grace_ms);
         s.cancel = cancel;
         s
     }
+
+    /// The policy a request gets when it names none.
+    fn default_policy(&self, cfg_cwd: Option<&PathBuf>) -> Option<SandboxPolicy> {
+        let (_, mode) = self.sandbox.as_ref()?;
+        let root = cfg_cwd
+            .cloned()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        Some(SandboxPolicy::for_workspace(*mode, root))
+    }
+}
+
+/// A call wrapped by the sandbox, kept until the command's tree is gone (it holds the
+/// placeholders of missing protected paths).
+pub(crate) struct Wrapped {
+    pub(crate) mode: SandboxMode,
+    /// Whether the spawned program is a runner (bwrap, sandbox-exec) rather than the shell.
+    own_runner: bool,
+    pub(crate) confinement: Confinement,
+}
+
+impl Wrapped {
+    /// A spawn error that means the runner could not start, as `SANDBOX_UNAVAILABLE`;
+    /// any other error unchanged (a bad workdir stays a bad workdir).
+    fn spawn_error(&self, e: HarnessError, workdir: &std::path::Path) -> HarnessError {
+        let runner_missing = matches!(
+            e.code(),
+            ErrorCode::ProcessNotFound | ErrorCode::ProcessNotExecutable
+        );
+        if self.own_runner && runner_missing && workdir.is_dir() {
+            let detail = e.message().to_owned();
+            return sandbox_unavailable(self.mode, "", Some(&detail));
+        }
+        e
+    }
+
+    /// The facts of a finished run; `Err` when the runner itself failed.
+    pub(crate) fn facts(
+        &self,
+        exit_code: Option<i32>,
+        stderr: &str,
+    ) -> Result<SandboxFacts, String> {
+        let c = &self.confinement;
+        if let Some(line) = classify_runner_failure(exit_code, stderr, &c.runner_failure_rules) {
+            return Err(line);
+        }
+        Ok(SandboxFacts {
+            mode: self.mode,
+            denied: classify_denial(exit_code, stderr, c.denial_signatures),
+            enforcement: Some(c.enforcement.clone()),
+            runner: Some(c.runner),
+            runner_failed: false,
+        })
+    }
+}
+
+/// The facts of an unconfined call that had a policy (danger-full-access).
+fn unconfined_facts(spec: &ShellSpec) -> Option<SandboxFacts> {
+    spec.sandbox.as_ref().map(|p| SandboxFacts {
+        mode: p.mode,
+        denied: false,
+        enforcement: None,
+        runner: None,
+        runner_failed: false,
+    })
 }
 
 /// dsh_env > request env > the dialect's overrides (the scrubbed host env is the base,
@@ -237,7 +362,7 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
                 self.dialect.name()
             )));
         }
-        let workdir = match request.workdir.or(cfg.cwd) {
+        let workdir = match request.workdir.or_else(|| cfg.cwd.clone()) {
             Some(w) => w,
             None => std::env::current_dir().map_err(|e| {
                 HarnessError::new(
@@ -247,6 +372,9 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
                 .with_source(e)
             })?,
         };
+        let sandbox = request
+            .sandbox
+            .or_else(|| self.default_policy(cfg.cwd.as_ref()));
         Ok(ShellSpec {
             command: request.command,
             workdir,
@@ -256,6 +384,7 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
             stdin: request.stdin,
             env: request.env,
             dsh_env: request.dsh_env,
+            sandbox,
         })
     }
 
@@ -263,9 +392,14 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
         if let Some(reason) = spec.cancel.as_ref().and_then(CancelToken::reason) {
             return Err(HarnessError::aborted_before_start("spawn", reason));
         }
+        let wrapped = self.confine(&spec)?;
         let process = self
             .subprocess
-            .spawn(self.spawn_spec(&spec, spec.stdout_max_bytes, None))?;
+            .spawn(self.spawn_spec(&spec, spec.stdout_max_bytes, None, wrapped.as_ref()))
+            .map_err(|e| match &wrapped {
+                Some(w) => w.spawn_error(e, &spec.workdir),
+                None => e,
+            })?;
         // Armed once the command runs, so a short timeout is always a result, never an
         // error of the spawn.
         let deadline = Deadline::new(
@@ -280,6 +414,17 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
             }
         };
         let (stdout, stderr) = process.collected();
+        // What the command left running dies now, and `run` returns only once it is gone.
+        process.signal_kill();
+        process.wait_for_exit().await;
+        let sandbox = match &wrapped {
+            Some(w) => match w.facts(outcome.exit_code(), &stderr.text) {
+                Ok(facts) => Some(facts),
+                // The runner failed before the command ran: that outranks any denial.
+                Err(line) => return Err(sandbox_unavailable(w.mode, "", Some(&line))),
+            },
+            None => unconfined_facts(&spec),
+        };
         Ok(RunResult {
             exit_code: outcome.exit_code(),
             signal: outcome.signal(),
@@ -288,16 +433,29 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
             timeout_ms: spec.timeout_ms,
             stdout,
             stderr,
+            sandbox,
         })
-        // `process` drops here: anything the command left running is killed.
+        // `wrapped` drops here: its placeholders go once no other command uses them.
     }
 
     fn start(&self, spec: ShellSpec) -> Result<ShellProcess, HarnessError> {
         let cfg = self.config();
         // Background output uses the per-stream budget; `stdout_max_bytes` is for
         // foreground callers only.
-        let sub_spec = self.spawn_spec(&spec, cfg.max_output_bytes, spec.cancel.clone());
-        let process = self.subprocess.spawn(sub_spec)?;
-        Ok(ShellProcess::new(process, spec.cancel))
+        let wrapped = self.confine(&spec)?;
+        let sub_spec = self.spawn_spec(
+            &spec,
+            cfg.max_output_bytes,
+            spec.cancel.clone(),
+            wrapped.as_ref(),
+        );
+        let process = self
+            .subprocess
+            .spawn(sub_spec)
+            .map_err(|e| match &wrapped {
+                Some(w) => w.spawn_error(e, &spec.workdir),
+                None => e,
+            })?;
+        Ok(ShellProcess::new(process, spec.cancel, wrapped))
     }
 }

@@ -1,8 +1,9 @@
 //! Run a command line in a shell; get back a bounded result, and render it for a model.
 //!
-//! [`Shell`] is the seam; [`bash::LocalBash`] and [`pwsh::LocalPwsh`] provide it
-//! (unconfined; the confined variants arrive with the sandbox), both a [`ShellExecutor`]
-//! that differs only in its [`Dialect`]; the `bash` tool and `dsh` consume it through
+//! [`Shell`] is the seam; [`bash::LocalBash`] and [`pwsh::LocalPwsh`] provide it, both a
+//! [`ShellExecutor`] that differs only in its [`Dialect`], unconfined
+//! by default and confined by a [`dsh_sandbox::Sandbox`] once given one
+//! ([`ShellExecutor::with_sandbox`]); the `bash` tool and `dsh` consume it through
 //! `Arc<dyn Shell>`. [`Shell::resolve`] turns a loose [`ShellRequest`] into a checked
 //! [`ShellSpec`] (defaults filled, timeout capped); [`Shell::run`] runs it in the
 //! foreground under a timeout; [`Shell::start`] starts it in the background as a
@@ -35,10 +36,19 @@
 //! - Each call is a fresh non-login, non-interactive `bash -c`: no rc files (bash still
 //!   honours an ambient `BASH_ENV`).
 //!
+//! # Sandbox
+//! A confining executor wraps each call in its [`SandboxPolicy`] (the request's, else the
+//! executor's default): the sandbox's [`Confinement`](dsh_sandbox::Confinement) is spawned
+//! instead of the plain `bash -c`. A runner that failed before the command ran is a
+//! `SANDBOX_UNAVAILABLE` error ending in `Runner failure: <its line>`, which outranks a
+//! denial; a write the sandbox refused is an ordinary result with
+//! [`SandboxFacts::denied`]. danger-full-access never reaches the sandbox.
+//!
 //! # Errors
 //! `INVALID_ARGUMENT` (a bad timeout or budget hint), `CONFIG_INVALID` (a bad
-//! configuration), `ABORTED` (cancelled before start), and the spawn errors of
-//! `dsh-process` (`PROCESS_CWD_INVALID`, `PROCESS_NOT_FOUND`, …).
+//! configuration), `ABORTED` (cancelled before start), `SANDBOX_UNAVAILABLE` (a confined
+//! mode this machine cannot enforce; nothing ran), and the spawn errors of `dsh-process`
+//! (`PROCESS_CWD_INVALID`, `PROCESS_NOT_FOUND`, …).
 #![forbid(unsafe_code)]
 
 pub mod bash;
@@ -55,6 +65,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use dsh_core::{CancelToken, HarnessError};
 use dsh_process::{CollectedOutput, EnvOverlay, OutputRead, Signal, SpillInfo};
+use dsh_sandbox::{SandboxFacts, SandboxPolicy};
 
 /// A command as callers ask for it: only `command` is required; the executor fills and
 /// checks the rest in [`Shell::resolve`].
@@ -78,6 +89,9 @@ pub struct ShellRequest {
     pub env: Option<EnvOverlay>,
     /// The managed `DSH_*` facts, applied last. Default: none.
     pub dsh_env: Option<BTreeMap<String, String>>,
+    /// The sandbox policy of this call. Default: the executor's default policy when it
+    /// confines ([`ShellExecutor::with_sandbox`]), else none (unconfined).
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 impl ShellRequest {
@@ -109,6 +123,9 @@ pub struct ShellSpec {
     pub env: Option<EnvOverlay>,
     /// Managed `DSH_*` facts.
     pub dsh_env: Option<BTreeMap<String, String>>,
+    /// The sandbox policy; `None` runs unconfined without saying so (an executor without
+    /// a sandbox and no policy asked for).
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 /// The result of a foreground run. A non-zero exit, a timeout or a cancel is a normal
@@ -130,6 +147,8 @@ pub struct RunResult {
     pub stdout: CollectedOutput,
     /// Captured stderr (the tail when truncated).
     pub stderr: CollectedOutput,
+    /// How the sandbox treated the run; `None` when the call had no policy.
+    pub sandbox: Option<SandboxFacts>,
 }
 
 /// The state of a background process; it leaves `Running` once.

@@ -6,12 +6,17 @@ use dsh_core::CancelToken;
 use dsh_process::{Process, ProcessControl, Signal};
 use tokio::sync::watch;
 
+use dsh_sandbox::SandboxFacts;
+
+use crate::executor::Wrapped;
 use crate::{process_read, ProcessRead, ProcessStatus};
 
 /// A background shell command. Dropping it kills the whole process tree.
 pub struct ShellProcess {
     inner: Arc<Background>,
     process: Process,
+    /// Dropped after `process`: the sandbox wrap holds placeholders until the tree is gone.
+    wrapped: Option<Wrapped>,
 }
 
 struct Background {
@@ -28,7 +33,11 @@ struct BackgroundState {
 }
 
 impl ShellProcess {
-    pub(crate) fn new(process: Process, cancel: Option<CancelToken>) -> ShellProcess {
+    pub(crate) fn new(
+        process: Process,
+        cancel: Option<CancelToken>,
+        wrapped: Option<Wrapped>,
+    ) -> ShellProcess {
         let (stamp_tx, stamp_rx) = watch::channel(false);
         let inner = Arc::new(Background {
             state: Mutex::new(BackgroundState {
@@ -60,7 +69,39 @@ impl ShellProcess {
             }
             let _ = stamp_tx.send(true);
         });
-        ShellProcess { inner, process }
+        ShellProcess {
+            inner,
+            process,
+            wrapped,
+        }
+    }
+
+    /// How the sandbox treated the command, once it settled: `None` while it runs or
+    /// when it was not confined. `runner_failed` means the runner failed before the
+    /// command ran (then `denied` is false); `denied`, that a write was refused.
+    pub fn sandbox_facts(&self) -> Option<SandboxFacts> {
+        let w = self.wrapped.as_ref()?;
+        let st = self.inner.lock();
+        if st.status == ProcessStatus::Running || !*self.inner.stamped.borrow() {
+            return None;
+        }
+        let exit = st.exit_code;
+        drop(st);
+        let stderr = self
+            .process
+            .stderr_capture()
+            .map(|c| c.read_from(0).text)
+            .unwrap_or_default();
+        Some(match w.facts(exit, &stderr) {
+            Ok(facts) => facts,
+            Err(_line) => SandboxFacts {
+                mode: w.mode,
+                denied: false,
+                enforcement: Some(w.confinement.enforcement.clone()),
+                runner: Some(w.confinement.runner),
+                runner_failed: true,
+            },
+        })
     }
 
     /// The leader's pid.

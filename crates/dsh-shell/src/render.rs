@@ -377,6 +377,7 @@ mod tests {
             timeout_ms: 120_000,
             stdout: output(stdout),
             stderr: output(stderr),
+            sandbox: None,
         }
     }
 

@@ -5,3 +5,4 @@ mod support;
 mod background;
 mod pwsh;
 mod run;
+mod sandbox;

@@ -1,0 +1,171 @@
+//! bubblewrap argv shapes.
+//!
+//! Every confined call:
+//! `bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent
+//! --new-session --unshare-pid --cap-drop ALL`, then `--unshare-net --seccomp FD` when the network is denied (the namespace cuts IP and
+//! abstract sockets; the filter cuts connecting to host Unix socket paths, which a
+//! read-only bind does not), and under workspace-write:
+//! `--bind TMP TMP --bind TMP /tmp --bind ROOT ROOT ...` (the private temp directory, also
+//! as `/tmp` unless a writable root lies under `/tmp`; the workspace; the extra roots), then one read-only bind per protected path,
+//! after the writable binds so it wins: the path itself when it exists, else an empty
+//! read-only placeholder over its first missing component, so it cannot be created.
+//! Finally `-- ARGV`.
+//!
+//! `/dev` is bubblewrap's own minimal one, remounted read-only so that `/dev/shm` takes no
+//! writes (device nodes such as `/dev/null` stay writable: a read-only mount does not
+//! govern them). `--cap-drop ALL` matters when dsh runs as root. `--new-session` keeps a command from pushing keystrokes into the caller's terminal
+//! (`TIOCSTI`); `--unshare-pid` hides and protects host processes; `--die-with-parent`
+//! takes the sandbox down with its reaper.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::{Network, SandboxMode, SandboxPolicy};
+
+/// One read-only carve-out inside a writable root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Carve {
+    /// Where it is mounted.
+    pub at: PathBuf,
+    /// What is mounted there read-only: the path itself, or an empty placeholder.
+    pub source: PathBuf,
+}
+
+/// What the argv needs besides the policy.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    /// The private temp directory (writable and mounted at `/tmp` under workspace-write).
+    pub temp: Option<PathBuf>,
+    /// The fd number the seccomp program will have in bwrap (network denied).
+    pub seccomp_fd: Option<i32>,
+    /// The protected carve-outs, in order.
+    pub carves: Vec<Carve>,
+}
+
+/// The bwrap argv for `argv` under `policy` (a confined mode).
+pub fn argv(
+    program: &Path,
+    policy: &SandboxPolicy,
+    layout: &Layout,
+    argv: &[OsString],
+) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec![program.into()];
+    let mut push = |items: &[&str]| out.extend(items.iter().map(OsString::from));
+    push(&[
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--cap-drop",
+        "ALL",
+    ]);
+    if policy.network == Network::Deny {
+        push(&["--unshare-net"]);
+        if let Some(fd) = layout.seccomp_fd {
+            out.push("--seccomp".into());
+            out.push(fd.to_string().into());
+        }
+    }
+    if policy.mode == SandboxMode::WorkspaceWrite {
+        let mut bind = |flag: &str, from: &Path, to: &Path| {
+            out.push(flag.into());
+            out.push(from.into());
+            out.push(to.into());
+        };
+        let dirs = policy.writable_dirs();
+        if let Some(temp) = &layout.temp {
+            bind("--bind", temp, temp);
+            // Not over a writable root under /tmp: that root's neighbours would then be
+            // in the private temp dir, and the root itself a mount point inside it.
+            if !dirs.iter().any(|d| d.starts_with("/tmp")) {
+                bind("--bind", temp, Path::new("/tmp"));
+            }
+        }
+        for dir in dirs {
+            bind("--bind", &dir, &dir);
+        }
+        for carve in &layout.carves {
+            bind("--ro-bind", &carve.source, &carve.at);
+        }
+    }
+    out.push("--".into());
+    out.extend(argv.iter().cloned());
+    out
+}
+
+/// The probe argv: every feature a call may use, on `true`.
+pub fn probe_argv(program: &Path) -> Vec<OsString> {
+    let policy = SandboxPolicy {
+        mode: SandboxMode::ReadOnly,
+        network: Network::Deny,
+        workspace_root: PathBuf::from("/"),
+        writable_roots: Vec::new(),
+        protected: Vec::new(),
+    };
+    argv(program, &policy, &Layout::default(), &["true".into()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(v: &[OsString]) -> Vec<String> {
+        v.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    fn policy(mode: SandboxMode, network: Network) -> SandboxPolicy {
+        SandboxPolicy {
+            mode,
+            network,
+            workspace_root: "/ws".into(),
+            writable_roots: vec![],
+            protected: vec![],
+        }
+    }
+
+    #[test]
+    fn read_only_is_the_reference_shape_plus_namespaces() {
+        let a = argv(
+            Path::new("bwrap"),
+            &policy(SandboxMode::ReadOnly, Network::Allow),
+            &Layout::default(),
+            &["true".into()],
+        );
+        assert_eq!(
+            strs(&a).join(" "),
+            "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent --new-session --unshare-pid --cap-drop ALL -- true"
+        );
+    }
+
+    #[test]
+    fn workspace_write_binds_temp_root_then_carves() {
+        let layout = Layout {
+            temp: Some("/t".into()),
+            seccomp_fd: Some(3),
+            carves: vec![Carve {
+                at: "/ws/.git/hooks".into(),
+                source: "/ws/.git/hooks".into(),
+            }],
+        };
+        let a = argv(
+            Path::new("bwrap"),
+            &policy(SandboxMode::WorkspaceWrite, Network::Deny),
+            &layout,
+            &["bash".into(), "-c".into(), "x".into()],
+        );
+        assert_eq!(
+            strs(&a).join(" "),
+            "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent --new-session \
+             --unshare-pid --cap-drop ALL --unshare-net --seccomp 3 --bind /t /t --bind /t /tmp --bind /ws /ws \
+             --ro-bind /ws/.git/hooks /ws/.git/hooks -- bash -c x"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! Landlock rulesets, built in the parent and applied by the child.
+//!
+//! [`abi`] asks the kernel which Landlock ABI it speaks. [`Ruleset::build`] creates a
+//! ruleset that handles every filesystem right of that ABI and grants read + execute
+//! beneath `/`, read + write of `/dev/null` (the file, never `/dev`), and every handled
+//! right beneath each writable root. Where the ABI has them it also:
+//! - handles TCP bind and connect with no rule (ABI 4), when the network is denied;
+//! - scopes abstract Unix sockets (when the network is denied) and signals to the
+//!   sandbox's own domain (ABI 6), so a confined command cannot signal host processes.
+//!
+//! The child applies it with `landlock_restrict_self` after `no_new_privs` (see
+//! [`ChildRestrictions`](crate::ChildRestrictions)).
+//!
+//! # What Landlock cannot do (reported as partial enforcement)
+//! - Protect a path inside a writable root: rights are granted beneath a directory, and
+//!   the right to create files there cannot exclude names.
+//! - Below ABI 3, deny `truncate`; below ABI 5, deny `ioctl` on devices opened inside.
+//!   (Renames and links across directories are denied outright below ABI 2.)
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+const CREATE_RULESET_VERSION: u32 = 1 << 0;
+const RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// Filesystem access rights, by ABI.
+mod access {
+    pub const EXECUTE: u64 = 1 << 0;
+    pub const WRITE_FILE: u64 = 1 << 1;
+    pub const READ_FILE: u64 = 1 << 2;
+    pub const READ_DIR: u64 = 1 << 3;
+    pub const REMOVE_DIR: u64 = 1 << 4;
+    pub const REMOVE_FILE: u64 = 1 << 5;
+    pub const MAKE_CHAR: u64 = 1 << 6;
+    pub const MAKE_DIR: u64 = 1 << 7;
+    pub const MAKE_REG: u64 = 1 << 8;
+    pub const MAKE_SOCK: u64 = 1 << 9;
+    pub const MAKE_FIFO: u64 = 1 << 10;
+    pub const MAKE_BLOCK: u64 = 1 << 11;
+    pub const MAKE_SYM: u64 = 1 << 12;
+    /// ABI 2.
+    pub const REFER: u64 = 1 << 13;
+    /// ABI 3.
+    pub const TRUNCATE: u64 = 1 << 14;
+    /// ABI 5.
+    pub const IOCTL_DEV: u64 = 1 << 15;
+
+    pub const ABI1: u64 = EXECUTE
+        | WRITE_FILE
+        | READ_FILE
+        | READ_DIR
+        | REMOVE_DIR
+        | REMOVE_FILE
+        | MAKE_CHAR
+        | MAKE_DIR
+        | MAKE_REG
+        | MAKE_SOCK
+        | MAKE_FIFO
+        | MAKE_BLOCK
+        | MAKE_SYM;
+    /// Rights that make sense on a file (not a directory).
+    pub const FILE: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
+    pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
+}
+
+const NET_BIND_TCP: u64 = 1 << 0;
+const NET_CONNECT_TCP: u64 = 1 << 1;
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// `struct landlock_ruleset_attr` (ABI 6 layout; older kernels accept it when the fields
+/// they do not know are zero).
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr`.
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// The Landlock ABI version of the running kernel, or why there is none (not built in,
+/// not in the `lsm=` list, or not Linux).
+pub fn abi() -> Result<u32, String> {
+    // SAFETY: the documented version query: null attr, size 0, the VERSION flag.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    if v < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOSYS) => "this kernel has no Landlock (needs Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK)".into(),
+            Some(libc::EOPNOTSUPP) => "Landlock is built in but not enabled (add landlock to the lsm= boot parameter)".into(),
+            _ => format!("Landlock is unusable: {e}"),
+        });
+    }
+    u32::try_from(v).map_err(|_| "Landlock reported a negative ABI".into())
+}
+
+/// The filesystem rights ABI `abi` can handle.
+fn handled_fs(abi: u32) -> u64 {
+    let mut mask = access::ABI1;
+    if abi >= 2 {
+        mask |= access::REFER;
+    }
+    if abi >= 3 {
+        mask |= access::TRUNCATE;
+    }
+    if abi >= 5 {
+        mask |= access::IOCTL_DEV;
+    }
+    mask
+}
+
+/// What the policy asks of a ruleset.
+#[derive(Clone, Debug, Default)]
+pub struct RulesetSpec<'a> {
+    /// Directories with every handled right beneath them.
+    pub writable: Vec<&'a Path>,
+    /// Whether TCP and abstract Unix sockets are scoped away (network denied).
+    pub deny_network: bool,
+}
+
+/// A Landlock ruleset fd, ready for `landlock_restrict_self` in a child.
+#[derive(Debug)]
+pub struct Ruleset {
+    fd: OwnedFd,
+}
+
+impl Ruleset {
+    /// Builds the ruleset of the [module docs](self) for `abi`.
+    ///
+    /// # Errors
+    /// The OS error of the first step that failed, with the path it concerned; a rule path
+    /// that cannot be opened is an error (failing closed rather than silently narrowing).
+    pub fn build(abi: u32, spec: &RulesetSpec<'_>) -> io::Result<Ruleset> {
+        let handled = handled_fs(abi);
+        let attr = RulesetAttr {
+            handled_access_fs: handled,
+            handled_access_net: if abi >= 4 && spec.deny_network {
+                NET_BIND_TCP | NET_CONNECT_TCP
+            } else {
+                0
+            },
+            scoped: if abi >= 6 {
+                SCOPE_SIGNAL
+                    | if spec.deny_network {
+                        SCOPE_ABSTRACT_UNIX_SOCKET
+                    } else {
+                        0
+                    }
+            } else {
+                0
+            },
+        };
+        // SAFETY: a valid attr of the size given; the kernel returns a new fd or -1.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                &attr as *const RulesetAttr,
+                std::mem::size_of::<RulesetAttr>(),
+                0u32,
+            )
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("landlock_create_ruleset: {e}"),
+            ));
+        }
+        let fd = i32::try_from(fd).map_err(|_| io::Error::other("bad ruleset fd"))?;
+        // SAFETY: the kernel just returned this fd to us (it is O_CLOEXEC).
+        let ruleset = Ruleset {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        ruleset.allow(Path::new("/"), access::READ & handled)?;
+        ruleset.allow(
+            Path::new("/dev/null"),
+            (access::READ_FILE | access::WRITE_FILE | access::TRUNCATE | access::IOCTL_DEV)
+                & handled,
+        )?;
+        for dir in &spec.writable {
+            ruleset.allow(dir, handled)?;
+        }
+        Ok(ruleset)
+    }
+
+    /// Adds a rule granting `rights` beneath `path` (masked to file rights for a file).
+    fn allow(&self, path: &Path, rights: u64) -> io::Result<()> {
+        let file = open_path(path)?;
+        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+        let attr = PathBeneathAttr {
+            allowed_access: if is_dir {
+                rights
+            } else {
+                rights & access::FILE
+            },
+            parent_fd: file.as_raw_fd(),
+        };
+        // SAFETY: valid ruleset fd, rule type and attr pointer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                self.fd.as_raw_fd(),
+                RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0u32,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("landlock_add_rule {}: {e}", path.display()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The ruleset fd, which the child passes to `landlock_restrict_self`.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+}
+
+/// `open(path, O_PATH | O_CLOEXEC)`.
+fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: a valid C string; the result is a new fd or -1.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot open rule path {}: {e}", path.display()),
+        ));
+    }
+    // SAFETY: just opened.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What a Landlock ABI leaves unenforced for a policy, as the reason of a partial
+/// enforcement; `None` when it enforces everything.
+pub fn gaps(abi: u32) -> Option<String> {
+    if abi < 3 {
+        Some(format!(
+            "Landlock ABI {abi} cannot deny truncate (needs ABI 3, Linux 6.2) or device ioctl (ABI 5, Linux 6.10)"
+        ))
+    } else if abi < 5 {
+        Some(format!(
+            "Landlock ABI {abi} cannot deny ioctl on devices (needs ABI 5, Linux 6.10)"
+        ))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,561 @@
+//! Confine a command so the kernel, not the model's good will, decides what it may write.
+//!
+//! A [`SandboxPolicy`] travels with each call: a [`SandboxMode`] (what may be written), a
+//! [`Network`] axis (denied by default), the writable roots and the [`protected`] paths
+//! that stay read-only inside them. A [`Sandbox`] provider turns a command's argv and a
+//! policy into a [`Confinement`]: the argv to spawn instead, the environment it needs
+//! (`TMPDIR`), and the [`ChildRestrictions`] the spawner applies in the child between
+//! `fork` and `exec`. The provider here is [`LocalSandbox`]:
+//!
+//! | runner | how | used for |
+//! |---|---|---|
+//! | [`Runner::Landlock`] | Landlock ruleset + seccomp, applied by the child itself | read-only (fastest; no helper binary) |
+//! | [`Runner::Bwrap`] | bubblewrap: read-only bind of `/`, namespaces, protected re-binds | workspace-write (protected carve-outs), or when Landlock is missing |
+//! | [`Runner::Seatbelt`] | `sandbox-exec` with a generated profile | macOS |
+//!
+//! Per call the provider picks the fastest runner that enforces the policy in
+//! [full](Enforcement::Full); if none can, one that enforces it in
+//! [part](Enforcement::Partial), saying which part; if none works at all, the call fails
+//! with `SANDBOX_UNAVAILABLE` ([`sandbox_unavailable`]) and nothing runs unconfined.
+//!
+//! ```no_run
+//! use dsh_sandbox::{LocalSandbox, Sandbox, SandboxMode, SandboxPolicy};
+//! let sandbox = LocalSandbox::new();
+//! let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, "/work/project");
+//! let confined = sandbox.confine(&["bash".into(), "-c".into(), "make".into()], &policy)?;
+//! // Spawn `confined.argv` with `confined.env`, applying `confined.restrictions` in the
+//! // child (dsh-process does this when `SpawnSpec::restrictions` is set).
+//! # Ok::<(), dsh_core::HarnessError>(())
+//! ```
+//!
+//! After the command ran, [`classify_runner_failure`] tells a runner that failed before the
+//! command started (`SANDBOX_UNAVAILABLE`, with its line) from a command that ran, and
+//! [`classify_denial`] tells a write the sandbox refused from an ordinary failure.
+//! [`escalation`] holds the choreography for one approved retry in a wider mode.
+//!
+//! # Guarantees
+//! - Never a silent downgrade: a policy no runner can enforce is an error, and a partial
+//!   enforcement is reported as such with the reason, never as full.
+//! - Confined commands run with `no_new_privs` and no capabilities, even when dsh is root.
+//! - With [`Network::Deny`], no socket reaches anything outside the sandbox: no IP socket
+//!   at all, no connect to a host Unix socket (pathname or abstract), no io_uring; a
+//!   `socketpair` made inside still works.
+//!
+//! # Platform
+//! Linux (Landlock ABI 1+, bubblewrap) and macOS (Seatbelt). Elsewhere every confined
+//! call is `SANDBOX_UNAVAILABLE`.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use dsh_core::{ErrorCode, HarnessError};
+
+pub mod bwrap;
+mod child;
+pub mod escalation;
+pub mod landlock;
+mod local;
+pub mod protected;
+pub mod seatbelt;
+pub mod seccomp;
+
+pub use child::{ChildRestrictions, ConfineStep};
+pub use local::{LocalSandbox, Placeholders, RunnerStatus};
+
+/// What a confined command may write. Strictly ordered: each mode allows everything the
+/// one before it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SandboxMode {
+    /// No writes anywhere but `/dev/null`. `as_str()`: `read-only`.
+    ReadOnly,
+    /// Writes under the workspace root, the extra writable roots and the private temp
+    /// directory, except the protected paths. `as_str()`: `workspace-write`.
+    WorkspaceWrite,
+    /// No confinement at all; never reaches a [`Sandbox`]. `as_str()`:
+    /// `danger-full-access`.
+    DangerFullAccess,
+}
+
+impl SandboxMode {
+    /// Every mode, narrowest first.
+    pub const ALL: [SandboxMode; 3] = [
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ];
+
+    /// The stable kebab-case name (`read-only`, `workspace-write`, `danger-full-access`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::DangerFullAccess => "danger-full-access",
+        }
+    }
+
+    /// Whether commands in this mode go through a [`Sandbox`].
+    pub const fn is_confined(self) -> bool {
+        !matches!(self, SandboxMode::DangerFullAccess)
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SandboxMode {
+    type Err = HarnessError;
+
+    /// Parses the kebab-case name; anything else is `INVALID_ARGUMENT` listing the modes.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SandboxMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                HarnessError::invalid_argument(format!(
+                    "unknown sandbox mode \"{s}\"; expected read-only, workspace-write or danger-full-access"
+                ))
+            })
+    }
+}
+
+/// Whether a confined command may use the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Network {
+    /// No socket reaches outside the sandbox (the default in confined modes).
+    /// `as_str()`: `deny`.
+    #[default]
+    Deny,
+    /// The network is shared with the host. `as_str()`: `allow`.
+    Allow,
+}
+
+impl Network {
+    /// `deny` or `allow`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Network::Deny => "deny",
+            Network::Allow => "allow",
+        }
+    }
+}
+
+impl FromStr for Network {
+    type Err = HarnessError;
+
+    /// Parses `deny` or `allow`; anything else is `INVALID_ARGUMENT`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "deny" => Ok(Network::Deny),
+            "allow" => Ok(Network::Allow),
+            _ => Err(HarnessError::invalid_argument(format!(
+                "unknown network policy \"{s}\"; expected deny or allow"
+            ))),
+        }
+    }
+}
+
+/// The boundary of one call. Build it with [`SandboxPolicy::for_workspace`], which fills
+/// the defaults for that workspace (network denied, the default protected paths and, for
+/// a linked git worktree, the common git dir entries a commit needs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// What may be written.
+    pub mode: SandboxMode,
+    /// Whether the network is reachable.
+    pub network: Network,
+    /// The workspace root, canonical (symlinks resolved).
+    pub workspace_root: PathBuf,
+    /// More writable directories (canonical), under workspace-write only.
+    pub writable_roots: Vec<PathBuf>,
+    /// Paths that stay read-only (and cannot be created) inside the writable roots, under
+    /// workspace-write. Absolute.
+    pub protected: Vec<PathBuf>,
+}
+
+impl SandboxPolicy {
+    /// The policy of `mode` for the workspace at `root`: network denied, the protected
+    /// paths of [`protected::for_workspace`], and the extra writable roots a linked git
+    /// worktree needs to commit. `root` is canonicalised; a root that does not exist is
+    /// kept as given (it then matches nothing rather than inventing a grant).
+    pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
+        let root = canonical_path(root.as_ref());
+        let layout = protected::for_workspace(&root);
+        SandboxPolicy {
+            mode,
+            network: Network::Deny,
+            workspace_root: root,
+            writable_roots: layout.writable,
+            protected: layout.protected,
+        }
+    }
+
+    /// The same policy with `network`.
+    pub fn with_network(mut self, network: Network) -> SandboxPolicy {
+        self.network = network;
+        self
+    }
+
+    /// The same policy with one more writable directory (canonicalised).
+    pub fn with_writable_root(mut self, dir: impl AsRef<Path>) -> SandboxPolicy {
+        let dir = canonical_path(dir.as_ref());
+        if !self.writable_roots.contains(&dir) && dir != self.workspace_root {
+            self.writable_roots.push(dir);
+        }
+        self
+    }
+
+    /// The same policy in another mode (an approved escalation, say).
+    pub fn with_mode(mut self, mode: SandboxMode) -> SandboxPolicy {
+        self.mode = mode;
+        self
+    }
+
+    /// Every writable root of this policy besides the sandbox's temp directory: the
+    /// workspace and the extra roots under workspace-write, none otherwise.
+    pub fn writable_dirs(&self) -> Vec<PathBuf> {
+        if self.mode != SandboxMode::WorkspaceWrite {
+            return Vec::new();
+        }
+        let mut dirs = vec![self.workspace_root.clone()];
+        dirs.extend(self.writable_roots.iter().cloned());
+        dirs
+    }
+}
+
+/// `realpath`, or `p` unchanged when it cannot be resolved (a missing root then matches
+/// nothing rather than inventing a grant).
+pub fn canonical_path(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// How completely a runner enforces a policy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    /// Every file effect and network rule the policy promises is enforced by the kernel.
+    Full,
+    /// Enforced in part; the text says which part is not. Never treat as [`Full`](Self::Full).
+    Partial(String),
+}
+
+impl Enforcement {
+    /// `full` or `partial`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Enforcement::Full => "full",
+            Enforcement::Partial(_) => "partial",
+        }
+    }
+
+    /// Whether this is [`Enforcement::Full`].
+    pub fn is_full(&self) -> bool {
+        matches!(self, Enforcement::Full)
+    }
+}
+
+/// A way of confining a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Runner {
+    /// bubblewrap (`bwrap`): mount and pid/net namespaces. `as_str()`: `bwrap`.
+    Bwrap,
+    /// Landlock + seccomp applied in the child, no helper binary. `as_str()`: `landlock`.
+    Landlock,
+    /// macOS `sandbox-exec`. `as_str()`: `seatbelt`.
+    Seatbelt,
+}
+
+impl Runner {
+    /// The stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Runner::Bwrap => "bwrap",
+            Runner::Landlock => "landlock",
+            Runner::Seatbelt => "seatbelt",
+        }
+    }
+
+    /// The words in a command's stderr that mean this runner refused a write
+    /// (lower case; matched case-insensitively).
+    pub const fn denial_signatures(self) -> &'static [&'static str] {
+        match self {
+            Runner::Bwrap => &["read-only file system"],
+            Runner::Landlock => &["permission denied"],
+            Runner::Seatbelt => &["operation not permitted"],
+        }
+    }
+
+    /// Evidence in stderr that the runner itself failed before the command ran.
+    pub fn runner_failure_rules(self) -> Vec<RunnerFailureRule> {
+        match self {
+            Runner::Bwrap => vec![RunnerFailureRule::fatal(&["bwrap: "])],
+            // Applied by the child itself: a failure is an error of the spawn, never text.
+            Runner::Landlock => Vec::new(),
+            Runner::Seatbelt => vec![RunnerFailureRule::fatal(&["sandbox-exec: "])],
+        }
+    }
+}
+
+impl fmt::Display for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Runner {
+    type Err = HarnessError;
+
+    /// Parses `bwrap`, `landlock` or `seatbelt`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "bwrap" => Ok(Runner::Bwrap),
+            "landlock" => Ok(Runner::Landlock),
+            "seatbelt" => Ok(Runner::Seatbelt),
+            _ => Err(HarnessError::invalid_argument(format!(
+                "unknown sandbox runner \"{s}\"; expected bwrap or landlock (seatbelt on macOS)"
+            ))),
+        }
+    }
+}
+
+/// Evidence that a runner failed before running the command (see
+/// [`classify_runner_failure`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerFailureRule {
+    /// The rule applies only to these exit codes; `None`: any non-zero exit.
+    pub allowed_exit_codes: Option<Vec<i32>>,
+    /// A stderr line containing one of these (case-insensitively) is the runner's.
+    pub fatal_signatures: Vec<String>,
+    /// Whole lines (case-insensitive) that are notices, never failures.
+    pub informational_lines: Vec<String>,
+}
+
+impl RunnerFailureRule {
+    /// A rule with these fatal signatures, any exit code, no informational lines.
+    pub fn fatal(signatures: &[&str]) -> RunnerFailureRule {
+        RunnerFailureRule {
+            allowed_exit_codes: None,
+            fatal_signatures: signatures.iter().map(|s| (*s).to_owned()).collect(),
+            informational_lines: Vec::new(),
+        }
+    }
+}
+
+/// A command ready to spawn under a policy. See the [crate docs](crate).
+#[derive(Debug)]
+pub struct Confinement {
+    /// The argv to spawn instead of the caller's (runner, profile, `--`, caller's argv; or
+    /// the caller's argv unchanged when the child confines itself).
+    pub argv: Vec<OsString>,
+    /// Environment the command must get on top of the caller's (`TMPDIR`).
+    pub env: Vec<(OsString, OsString)>,
+    /// What the child applies to itself before `exec`; `None` for a pure-argv runner.
+    pub restrictions: Option<std::sync::Arc<ChildRestrictions>>,
+    /// How completely the policy is enforced.
+    pub enforcement: Enforcement,
+    /// The runner in use.
+    pub runner: Runner,
+    /// Lower-case stderr words that mean a write was refused.
+    pub denial_signatures: &'static [&'static str],
+    /// Evidence that the runner failed before the command ran.
+    pub runner_failure_rules: Vec<RunnerFailureRule>,
+    /// Placeholders bubblewrap mounts over missing protected paths: keep this until the
+    /// command's whole tree is gone; dropping it removes the ones no other command uses.
+    pub placeholders: Option<Placeholders>,
+}
+
+/// The sandbox seam: turns an argv and a policy into a [`Confinement`].
+pub trait Sandbox: Send + Sync {
+    /// Confines `argv` under `policy` (a confined mode).
+    ///
+    /// # Errors
+    /// `SANDBOX_UNAVAILABLE` when no runner can enforce the policy here (the message says
+    /// what is missing and how to fix it); `INVALID_ARGUMENT` for `danger-full-access`,
+    /// which is never confined; `IO_FAILED` when the private temp directory cannot be made.
+    fn confine(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError>;
+
+    /// The private temp directory confined commands get as `TMPDIR` (writable under
+    /// workspace-write), if one exists yet.
+    fn temp_dir(&self) -> Option<PathBuf>;
+}
+
+/// What a confined run looked like, for the result of the call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxFacts {
+    /// The mode the command ran in.
+    pub mode: SandboxMode,
+    /// Whether the command failed because the sandbox refused a write.
+    pub denied: bool,
+    /// How completely the mode was enforced; `None` under danger-full-access.
+    pub enforcement: Option<Enforcement>,
+    /// The runner used; `None` under danger-full-access.
+    pub runner: Option<Runner>,
+    /// Whether the runner failed before the command ran (background jobs only; a
+    /// foreground run reports it as a `SANDBOX_UNAVAILABLE` error).
+    pub runner_failed: bool,
+}
+
+/// The fail-closed error: `mode` was asked for, nothing here can enforce it. `why` says
+/// what is missing (may be empty); `detail`, a runner's own failure line, ends the message
+/// as ` Runner failure: <detail>`.
+pub fn sandbox_unavailable(mode: SandboxMode, why: &str, detail: Option<&str>) -> HarnessError {
+    let mut message = format!(
+        "sandbox mode \"{mode}\" is requested but no sandbox backend is usable on this host; \
+         dsh will not run the command unconfined."
+    );
+    if !why.is_empty() {
+        message.push(' ');
+        message.push_str(why.trim_end_matches('.'));
+        message.push('.');
+    }
+    message.push_str(
+        " To fix: on Linux install bubblewrap (apt-get install bubblewrap) with unprivileged \
+         user namespaces allowed, or use a kernel with Landlock enabled (lsm=landlock); on \
+         macOS sandbox-exec must be usable. `dsh doctor` shows what this machine lacks. The \
+         confined modes \"read-only\" and \"workspace-write\" both need a backend; to run \
+         without any sandbox on purpose, choose \"danger-full-access\".",
+    );
+    if let Some(detail) = detail {
+        message.push_str(" Runner failure: ");
+        message.push_str(detail);
+    }
+    HarnessError::new(ErrorCode::SandboxUnavailable, message)
+}
+
+/// The runner's own failure line, if `stderr` shows the runner failed before the command
+/// ran: a non-zero exit allowed by a rule, and a stderr line (not an exact informational
+/// line) containing one of its fatal signatures, case-insensitively. First match wins.
+/// A signal death or exit 0 is never a runner failure.
+pub fn classify_runner_failure(
+    exit_code: Option<i32>,
+    stderr: &str,
+    rules: &[RunnerFailureRule],
+) -> Option<String> {
+    let exit = exit_code.filter(|c| *c != 0)?;
+    for rule in rules {
+        if let Some(allowed) = &rule.allowed_exit_codes {
+            if !allowed.contains(&exit) {
+                continue;
+            }
+        }
+        let informational: Vec<String> = rule
+            .informational_lines
+            .iter()
+            .map(|l| l.to_lowercase())
+            .collect();
+        let fatal: Vec<String> = rule
+            .fatal_signatures
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.to_lowercase())
+            .collect();
+        for line in stderr
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        {
+            let lower = line.to_lowercase();
+            if informational.contains(&lower) {
+                continue;
+            }
+            if fatal.iter().any(|s| lower.contains(s.as_str())) {
+                return Some(line.to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// Whether a command's failure was the sandbox refusing a write: a non-zero exit (not a
+/// signal) and one of `signatures` in its (retained) stderr, case-insensitively.
+pub fn classify_denial(exit_code: Option<i32>, stderr: &str, signatures: &[&str]) -> bool {
+    if !matches!(exit_code, Some(c) if c != 0) {
+        return false;
+    }
+    let lower = stderr.to_lowercase();
+    signatures
+        .iter()
+        .any(|s| !s.is_empty() && lower.contains(&s.to_lowercase()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_are_strictly_ordered_and_round_trip() {
+        assert!(SandboxMode::ReadOnly < SandboxMode::WorkspaceWrite);
+        assert!(SandboxMode::WorkspaceWrite < SandboxMode::DangerFullAccess);
+        for m in SandboxMode::ALL {
+            assert_eq!(m.as_str().parse::<SandboxMode>().ok(), Some(m));
+        }
+        let e = "full".parse::<SandboxMode>().expect_err("must fail");
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn unavailable_names_the_mode_and_the_way_out() {
+        let e = sandbox_unavailable(SandboxMode::ReadOnly, "", None);
+        assert_eq!(e.code().as_str(), "SANDBOX_UNAVAILABLE");
+        assert!(e.message().contains("\"read-only\""));
+        assert!(e.message().contains("\"workspace-write\""));
+        assert!(e.message().contains("danger-full-access"));
+        assert!(!e.message().contains("Runner failure"));
+        let e = sandbox_unavailable(
+            SandboxMode::WorkspaceWrite,
+            "bwrap: missing",
+            Some("bwrap: x"),
+        );
+        assert!(e.message().ends_with(" Runner failure: bwrap: x"));
+    }
+
+    #[test]
+    fn runner_failure_needs_a_nonzero_allowed_exit_and_a_fatal_line() {
+        let rule = RunnerFailureRule {
+            allowed_exit_codes: Some(vec![125]),
+            fatal_signatures: vec!["landlock-run: ".into(), "  ".into()],
+            informational_lines: vec![
+                "landlock-run: partial enforcement (older Landlock ABI)".into()
+            ],
+        };
+        let rules = [rule];
+        let notice = "LANDLOCK-RUN: partial enforcement (older Landlock ABI)";
+        for code in [1, 2, 125] {
+            assert_eq!(classify_runner_failure(Some(code), notice, &rules), None);
+        }
+        let text = format!("{notice}\r\nlandlock-run: exec failed: x\n");
+        assert_eq!(classify_runner_failure(Some(1), &text, &rules), None);
+        assert_eq!(
+            classify_runner_failure(Some(125), &text, &rules).as_deref(),
+            Some("landlock-run: exec failed: x")
+        );
+        let extra = format!("{notice} and more");
+        assert!(classify_runner_failure(Some(125), &extra, &rules).is_some());
+        assert_eq!(classify_runner_failure(Some(0), &text, &rules), None);
+        assert_eq!(classify_runner_failure(None, &text, &rules), None);
+        // Blank signatures are ignored while valid ones beside them still work.
+        let blank = [RunnerFailureRule::fatal(&[" ", "bwrap: "])];
+        assert_eq!(classify_runner_failure(Some(1), "ok\n", &blank), None);
+        assert!(classify_runner_failure(Some(1), "bwrap: no", &blank).is_some());
+    }
+
+    #[test]
+    fn denial_needs_a_nonzero_exit_and_the_dialect() {
+        let sigs = Runner::Bwrap.denial_signatures();
+        assert!(classify_denial(Some(1), "x: Read-only file system", sigs));
+        assert!(!classify_denial(Some(0), "Read-only file system", sigs));
+        assert!(!classify_denial(None, "Read-only file system", sigs));
+        assert!(!classify_denial(Some(1), "Operation not permitted", sigs));
+        assert!(classify_denial(
+            Some(1),
+            "touch: Permission denied",
+            Runner::Landlock.denial_signatures()
+        ));
+    }
+}

@@ -1,0 +1,697 @@
+//! [`LocalSandbox`]: the runners of this machine, probed once, chosen per call.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use dsh_core::{ErrorCode, HarnessError};
+
+use crate::bwrap::{self, Carve};
+use crate::child::ChildRestrictions;
+use crate::landlock::{self, Ruleset, RulesetSpec};
+use crate::protected::DIRECTORY_NAMES;
+use crate::{
+    sandbox_unavailable, seatbelt, seccomp, Confinement, Enforcement, Network, Runner, Sandbox,
+    SandboxMode, SandboxPolicy,
+};
+
+/// Default bound on one runner probe.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// The fd number bubblewrap reads the seccomp program from.
+const BWRAP_SECCOMP_FD: i32 = 3;
+
+/// The sandbox seam on this machine.
+///
+/// Runners are probed at the first call that needs them, once per provider (the verdict,
+/// "unavailable" included, is kept for the provider's life): bubblewrap by running it on
+/// `true` with every feature a call uses (bounded by the probe timeout), Landlock by asking
+/// the kernel for its ABI. Each call then gets the fastest runner that enforces its policy
+/// in full, Landlock before bubblewrap; failing that, the first that enforces it in part;
+/// failing that, `SANDBOX_UNAVAILABLE`.
+///
+/// The provider owns a private directory (0700, removed on drop): the temp directory
+/// confined commands get as `TMPDIR` (writable under workspace-write, and mounted at
+/// `/tmp` by bubblewrap), and the empty read-only placeholders bubblewrap mounts over
+/// missing protected paths. Placeholders are removed again when the last command using
+/// them ends.
+///
+/// # Blocking
+/// The first `confine` may block for up to the probe timeout (bubblewrap's probe).
+pub struct LocalSandbox {
+    bwrap_program: Option<PathBuf>,
+    landlock_enabled: bool,
+    forced: Option<Runner>,
+    probe_timeout: Duration,
+    area_parent: Option<PathBuf>,
+    bwrap: OnceLock<Result<PathBuf, String>>,
+    landlock: OnceLock<Result<u32, String>>,
+    area: OnceLock<Result<Area, String>>,
+    placeholders: Arc<Mutex<HashMap<PathBuf, usize>>>,
+}
+
+/// A runner and whether it works here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerStatus {
+    /// The runner.
+    pub runner: Runner,
+    /// What was found (`/usr/bin/bwrap`, `ABI 7`), or why it cannot be used and how to
+    /// fix that.
+    pub available: Result<String, String>,
+}
+
+impl Default for LocalSandbox {
+    fn default() -> Self {
+        LocalSandbox::new()
+    }
+}
+
+impl std::fmt::Debug for LocalSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSandbox")
+            .field("forced", &self.forced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalSandbox {
+    /// A provider with every runner of this platform enabled, `bwrap` looked up on `PATH`,
+    /// the default probe timeout, and its private directory under `/var/tmp` (else the
+    /// system temp directory).
+    pub fn new() -> LocalSandbox {
+        LocalSandbox {
+            bwrap_program: Some(PathBuf::from("bwrap")),
+            landlock_enabled: true,
+            forced: None,
+            probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            area_parent: None,
+            bwrap: OnceLock::new(),
+            landlock: OnceLock::new(),
+            area: OnceLock::new(),
+            placeholders: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Uses this bubblewrap program (a path, or a name looked up on `PATH`).
+    pub fn bwrap_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.bwrap_program = Some(program.into());
+        self
+    }
+
+    /// Never uses bubblewrap.
+    pub fn without_bwrap(mut self) -> Self {
+        self.bwrap_program = None;
+        self
+    }
+
+    /// Never uses Landlock.
+    pub fn without_landlock(mut self) -> Self {
+        self.landlock_enabled = false;
+        self
+    }
+
+    /// Uses only `runner`; a call it cannot serve is `SANDBOX_UNAVAILABLE`.
+    pub fn force_runner(mut self, runner: Runner) -> Self {
+        self.forced = Some(runner);
+        self
+    }
+
+    /// Bounds each runner probe. Default: 5000 ms.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` for zero.
+    pub fn probe_timeout(mut self, timeout: Duration) -> Result<Self, HarnessError> {
+        if timeout.is_zero() {
+            return Err(HarnessError::config_invalid(
+                "sandbox: probe_timeout must be a positive duration",
+            ));
+        }
+        self.probe_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Makes the private directory under `parent`.
+    pub fn area_parent(mut self, parent: impl Into<PathBuf>) -> Self {
+        self.area_parent = Some(parent.into());
+        self
+    }
+
+    /// Every runner of this platform and whether it works here (probing what was not yet).
+    pub fn runners(&self) -> Vec<RunnerStatus> {
+        let mut out = Vec::new();
+        if cfg!(target_os = "linux") {
+            out.push(RunnerStatus {
+                runner: Runner::Landlock,
+                available: self.landlock_abi().map(|abi| format!("ABI {abi}")),
+            });
+            out.push(RunnerStatus {
+                runner: Runner::Bwrap,
+                available: self.bwrap_path().map(|p| p.display().to_string()),
+            });
+        } else if cfg!(target_os = "macos") {
+            out.push(RunnerStatus {
+                runner: Runner::Seatbelt,
+                available: Ok("/usr/bin/sandbox-exec".into()),
+            });
+        }
+        out
+    }
+
+    /// The runner a call with `policy` would get, and how completely it enforces it.
+    ///
+    /// # Errors
+    /// `SANDBOX_UNAVAILABLE` when no runner works (or the forced one does not).
+    pub fn choose(&self, policy: &SandboxPolicy) -> Result<(Runner, Enforcement), HarnessError> {
+        let mut why_not = Vec::new();
+        let mut partial = None;
+        for runner in self.candidates() {
+            match self.enforcement(runner, policy) {
+                Ok(Enforcement::Full) => return Ok((runner, Enforcement::Full)),
+                Ok(p) => {
+                    partial.get_or_insert((runner, p));
+                }
+                Err(why) => why_not.push(format!("{runner}: {why}")),
+            }
+        }
+        partial.ok_or_else(|| sandbox_unavailable(policy.mode, &why_not.join("; "), None))
+    }
+
+    fn candidates(&self) -> Vec<Runner> {
+        if let Some(forced) = self.forced {
+            return vec![forced];
+        }
+        if cfg!(target_os = "macos") {
+            vec![Runner::Seatbelt]
+        } else if cfg!(target_os = "linux") {
+            vec![Runner::Landlock, Runner::Bwrap]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// How `runner` would enforce `policy`, or why it cannot run at all.
+    fn enforcement(&self, runner: Runner, policy: &SandboxPolicy) -> Result<Enforcement, String> {
+        let mut gaps = Vec::new();
+        match runner {
+            Runner::Landlock => {
+                let abi = self.landlock_abi()?;
+                if let Some(gap) = landlock::gaps(abi) {
+                    gaps.push(gap);
+                }
+                if policy.mode == SandboxMode::WorkspaceWrite && !policy.protected.is_empty() {
+                    gaps.push(
+                        "Landlock cannot keep protected paths (.git/hooks, .git/config, rc files…) \
+                         read-only or uncreatable inside a writable root (bubblewrap can)"
+                            .into(),
+                    );
+                }
+                if policy.network == Network::Deny && !seccomp::supported() {
+                    gaps.push(
+                        "no seccomp filter for this architecture: the network stays reachable"
+                            .into(),
+                    );
+                }
+            }
+            Runner::Bwrap => {
+                self.bwrap_path()?;
+                if policy.network == Network::Deny && !seccomp::supported() {
+                    gaps.push(
+                        "no seccomp filter for this architecture: host Unix socket paths stay reachable"
+                            .into(),
+                    );
+                }
+            }
+            Runner::Seatbelt => {
+                if !cfg!(target_os = "macos") {
+                    return Err("Seatbelt exists only on macOS".into());
+                }
+            }
+        }
+        Ok(if gaps.is_empty() {
+            Enforcement::Full
+        } else {
+            Enforcement::Partial(gaps.join("; "))
+        })
+    }
+
+    fn landlock_abi(&self) -> Result<u32, String> {
+        if !self.landlock_enabled {
+            return Err("disabled by configuration".into());
+        }
+        self.landlock
+            .get_or_init(|| {
+                if cfg!(target_os = "linux") {
+                    landlock::abi()
+                } else {
+                    Err("Landlock exists only on Linux".into())
+                }
+            })
+            .clone()
+    }
+
+    fn bwrap_path(&self) -> Result<PathBuf, String> {
+        let Some(program) = &self.bwrap_program else {
+            return Err("disabled by configuration".into());
+        };
+        self.bwrap
+            .get_or_init(|| probe_bwrap(program, self.probe_timeout))
+            .clone()
+    }
+
+    fn area(&self) -> Result<&Area, HarnessError> {
+        self.area
+            .get_or_init(|| Area::create(self.area_parent.as_deref()))
+            .as_ref()
+            .map_err(|e| HarnessError::new(ErrorCode::IoFailed, e.clone()))
+    }
+
+    fn confine_bwrap(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+        area: &Area,
+    ) -> Result<
+        (
+            Vec<OsString>,
+            ChildRestrictions,
+            Option<Placeholders>,
+            OsString,
+        ),
+        HarnessError,
+    > {
+        let program = self
+            .bwrap_path()
+            .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
+        let mut inherit = Vec::new();
+        let mut seccomp_fd = None;
+        if policy.network == Network::Deny {
+            if let Some(program) = seccomp::network_deny_program() {
+                inherit.push((
+                    program_pipe(&seccomp::to_bytes(&program))?,
+                    BWRAP_SECCOMP_FD,
+                ));
+                seccomp_fd = Some(BWRAP_SECCOMP_FD);
+            }
+        }
+        let mut guard = None;
+        let mut carves = Vec::new();
+        // The temp dir is mounted at /tmp; under /tmp itself it would be hidden by that
+        // mount, so it is then known inside by /tmp alone.
+        let under_tmp = policy
+            .writable_dirs()
+            .iter()
+            .all(|d| !d.starts_with("/tmp"))
+            && area.temp.starts_with("/tmp");
+        let temp_inside: OsString = if under_tmp {
+            "/tmp".into()
+        } else {
+            area.temp.clone().into()
+        };
+        if policy.mode == SandboxMode::WorkspaceWrite {
+            let (c, g) = self.carves(policy, area);
+            carves = c;
+            guard = Some(g);
+        }
+        let layout = bwrap::Layout {
+            temp: (policy.mode == SandboxMode::WorkspaceWrite).then(|| area.temp.clone()),
+            seccomp_fd,
+            carves,
+        };
+        let mut out = bwrap::argv(&program, policy, &layout, argv);
+        if under_tmp {
+            drop_self_bind(&mut out, &area.temp);
+        }
+        let restrictions = ChildRestrictions {
+            drop_capabilities: false,
+            no_new_privs: true,
+            landlock: None,
+            seccomp: None,
+            inherit,
+        };
+        Ok((out, restrictions, guard, temp_inside))
+    }
+
+    /// The read-only carve-outs for the protected paths under the writable dirs, with the
+    /// placeholders they need registered.
+    fn carves(&self, policy: &SandboxPolicy, area: &Area) -> (Vec<Carve>, Placeholders) {
+        let writable = policy.writable_dirs();
+        let mut guard = Placeholders {
+            paths: Vec::new(),
+            registry: self.placeholders.clone(),
+        };
+        let mut carves: Vec<Carve> = Vec::new();
+        let mut registry = lock(&self.placeholders);
+        for p in &policy.protected {
+            let Some(root) = writable.iter().find(|w| p.starts_with(w)) else {
+                continue;
+            };
+            let at = first_missing(root, p).unwrap_or_else(|| p.clone());
+            if carves.iter().any(|c| c.at == at) {
+                continue;
+            }
+            let placeholder = registry.contains_key(&at) || std::fs::symlink_metadata(&at).is_err();
+            let source = if !placeholder {
+                at.clone()
+            } else {
+                *registry.entry(at.clone()).or_insert(0) += 1;
+                guard.paths.push(at.clone());
+                let dir_like = at != *p
+                    || at
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| DIRECTORY_NAMES.contains(&n));
+                if dir_like {
+                    area.empty_dir.clone()
+                } else {
+                    area.empty_file.clone()
+                }
+            };
+            carves.push(Carve { at, source });
+        }
+        (carves, guard)
+    }
+
+    fn confine_landlock(
+        &self,
+        policy: &SandboxPolicy,
+        area: &Area,
+    ) -> Result<ChildRestrictions, HarnessError> {
+        let abi = self
+            .landlock_abi()
+            .map_err(|why| sandbox_unavailable(policy.mode, &format!("landlock: {why}"), None))?;
+        let dirs = policy.writable_dirs();
+        let mut writable: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        if policy.mode == SandboxMode::WorkspaceWrite {
+            writable.push(&area.temp);
+        }
+        // A root that does not exist grants nothing (rather than failing the call).
+        writable.retain(|p| p.exists());
+        let deny_network = policy.network == Network::Deny;
+        let ruleset = Ruleset::build(
+            abi,
+            &RulesetSpec {
+                writable,
+                deny_network,
+            },
+        )
+        .map_err(|e| {
+            sandbox_unavailable(
+                policy.mode,
+                &format!("landlock: cannot build the ruleset: {e}"),
+                None,
+            )
+        })?;
+        Ok(ChildRestrictions {
+            drop_capabilities: true,
+            no_new_privs: true,
+            landlock: Some(ruleset.into_fd()),
+            seccomp: if deny_network {
+                seccomp::network_deny_program().map(Vec::into_boxed_slice)
+            } else {
+                None
+            },
+            inherit: Vec::new(),
+        })
+    }
+}
+
+impl Sandbox for LocalSandbox {
+    fn confine(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError> {
+        if !policy.mode.is_confined() {
+            return Err(HarnessError::invalid_argument(
+                "danger-full-access is never confined: spawn the command directly",
+            ));
+        }
+        if argv.is_empty() {
+            return Err(HarnessError::invalid_argument(
+                "the argv to confine is empty",
+            ));
+        }
+        let (runner, enforcement) = self.choose(policy)?;
+        let area = self.area()?;
+        let mut temp_inside: OsString = area.temp.clone().into();
+        let (argv, restrictions, placeholders) = match runner {
+            Runner::Landlock => (
+                argv.to_vec(),
+                Some(self.confine_landlock(policy, area)?),
+                None,
+            ),
+            Runner::Bwrap => {
+                let (a, r, g, t) = self.confine_bwrap(argv, policy, area)?;
+                temp_inside = t;
+                (a, Some(r), g)
+            }
+            Runner::Seatbelt => {
+                let temp =
+                    (policy.mode == SandboxMode::WorkspaceWrite).then_some(area.temp.as_path());
+                (seatbelt::argv(policy, temp, argv), None, None)
+            }
+        };
+        Ok(Confinement {
+            argv,
+            env: vec![("TMPDIR".into(), temp_inside)],
+            restrictions: restrictions.map(Arc::new),
+            enforcement,
+            runner,
+            denial_signatures: runner.denial_signatures(),
+            runner_failure_rules: runner.runner_failure_rules(),
+            placeholders,
+        })
+    }
+
+    fn temp_dir(&self) -> Option<PathBuf> {
+        self.area
+            .get()
+            .and_then(|a| a.as_ref().ok())
+            .map(|a| a.temp.clone())
+    }
+}
+
+/// Removes `--bind T T` (T under /tmp would be hidden by `--bind T /tmp` anyway).
+fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
+    if let Some(i) = argv
+        .windows(3)
+        .position(|w| w[0] == "--bind" && w[1] == temp.as_os_str() && w[2] == temp.as_os_str())
+    {
+        argv.drain(i..i + 3);
+    }
+}
+
+/// The first component of `path` below `root` that does not exist; `None` when the whole
+/// path exists.
+fn first_missing(root: &Path, path: &Path) -> Option<PathBuf> {
+    let rel = path.strip_prefix(root).ok()?;
+    let mut at = root.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_err() {
+            return Some(at);
+        }
+    }
+    None
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A pipe holding `bytes`, its write end closed: the read end yields them, then EOF.
+fn program_pipe(bytes: &[u8]) -> Result<OwnedFd, HarnessError> {
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(HarnessError::new(
+            ErrorCode::IoFailed,
+            "cannot make a pipe for the seccomp program",
+        )
+        .with_source(std::io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just made and are ours.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut w = std::fs::File::from(w);
+    // The program is a few hundred bytes: far below the pipe's capacity.
+    w.write_all(bytes).map_err(|e| {
+        HarnessError::new(ErrorCode::IoFailed, "cannot write the seccomp program").with_source(e)
+    })?;
+    Ok(r)
+}
+
+/// Runs the bwrap probe; the resolved program, or why it fails and how to fix it.
+fn probe_bwrap(program: &Path, timeout: Duration) -> Result<PathBuf, String> {
+    let path = resolve_program(program).ok_or_else(|| {
+        format!(
+            "{} not found (install it: apt-get install bubblewrap)",
+            program.display()
+        )
+    })?;
+    let argv = bwrap::probe_argv(&path);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "its probe did not finish within {} ms",
+                    timeout.as_millis()
+                ));
+            }
+            Err(e) => return Err(format!("cannot wait for its probe: {e}")),
+        }
+    };
+    if status.success() {
+        return Ok(path);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.by_ref().take(4096).read_to_string(&mut err);
+    }
+    let line = err.lines().next().unwrap_or("").trim().to_owned();
+    let hint = if line.contains("setting up uid map")
+        || line.contains("No permissions to create new namespace")
+        || line.contains("Operation not permitted")
+    {
+        " (unprivileged user namespaces are disabled: allow them, e.g. on Ubuntu 24.04 \
+         `sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap)"
+    } else {
+        ""
+    };
+    Err(format!("its probe failed ({status}): {line}{hint}"))
+}
+
+/// `program` if it has a slash, else its first executable match on `PATH`.
+fn resolve_program(program: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return is_executable(program).then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The provider's private directory. See [`LocalSandbox`].
+struct Area {
+    root: PathBuf,
+    temp: PathBuf,
+    empty_dir: PathBuf,
+    empty_file: PathBuf,
+}
+
+impl Area {
+    fn create(parent: Option<&Path>) -> Result<Area, String> {
+        let parent = match parent {
+            Some(p) => p.to_path_buf(),
+            None if Path::new("/var/tmp").is_dir() => PathBuf::from("/var/tmp"),
+            None => std::env::temp_dir(),
+        };
+        let parent = crate::canonical_path(&parent);
+        let mut root = None;
+        for _ in 0..8 {
+            let candidate = parent.join(format!("dsh-sandbox-{}", dsh_core::spill::random_hex(12)));
+            match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
+                Ok(()) => {
+                    root = Some(candidate);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create the sandbox's private directory under {}: {e}",
+                        parent.display()
+                    ))
+                }
+            }
+        }
+        let root = root
+            .ok_or_else(|| format!("cannot create a fresh directory under {}", parent.display()))?;
+        let area = Area {
+            temp: root.join("tmp"),
+            empty_dir: root.join("empty-dir"),
+            empty_file: root.join("empty-file"),
+            root,
+        };
+        let made = (|| -> std::io::Result<()> {
+            std::fs::DirBuilder::new().mode(0o700).create(&area.temp)?;
+            std::fs::DirBuilder::new()
+                .mode(0o500)
+                .create(&area.empty_dir)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o400)
+                .open(&area.empty_file)?;
+            Ok(())
+        })();
+        made.map_err(|e| format!("cannot prepare {}: {e}", area.root.display()))?;
+        Ok(area)
+    }
+}
+
+impl Drop for Area {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Placeholders a confinement registered; on drop, each one no other live confinement of
+/// this provider uses is removed if it is still an empty directory or an empty file.
+pub struct Placeholders {
+    paths: Vec<PathBuf>,
+    registry: Arc<Mutex<HashMap<PathBuf, usize>>>,
+}
+
+impl std::fmt::Debug for Placeholders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.paths).finish()
+    }
+}
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.registry);
+        for p in &self.paths {
+            let Some(count) = registry.get_mut(p) else {
+                continue;
+            };
+            *count -= 1;
+            if *count > 0 {
+                continue;
+            }
+            registry.remove(p);
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::remove_dir(p);
+                }
+                Ok(m) if m.is_file() && m.len() == 0 => {
+                    let _ = std::fs::remove_file(p);
+                }
+                _ => {}
+            }
+        }
+    }
+}

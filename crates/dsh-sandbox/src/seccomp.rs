@@ -1,0 +1,259 @@
+//! The seccomp filter that denies the network to a confined command.
+//!
+//! [`network_deny_program`] returns a classic BPF program that answers `EPERM` to:
+//! - `socket` and `socketpair` of any family but `AF_UNIX`, and of `AF_UNIX` datagram
+//!   sockets (an unconnected datagram socket can `sendmsg` to any host socket path);
+//! - `connect` (with only Unix stream and seqpacket sockets left, connecting is exactly how
+//!   a command would reach a host daemon, by path or abstract name);
+//! - `io_uring_setup`, `io_uring_enter`, `io_uring_register` (io_uring performs socket
+//!   operations the filter never sees);
+//! - every syscall of another architecture's ABI (i386 `int 0x80`, x32), which would
+//!   otherwise bypass the numbers checked here.
+//!
+//! A `socketpair(AF_UNIX, SOCK_STREAM)` made inside still works, with `send`, `sendmsg` and
+//! `recv` (Python's asyncio relies on it), and so does `bind`/`listen`/`accept` on a Unix
+//! socket of the sandbox's own.
+//!
+//! The same program serves both runners: the Landlock runner installs it in the child;
+//! bubblewrap receives it on an fd (`--seccomp FD`) and installs it just before `exec`.
+
+/// One BPF instruction (`struct sock_filter`).
+pub type Instruction = libc::sock_filter;
+
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
+const BPF_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_AND_K: u16 = 0x04 | 0x50; // BPF_ALU | BPF_AND | BPF_K
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+
+/// Offsets in `struct seccomp_data`.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const OFF_ARG0_LO: u32 = 16;
+const OFF_ARG1_LO: u32 = 24;
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: Option<u32> = Some(0xC000_003E);
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: Option<u32> = Some(0xC000_00B7);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const AUDIT_ARCH: Option<u32> = None;
+
+/// The x32 ABI marks its syscall numbers with this bit (x86_64 only).
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Whether this build has a network-deny filter for its architecture (x86_64, aarch64).
+pub const fn supported() -> bool {
+    AUDIT_ARCH.is_some()
+}
+
+/// The network-deny program (see the [module docs](self)), or `None` on an architecture
+/// it is not written for.
+pub fn network_deny_program() -> Option<Vec<Instruction>> {
+    let arch = AUDIT_ARCH?;
+    let mut p = Program::default();
+    p.load(OFF_ARCH);
+    p.jump_unless(arch, Label::Deny);
+    p.load(OFF_NR);
+    if cfg!(target_arch = "x86_64") {
+        p.jump_if_at_least(X32_SYSCALL_BIT, Label::Deny);
+    }
+    p.jump_if(nr(libc::SYS_socket), Label::CheckFamily);
+    p.jump_if(nr(libc::SYS_socketpair), Label::CheckFamily);
+    p.jump_if(nr(libc::SYS_connect), Label::Deny);
+    p.jump_if(nr(libc::SYS_io_uring_setup), Label::Deny);
+    p.jump_if(nr(libc::SYS_io_uring_enter), Label::Deny);
+    p.jump_if(nr(libc::SYS_io_uring_register), Label::Deny);
+    p.ret(SECCOMP_RET_ALLOW);
+
+    p.mark(Label::CheckFamily);
+    p.load(OFF_ARG0_LO);
+    p.jump_unless(libc::AF_UNIX as u32, Label::Deny);
+    p.load(OFF_ARG1_LO);
+    // The low bits are the type; SOCK_CLOEXEC / SOCK_NONBLOCK sit above them.
+    p.and(0xf);
+    p.jump_if(libc::SOCK_STREAM as u32, Label::Allow);
+    p.jump_if(libc::SOCK_SEQPACKET as u32, Label::Allow);
+
+    p.mark(Label::Deny);
+    p.ret(SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    p.mark(Label::Allow);
+    p.ret(SECCOMP_RET_ALLOW);
+    Some(p.finish())
+}
+
+/// The program as the bytes bubblewrap reads from `--seccomp FD`.
+pub fn to_bytes(program: &[Instruction]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for i in program {
+        out.extend_from_slice(&i.code.to_ne_bytes());
+        out.push(i.jt);
+        out.push(i.jf);
+        out.extend_from_slice(&i.k.to_ne_bytes());
+    }
+    out
+}
+
+fn nr(n: libc::c_long) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Label {
+    CheckFamily,
+    Deny,
+    Allow,
+}
+
+#[derive(Default)]
+struct Program {
+    insns: Vec<Instruction>,
+    /// (instruction index, label, true branch?) to patch once labels are placed.
+    fixups: Vec<(usize, Label, bool)>,
+    labels: Vec<(Label, usize)>,
+}
+
+impl Program {
+    fn push(&mut self, code: u16, k: u32) {
+        self.insns.push(Instruction {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+    }
+    fn load(&mut self, offset: u32) {
+        self.push(BPF_LD_W_ABS, offset);
+    }
+    fn and(&mut self, mask: u32) {
+        self.push(BPF_AND_K, mask);
+    }
+    fn ret(&mut self, value: u32) {
+        self.push(BPF_RET_K, value);
+    }
+    /// Jump to `to` when A == k, else fall through.
+    fn jump_if(&mut self, k: u32, to: Label) {
+        self.fixups.push((self.insns.len(), to, true));
+        self.push(BPF_JEQ_K, k);
+    }
+    /// Jump to `to` when A != k, else fall through.
+    fn jump_unless(&mut self, k: u32, to: Label) {
+        self.fixups.push((self.insns.len(), to, false));
+        self.push(BPF_JEQ_K, k);
+    }
+    /// Jump to `to` when A >= k, else fall through.
+    fn jump_if_at_least(&mut self, k: u32, to: Label) {
+        self.fixups.push((self.insns.len(), to, true));
+        self.push(BPF_JGE_K, k);
+    }
+    fn mark(&mut self, label: Label) {
+        self.labels.push((label, self.insns.len()));
+    }
+    fn finish(mut self) -> Vec<Instruction> {
+        for (at, label, on_true) in std::mem::take(&mut self.fixups) {
+            let target = self
+                .labels
+                .iter()
+                .find(|(l, _)| *l == label)
+                .map(|(_, i)| *i)
+                .expect("every label used is placed");
+            // Jumps are relative to the next instruction and only go forward.
+            let offset = u8::try_from(target - at - 1).expect("the program is short");
+            if on_true {
+                self.insns[at].jt = offset;
+            } else {
+                self.insns[at].jf = offset;
+            }
+        }
+        self.insns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny interpreter for the instructions this module emits.
+    fn run(program: &[Instruction], nr: u32, arch: u32, arg0: u32, arg1: u32) -> u32 {
+        let mut pc = 0;
+        let mut a: u32 = 0;
+        loop {
+            let i = program[pc];
+            match i.code {
+                BPF_LD_W_ABS => {
+                    a = match i.k {
+                        OFF_NR => nr,
+                        OFF_ARCH => arch,
+                        OFF_ARG0_LO => arg0,
+                        OFF_ARG1_LO => arg1,
+                        other => panic!("unexpected load at {other}"),
+                    }
+                }
+                BPF_AND_K => a &= i.k,
+                BPF_JEQ_K | BPF_JGE_K => {
+                    let hit = if i.code == BPF_JEQ_K {
+                        a == i.k
+                    } else {
+                        a >= i.k
+                    };
+                    pc += usize::from(if hit { i.jt } else { i.jf });
+                }
+                BPF_RET_K => return i.k,
+                other => panic!("unexpected opcode {other:#x}"),
+            }
+            pc += 1;
+        }
+    }
+
+    #[test]
+    fn the_filter_allows_unix_streams_and_denies_the_rest() {
+        let Some(p) = network_deny_program() else {
+            return;
+        };
+        let arch = AUDIT_ARCH.expect("supported");
+        let deny = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let socket = nr(libc::SYS_socket);
+        let unix = libc::AF_UNIX as u32;
+        let stream = libc::SOCK_STREAM as u32 | libc::SOCK_CLOEXEC as u32;
+        assert_eq!(run(&p, socket, arch, unix, stream), SECCOMP_RET_ALLOW);
+        assert_eq!(
+            run(
+                &p,
+                nr(libc::SYS_socketpair),
+                arch,
+                unix,
+                libc::SOCK_SEQPACKET as u32
+            ),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(run(&p, socket, arch, unix, libc::SOCK_DGRAM as u32), deny);
+        assert_eq!(run(&p, socket, arch, libc::AF_INET as u32, stream), deny);
+        assert_eq!(run(&p, socket, arch, libc::AF_INET6 as u32, stream), deny);
+        assert_eq!(run(&p, socket, arch, libc::AF_NETLINK as u32, 3), deny);
+        assert_eq!(run(&p, nr(libc::SYS_connect), arch, 3, 0), deny);
+        assert_eq!(run(&p, nr(libc::SYS_io_uring_setup), arch, 0, 0), deny);
+        assert_eq!(run(&p, nr(libc::SYS_read), arch, 0, 0), SECCOMP_RET_ALLOW);
+        assert_eq!(
+            run(&p, nr(libc::SYS_sendmsg), arch, 0, 0),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(run(&p, nr(libc::SYS_read), 0x4000_0003, 0, 0), deny);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(
+                run(&p, nr(libc::SYS_read) | X32_SYSCALL_BIT, arch, 0, 0),
+                deny
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_are_eight_per_instruction() {
+        let Some(p) = network_deny_program() else {
+            return;
+        };
+        assert_eq!(to_bytes(&p).len(), p.len() * 8);
+    }
+}

@@ -1,0 +1,415 @@
+//! Confined bash with real runners (Landlock + seccomp, bubblewrap): what the kernel lets
+//! through and what it refuses. Each test runs under every runner available here;
+//! `DSH_REQUIRE_BWRAP=1` makes a missing bubblewrap a failure instead of a skip.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dsh_core::ErrorCode;
+use dsh_process::LocalSubprocess;
+use dsh_sandbox::{LocalSandbox, Network, Runner, Sandbox, SandboxMode, SandboxPolicy};
+use dsh_shell::bash::LocalBash;
+use dsh_shell::{RunResult, Shell, ShellRequest};
+
+/// Each runner that works here, forced, with a name for messages.
+fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
+    let mut out = Vec::new();
+    for runner in [Runner::Landlock, Runner::Bwrap] {
+        let sandbox = LocalSandbox::new().force_runner(runner);
+        let status = sandbox
+            .runners()
+            .into_iter()
+            .find(|s| s.runner == runner)
+            .map(|s| s.available);
+        match status {
+            Some(Ok(_)) => out.push((runner, Arc::new(sandbox))),
+            Some(Err(why)) => {
+                if runner == Runner::Bwrap && std::env::var_os("DSH_REQUIRE_BWRAP").is_some() {
+                    panic!("DSH_REQUIRE_BWRAP is set but bwrap is unusable: {why}");
+                }
+                println!("skipping {runner}: {why}");
+            }
+            None => println!("skipping {runner}: not a runner of this platform"),
+        }
+    }
+    out
+}
+
+fn bash(sandbox: Arc<dyn Sandbox>) -> LocalBash {
+    LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox, SandboxMode::ReadOnly)
+}
+
+async fn run(shell: &LocalBash, command: &str, policy: &SandboxPolicy) -> RunResult {
+    let mut request = ShellRequest::new(command);
+    request.workdir = Some(policy.workspace_root.clone());
+    request.sandbox = Some(policy.clone());
+    let spec = shell.resolve(request).expect("resolve");
+    shell.run(spec).await.expect("run")
+}
+
+/// A workspace directory (canonical) with a sibling outside it.
+struct Dirs {
+    _base: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let base = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(base.path()).expect("canonical");
+    let ws = root.join("ws");
+    let outside = root.join("outside");
+    std::fs::create_dir(&ws).expect("ws");
+    std::fs::create_dir(&outside).expect("outside");
+    std::fs::write(outside.join("file"), "outside\n").expect("outside file");
+    Dirs {
+        _base: base,
+        ws,
+        outside,
+    }
+}
+
+fn q(p: &Path) -> String {
+    format!("'{}'", p.display())
+}
+
+#[tokio::test]
+async fn read_only_refuses_every_write_and_allows_reads() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox.clone());
+        let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &d.ws);
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+        let targets = [
+            d.ws.join("new"),
+            PathBuf::from("/tmp/dsh-ro-probe"),
+            PathBuf::from(&home).join(".dsh-ro-probe"),
+            PathBuf::from("/dev/shm/dsh-ro-probe"),
+            d.outside.join("file"),
+        ];
+        for t in &targets {
+            let r = run(&shell, &format!("echo x > {}", q(t)), &policy).await;
+            assert_ne!(r.exit_code, Some(0), "{runner}: wrote {}", t.display());
+            let facts = r.sandbox.expect("facts");
+            assert!(
+                facts.denied,
+                "{runner}: {}: {:?}",
+                t.display(),
+                r.stderr.text
+            );
+            assert_eq!(facts.runner, Some(runner));
+        }
+        assert!(!d.ws.join("new").exists());
+        assert_eq!(
+            std::fs::read_to_string(d.outside.join("file")).expect("must succeed"),
+            "outside\n"
+        );
+        let r = run(&shell, "echo x > \"$TMPDIR/t\"", &policy).await;
+        assert_ne!(
+            r.exit_code,
+            Some(0),
+            "{runner}: TMPDIR is writable in read-only"
+        );
+        let r = run(
+            &shell,
+            &format!(
+                "echo hi > /dev/null && cat {} && ls / >/dev/null",
+                q(&d.outside.join("file"))
+            ),
+            &policy,
+        )
+        .await;
+        assert_eq!(r.exit_code, Some(0), "{runner}: {}", r.stderr.text);
+        assert_eq!(r.stdout.text, "outside\n");
+        assert!(!r.sandbox.expect("facts").denied);
+    }
+}
+
+#[tokio::test]
+async fn workspace_write_lands_inside_and_nowhere_else() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox.clone());
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(
+            &shell,
+            "mkdir -p sub && echo in > sub/f && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"",
+            &policy,
+        )
+        .await;
+        assert_eq!(r.exit_code, Some(0), "{runner}: {}", r.stderr.text);
+        assert_eq!(
+            std::fs::read_to_string(d.ws.join("sub/f")).expect("must succeed"),
+            "in\n"
+        );
+        let tmp = sandbox.temp_dir().expect("temp dir");
+        assert_eq!(
+            std::fs::read_to_string(tmp.join("t")).expect("must succeed"),
+            "t\n",
+            "{runner}"
+        );
+
+        std::os::unix::fs::symlink(&d.outside, d.ws.join("out-link")).expect("must succeed");
+        std::fs::write(d.ws.join("mine"), "mine\n").expect("must succeed");
+        let escapes = [
+            format!("echo x > {}", q(&d.outside.join("new"))),
+            format!("echo x > {}", q(&d.ws.join("../sibling"))),
+            "echo x > out-link/new".to_owned(),
+            "echo x >> out-link/file".to_owned(),
+            format!("ln {} hard && echo x >> hard", q(&d.outside.join("file"))),
+            format!("mv mine {}", q(&d.outside)),
+            "echo x > /tmp/dsh-ww-probe".to_owned(),
+        ];
+        for cmd in &escapes {
+            let r = run(&shell, cmd, &policy).await;
+            assert_ne!(r.exit_code, Some(0), "{runner}: `{cmd}` succeeded");
+        }
+        assert_eq!(
+            std::fs::read_to_string(d.outside.join("file")).expect("must succeed"),
+            "outside\n"
+        );
+        assert!(!d.outside.join("new").exists());
+        assert!(!d.outside.join("mine").exists());
+        assert!(d.ws.join("mine").exists());
+        assert!(!d
+            .ws
+            .parent()
+            .expect("must succeed")
+            .join("sibling")
+            .exists());
+        assert!(!Path::new("/tmp/dsh-ww-probe").exists());
+    }
+}
+
+#[tokio::test]
+async fn confined_commands_have_no_new_privs_and_no_capabilities() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let policy = SandboxPolicy::for_workspace(mode, &d.ws);
+            let r = run(
+                &shell,
+                "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapAmb):' /proc/self/status",
+                &policy,
+            )
+            .await;
+            assert_eq!(r.exit_code, Some(0), "{runner}: {}", r.stderr.text);
+            let text = r.stdout.text;
+            assert!(text.contains("NoNewPrivs:\t1"), "{runner} {mode}: {text}");
+            for cap in ["CapEff", "CapPrm", "CapAmb"] {
+                assert!(
+                    text.contains(&format!("{cap}:\t0000000000000000")),
+                    "{runner} {mode}: {text}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_process_left_inside_the_sandbox_is_gone_when_the_command_returns() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &d.ws);
+        let marker = format!("1000.{}", std::process::id());
+        let r = run(
+            &shell,
+            &format!("setsid sleep {marker} & disown; echo started"),
+            &policy,
+        )
+        .await;
+        assert_eq!(r.stdout.text, "started\n", "{runner}: {}", r.stderr.text);
+        assert!(
+            !sleeper_alive(&marker),
+            "{runner}: the sleeper outlived its command"
+        );
+    }
+}
+
+fn sleeper_alive(marker: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        cmd.starts_with("sleep ") && cmd.contains(marker) && !stat.contains(") Z")
+    })
+}
+
+#[tokio::test]
+async fn with_no_runner_the_command_is_refused_and_nothing_runs() {
+    let d = dirs();
+    let sandbox = Arc::new(LocalSandbox::new().without_bwrap().without_landlock());
+    let shell = bash(sandbox);
+    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+    let mut request = ShellRequest::new("touch ran");
+    request.workdir = Some(d.ws.clone());
+    request.sandbox = Some(policy);
+    let spec = shell.resolve(request).expect("must succeed");
+    let e = shell.run(spec).await.expect_err("must fail");
+    assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
+    assert!(
+        e.message().contains("danger-full-access"),
+        "{}",
+        e.message()
+    );
+    assert!(!d.ws.join("ran").exists());
+}
+
+#[tokio::test]
+async fn git_commits_work_but_hooks_and_config_stay_read_only() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&d.ws)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(
+            &shell,
+            "echo a > a.txt && git add a.txt && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline | wc -l",
+            &policy,
+        )
+        .await;
+        let facts = r.sandbox.clone().expect("facts");
+        if runner == Runner::Landlock {
+            // Landlock cannot carve protected paths out of a writable root, and says so.
+            assert!(
+                !facts.enforcement.as_ref().expect("must succeed").is_full(),
+                "{facts:?}"
+            );
+            continue;
+        }
+        assert!(
+            facts.enforcement.as_ref().expect("must succeed").is_full(),
+            "{facts:?}"
+        );
+        assert_eq!(r.exit_code, Some(0), "{runner}: {}", r.stderr.text);
+        assert_eq!(r.stdout.text.trim(), "1");
+        let config_before = std::fs::read(d.ws.join(".git/config")).expect("must succeed");
+        for cmd in [
+            "echo 'exit 0' > .git/hooks/pre-commit",
+            "echo '[core] fsmonitor = evil' >> .git/config",
+            "mkdir -p .dsh && echo x > .dsh/config.toml",
+            "echo evil > .bashrc",
+            "mkdir -p .vscode && echo '{}' > .vscode/tasks.json",
+        ] {
+            let r = run(&shell, cmd, &policy).await;
+            assert_ne!(r.exit_code, Some(0), "{runner}: `{cmd}` succeeded");
+            assert!(
+                r.sandbox.expect("must succeed").denied,
+                "{runner}: `{cmd}`: {}",
+                r.stderr.text
+            );
+        }
+        assert!(!d.ws.join(".git/hooks/pre-commit").exists());
+        assert_eq!(
+            std::fs::read(d.ws.join(".git/config")).expect("must succeed"),
+            config_before
+        );
+        // The placeholders that kept missing paths uncreatable are gone again.
+        for name in [".dsh", ".bashrc", ".vscode", ".mcp.json"] {
+            assert!(
+                !d.ws.join(name).exists(),
+                "{runner}: placeholder {name} was left behind"
+            );
+        }
+    }
+}
+
+/// A Python client run inside the sandbox that tries every way out and prints one line
+/// per attempt: `NAME ok` or `NAME blocked`.
+const NET_PROBE: &str = r#"
+import socket, sys
+port, udp_port, unix_path, abstract = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def attempt(name, f):
+    try:
+        f(); print(name, "ok")
+    except OSError:
+        print(name, "blocked")
+def tcp(host, fam):
+    s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2); s.connect((host, port)); s.send(b"x")
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("127.0.0.1", udp_port))
+def unix(addr):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(2); s.connect(addr); s.send(b"x")
+def dns():
+    socket.getaddrinfo("example.com", 80)
+def pair():
+    a, b = socket.socketpair(); a.send(b"1"); a.sendmsg([b"2"]); assert b.recv(2) == b"12"
+attempt("tcp4", lambda: tcp("127.0.0.1", socket.AF_INET))
+attempt("tcp6", lambda: tcp("::1", socket.AF_INET6))
+attempt("udp", udp)
+attempt("unix", lambda: unix(unix_path))
+attempt("abstract", lambda: unix("\0" + abstract))
+attempt("dns", dns)
+attempt("pair", pair)
+"#;
+
+#[tokio::test]
+async fn network_deny_cuts_every_way_out_and_allow_lets_it_through() {
+    use std::os::linux::net::SocketAddrExt;
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let tcp4 = std::net::TcpListener::bind("127.0.0.1:0").expect("must succeed");
+        let port = tcp4.local_addr().expect("must succeed").port();
+        let tcp6 = std::net::TcpListener::bind(("::1", port)).ok();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("must succeed");
+        let unix_path = d.outside.join("daemon.sock");
+        let _unix = std::os::unix::net::UnixListener::bind(&unix_path).expect("must succeed");
+        let abstract_name = format!("dsh-test-{}-{runner}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+            .expect("must succeed");
+        let _abstract = std::os::unix::net::UnixListener::bind_addr(&addr).expect("must succeed");
+        std::fs::write(d.ws.join("probe.py"), NET_PROBE).expect("must succeed");
+        let cmd = format!(
+            "python3 probe.py {port} {} {} {abstract_name} 2>&1; (echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo devtcp ok || echo devtcp blocked",
+            udp.local_addr().expect("must succeed").port(),
+            q(&unix_path),
+        );
+        let shell = bash(sandbox);
+        let denied = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &d.ws);
+        let r = run(&shell, &cmd, &denied).await;
+        let out = r.stdout.text;
+        for name in ["tcp4", "udp", "unix", "abstract", "dns", "devtcp"] {
+            assert!(
+                out.contains(&format!("{name} blocked")),
+                "{runner}: {name}: {out}"
+            );
+        }
+        if tcp6.is_some() {
+            assert!(out.contains("tcp6 blocked"), "{runner}: {out}");
+        }
+        assert!(
+            out.contains("pair ok"),
+            "{runner}: socketpair must work inside: {out}"
+        );
+        udp.set_nonblocking(true).expect("must succeed");
+        assert!(
+            udp.recv(&mut [0u8; 8]).is_err(),
+            "{runner}: a datagram got out"
+        );
+
+        let allowed = denied.clone().with_network(Network::Allow);
+        let r = run(&shell, &cmd, &allowed).await;
+        let out = r.stdout.text;
+        for name in ["tcp4", "unix", "abstract", "devtcp", "pair"] {
+            assert!(
+                out.contains(&format!("{name} ok")),
+                "{runner} (allowed): {name}: {out}"
+            );
+        }
+    }
+}
