@@ -6,3 +6,4 @@ mod background;
 mod pwsh;
 mod run;
 mod sandbox;
+mod sandbox_seam;
