@@ -12,6 +12,10 @@ use dsh_process::{
     CaptureLimits, CollectedOutput, LocalSubprocess, Outcome, OutputMode, SpawnSpec, StdinMode,
     Subprocess,
 };
+use dsh_sandbox::{
+    classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, LocalSandbox,
+    Network, Runner, Sandbox, SandboxMode, SandboxPolicy,
+};
 
 /// Exit status when `--timeout` passed.
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -29,9 +33,25 @@ const JSON_MAX_SPILL_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {
-    /// Run in DIR (default: the current directory).
+    /// Run in DIR, which is also the workspace root of the sandbox (default: the current
+    /// directory).
     #[arg(short = 'C', value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Sandbox mode: read-only (no writes but /dev/null), workspace-write (the workspace,
+    /// the --writable dirs and a private TMPDIR, minus protected paths such as .git/hooks),
+    /// or danger-full-access (no sandbox).
+    #[arg(long, value_name = "MODE", default_value = "read-only", value_parser = parse_mode)]
+    mode: SandboxMode,
+    /// Network in a confined mode: deny (no socket reaches outside the sandbox) or allow.
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    network: Network,
+    /// One more writable directory (workspace-write only); repeatable.
+    #[arg(long, value_name = "DIR")]
+    writable: Vec<PathBuf>,
+    /// Use this sandbox runner only (bwrap or landlock); default: the fastest that fully
+    /// enforces the mode (see `dsh doctor`).
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    runner: Option<Runner>,
     /// Terminate the whole process tree after MS milliseconds (SIGTERM, then SIGKILL after
     /// the grace) and exit 124.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=MAX_TIMER_DELAY_MS))]
@@ -43,12 +63,60 @@ pub struct ExecArgs {
     #[arg(long)]
     no_cgroup: bool,
     /// Capture output instead of streaming it and print one JSON object: exit_code,
-    /// signal, timed_out, stdout, stderr, truncated, spill. Spill files are kept.
+    /// signal, timed_out, stdout, stderr, truncated, spill, sandbox. Spill files are kept.
     #[arg(long)]
     json: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     argv: Vec<OsString>,
+}
+
+fn parse_mode(s: &str) -> Result<SandboxMode, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_network(s: &str) -> Result<Network, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_runner(s: &str) -> Result<Runner, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+/// The confinement of the command, when its mode is confined.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for `--writable` outside workspace-write; `SANDBOX_UNAVAILABLE`.
+fn confine(
+    args: &ExecArgs,
+    cwd: &std::path::Path,
+) -> Result<Option<(LocalSandbox, Confinement)>, HarnessError> {
+    if !args.writable.is_empty() && args.mode != SandboxMode::WorkspaceWrite {
+        return Err(HarnessError::invalid_argument(format!(
+            "--writable needs --mode workspace-write (the mode is {})",
+            args.mode
+        )));
+    }
+    if !args.mode.is_confined() {
+        return Ok(None);
+    }
+    let mut policy = SandboxPolicy::for_workspace(args.mode, cwd).with_network(args.network);
+    for dir in &args.writable {
+        if !dir.is_dir() {
+            return Err(HarnessError::invalid_argument(format!(
+                "--writable {}: not a directory",
+                dir.display()
+            )));
+        }
+        policy = policy.with_writable_root(dir);
+    }
+    let mut sandbox = LocalSandbox::new();
+    if let Some(runner) = args.runner {
+        sandbox = sandbox.force_runner(runner);
+    }
+    let confinement = sandbox.confine(&args.argv, &policy)?;
+    // The provider owns the private temp directory: it must outlive the command.
+    Ok(Some((sandbox, confinement)))
 }
 
 pub fn main(args: ExecArgs) -> ExitCode {
@@ -86,7 +154,34 @@ async fn run(args: &ExecArgs) -> u8 {
     if args.no_cgroup {
         sub = sub.without_cgroups();
     }
-    let mut spec = SpawnSpec::new(args.argv.iter().cloned(), cwd);
+    let (_sandbox, confinement) = match confine(args, &cwd) {
+        Ok(Some((s, c))) => (Some(s), Some(c)),
+        Ok(None) => (None, None),
+        Err(e) => return fail(args, &e),
+    };
+    if let Some(c) = &confinement {
+        if let dsh_sandbox::Enforcement::Partial(why) = &c.enforcement {
+            if !args.json {
+                eprintln!(
+                    "dsh exec: the {} sandbox is enforced only in part: {why}",
+                    args.mode
+                );
+            }
+        }
+    }
+    let argv = confinement
+        .as_ref()
+        .map_or_else(|| args.argv.clone(), |c| c.argv.clone());
+    let mut spec = SpawnSpec::new(argv, cwd);
+    if let Some(c) = &confinement {
+        for (k, v) in &c.env {
+            spec.env.insert(
+                k.to_string_lossy().into_owned(),
+                Some(v.to_string_lossy().into_owned()),
+            );
+        }
+        spec.restrictions = c.restrictions.clone();
+    }
     spec.stdin = StdinMode::Inherit;
     spec.grace = Duration::from_millis(args.grace);
     if args.json {
@@ -119,7 +214,28 @@ async fn run(args: &ExecArgs) -> u8 {
     let code = exit_status(outcome, timed_out, interrupt.reason());
     if args.json {
         let (stdout, stderr) = process.collected();
-        print_json(outcome, timed_out, &stdout, &stderr);
+        if let Some(c) = &confinement {
+            if let Some(line) =
+                classify_runner_failure(outcome.exit_code(), &stderr.text, &c.runner_failure_rules)
+            {
+                drop(process);
+                return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
+            }
+        }
+        let sandbox = confinement.as_ref().map(|c| {
+            serde_json::json!({
+                "mode": args.mode.as_str(),
+                "network": args.network.as_str(),
+                "runner": c.runner.as_str(),
+                "enforcement": c.enforcement.as_str(),
+                "partial_reason": match &c.enforcement {
+                    dsh_sandbox::Enforcement::Partial(why) => Some(why.as_str()),
+                    dsh_sandbox::Enforcement::Full => None,
+                },
+                "denied": classify_denial(outcome.exit_code(), &stderr.text, c.denial_signatures),
+            })
+        });
+        print_json(outcome, timed_out, &stdout, &stderr, sandbox);
     }
     drop(process);
     sub.shutdown().await;
@@ -196,6 +312,7 @@ fn print_json(
     timed_out: bool,
     stdout: &CollectedOutput,
     stderr: &CollectedOutput,
+    sandbox: Option<serde_json::Value>,
 ) {
     let spill = |c: &CollectedOutput| match &c.spill {
         Some(s) => serde_json::json!({ "path": s.path, "bytes": s.bytes, "complete": s.complete }),
@@ -210,6 +327,7 @@ fn print_json(
         "truncated": { "stdout": stdout.truncated, "stderr": stderr.truncated },
         "total_bytes": { "stdout": stdout.total_bytes, "stderr": stderr.total_bytes },
         "spill": { "stdout": spill(stdout), "stderr": spill(stderr) },
+        "sandbox": sandbox,
     });
     let _ = writeln!(std::io::stdout(), "{v}");
 }

@@ -1,10 +1,13 @@
 //! `dsh`: run commands with bounded output and no process left behind.
 //!
 //! Subcommands:
-//! - `dsh exec [-C DIR] [--timeout MS] [--json] -- PROGRAM [ARG...]` runs one argv (see
-//!   [`exec`]).
+//! - `dsh exec [-C DIR] [--mode MODE] [--network deny|allow] [--writable DIR]...
+//!   [--runner RUNNER] [--timeout MS] [--json] -- PROGRAM [ARG...]` runs one argv in the
+//!   sandbox (see [`exec`]).
+//! - `dsh doctor [--json]` reports what this machine can enforce (see [`doctor`]).
 #![forbid(unsafe_code)]
 
+mod doctor;
 mod exec;
 mod orphans;
 
@@ -30,6 +33,10 @@ enum Command {
     /// 126 when PROGRAM cannot be executed; 127 when it is not found; 125 when dsh itself
     /// fails (bad -C, bad flag): then nothing ran.
     Exec(exec::ExecArgs),
+    /// Report what this machine can enforce (sandbox runners, Landlock ABI, seccomp, user
+    /// namespaces, openat2, cgroup v2), prove it with a self-test, and say how to fix what
+    /// is missing. Exit status 0 when healthy, 1 otherwise.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,5 +55,6 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Exec(args) => exec::main(args),
+        Command::Doctor(args) => doctor::main(args),
     }
 }

@@ -109,12 +109,22 @@ fn dsh_failures_exit_125_and_run_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("ran");
     let touch = format!("touch {}", marker.display());
-    let out = exec(&["-C", "/no/such/dir", "--", "bash", "-c", &touch]);
+    // Unconfined, so that the marker's absence proves nothing ran.
+    let full = ["--mode", "danger-full-access"];
+    let out = exec(
+        &[
+            &full[..],
+            &["-C", "/no/such/dir", "--", "bash", "-c", &touch],
+        ]
+        .concat(),
+    );
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PROCESS_CWD_INVALID"));
-    let out = exec(&["--no-such-flag", "--", "bash", "-c", &touch]);
+    let out = exec(&[&full[..], &["--no-such-flag", "--", "bash", "-c", &touch]].concat());
     assert_eq!(out.status.code(), Some(125));
-    let out = exec(&["--timeout", "0", "--", "bash", "-c", &touch]);
+    let out = exec(&[&full[..], &["--timeout", "0", "--", "bash", "-c", &touch]].concat());
+    assert_eq!(out.status.code(), Some(125));
+    let out = exec(&["--mode", "wide-open", "--", "bash", "-c", &touch]);
     assert_eq!(out.status.code(), Some(125));
     assert_eq!(exec(&[]).status.code(), Some(125));
     assert!(!marker.exists(), "a refused command ran");
@@ -138,7 +148,15 @@ fn json_captures_instead_of_streaming() {
         "echo out; echo err >&2; exit 3",
     ]);
     assert_eq!(out.status.code(), Some(3));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let sandbox = v
+        .as_object_mut()
+        .and_then(|o| o.remove("sandbox"))
+        .expect("sandbox facts");
+    assert_eq!(sandbox["mode"], "read-only");
+    assert_eq!(sandbox["network"], "deny");
+    assert_eq!(sandbox["denied"], false);
+    assert!(["landlock", "bwrap"].contains(&sandbox["runner"].as_str().unwrap_or("")));
     assert_eq!(
         v,
         serde_json::json!({
@@ -225,8 +243,9 @@ fn nothing_survives_dsh_being_sigkilled() {
 #[test]
 fn a_command_that_kills_its_own_reaper_leaves_nothing_behind() {
     // --no-cgroup: the subreaper-only path, where dsh exec itself adopts the orphans.
+    // Unconfined: a confined command cannot signal its reaper at all (next test).
     for extra in [&["--no-cgroup"][..], &[][..]] {
-        let mut args = vec!["exec"];
+        let mut args = vec!["exec", "--mode", "danger-full-access"];
         args.extend_from_slice(extra);
         args.extend_from_slice(&[
             "--",
@@ -243,4 +262,211 @@ fn a_command_that_kills_its_own_reaper_leaves_nothing_behind() {
         }
         assert!(gone, "{extra:?}: {pid} outlived dsh exec");
     }
+}
+
+/// A canonical temporary workspace.
+fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    (dir, ws)
+}
+
+#[test]
+fn exec_is_read_only_by_default() {
+    let (_d, ws) = workspace();
+    let ws_s = ws.to_str().expect("utf-8");
+    let out = exec(&["-C", ws_s, "--", "bash", "-c", "echo x > f"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!ws.join("f").exists());
+    let out = exec(&[
+        "-C",
+        ws_s,
+        "--mode",
+        "danger-full-access",
+        "--",
+        "bash",
+        "-c",
+        "echo x > f",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(ws.join("f").exists());
+}
+
+#[test]
+fn workspace_write_and_writable_dirs_land_on_the_host() {
+    let (_d, ws) = workspace();
+    let (_e, extra) = workspace();
+    let (ws_s, extra_s) = (ws.to_str().expect("utf-8"), extra.to_str().expect("utf-8"));
+    let script = format!("echo in > f && echo more > '{extra_s}/g'");
+    let out = exec(&[
+        "-C",
+        ws_s,
+        "--mode",
+        "workspace-write",
+        "--writable",
+        extra_s,
+        "--",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("f")).expect("f"), "in\n");
+    assert_eq!(
+        std::fs::read_to_string(extra.join("g")).expect("g"),
+        "more\n"
+    );
+    // Without the flag the extra dir is read-only.
+    let out = exec(&[
+        "-C",
+        ws_s,
+        "--mode",
+        "workspace-write",
+        "--",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    // --writable is refused outside workspace-write, and nothing runs.
+    let out = exec(&["-C", ws_s, "--writable", extra_s, "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("INVALID_ARGUMENT"));
+}
+
+#[test]
+fn the_runner_can_be_forced_and_an_impossible_one_is_sandbox_unavailable() {
+    let out = exec(&["--json", "--runner", "bwrap", "--", "true"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    if out.status.code() == Some(0) {
+        assert_eq!(v["sandbox"]["runner"], "bwrap");
+    } else {
+        assert!(
+            std::env::var_os("DSH_REQUIRE_BWRAP").is_none(),
+            "bwrap must work here: {v}"
+        );
+        assert_eq!(v["error"]["code"], "SANDBOX_UNAVAILABLE");
+    }
+    let marker = workspace();
+    let touch = format!("touch '{}/ran'", marker.1.display());
+    let out = exec(&[
+        "--runner",
+        "seatbelt",
+        "--mode",
+        "workspace-write",
+        "--",
+        "bash",
+        "-c",
+        &touch,
+    ]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SANDBOX_UNAVAILABLE") && err.contains("danger-full-access"),
+        "{err}"
+    );
+    assert!(!marker.1.join("ran").exists());
+    let out = exec(&["--runner", "chroot", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn a_confined_command_cannot_signal_its_reaper() {
+    // Killing the reaper takes the command down with it (PR_SET_PDEATHSIG): "survived"
+    // proves the kill did not land.
+    let script = "kill -9 $PPID 2>/dev/null; sleep 0.3; echo survived";
+    let out = exec(&[
+        "--json",
+        "--mode",
+        "danger-full-access",
+        "--",
+        "bash",
+        "-c",
+        script,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_ne!(
+        v["stdout"], "survived\n",
+        "unconfined, the kill must land: {v}"
+    );
+    for runner in ["bwrap", "landlock"] {
+        let out = exec(&["--json", "--runner", runner, "--", "bash", "-c", script]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        if v["error"]["code"] == "SANDBOX_UNAVAILABLE" {
+            continue;
+        }
+        // Landlock scopes signals from ABI 6 (Linux 6.12); bwrap hides the reaper behind
+        // its pid namespace.
+        if runner == "landlock" && landlock_abi() < 6 {
+            continue;
+        }
+        assert_eq!(v["stdout"], "survived\n", "{runner}: {v}");
+        assert_eq!(v["exit_code"], 0, "{runner}: {v}");
+    }
+}
+
+fn landlock_abi() -> i64 {
+    let out = dsh().args(["doctor", "--json"]).output().expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "landlock-abi"))
+        .and_then(|c| c["detail"].as_str())
+        .and_then(|d| d.strip_prefix("ABI "))
+        .and_then(|d| d.split(':').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn doctor_reports_runners_and_proves_enforcement() {
+    let out = dsh().args(["doctor", "--json"]).output().expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let checks = v["checks"].as_array().expect("checks");
+    for name in [
+        "landlock",
+        "bwrap",
+        "landlock-abi",
+        "seccomp",
+        "user-namespaces",
+        "openat2",
+        "cgroup-v2",
+    ] {
+        let c = checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {v}"));
+        if c["ok"] == false {
+            assert!(
+                c["fix"].is_string(),
+                "{name} is not ok and says no fix: {c}"
+            );
+        }
+    }
+    if std::env::var_os("DSH_REQUIRE_BWRAP").is_some() {
+        let bwrap = checks.iter().find(|c| c["name"] == "bwrap").expect("bwrap");
+        assert_eq!(bwrap["ok"], true, "{bwrap}");
+    }
+    let tests = v["self_test"].as_array().expect("self_test");
+    assert!(!tests.is_empty(), "no runner was tested: {v}");
+    for t in tests {
+        assert_eq!(t["ok"], true, "{t}");
+        assert!(
+            t["detail"].as_str().unwrap_or("").starts_with("refused"),
+            "{t}"
+        );
+    }
+    assert_eq!(v["healthy"], true);
+    assert_eq!(out.status.code(), Some(0));
+    let text = dsh().arg("doctor").output().expect("doctor");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("self-test") && text.contains("modes"),
+        "{text}"
+    );
 }

@@ -1,0 +1,413 @@
+//! `dsh doctor`: what this machine can enforce, what it cannot, and how to fix it.
+//!
+//! It reports each sandbox runner (and why one is unusable), the Landlock ABI, seccomp,
+//! unprivileged user namespaces, `openat2`, cgroup v2, and which runner each confined mode
+//! gets. Its self-test proves enforcement instead of inferring it: under each usable
+//! runner it attempts a write the mode forbids and a connect to a listener it opened on
+//! 127.0.0.1, and reports what the kernel did. Exit status 0 when at least one runner
+//! works and every self-test was refused as it should be; 1 otherwise.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use dsh_process::{LocalSubprocess, Subprocess, TreeMechanism};
+use dsh_sandbox::{
+    landlock, seccomp, Enforcement, LocalSandbox, Network, Runner, SandboxMode, SandboxPolicy,
+};
+use dsh_shell::bash::LocalBash;
+use dsh_shell::{Shell, ShellRequest};
+use serde_json::{json, Value};
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of the report: a fact, whether it is good, and the fix when it is not.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+pub fn main(args: DoctorArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dsh doctor: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run(&args))
+}
+
+async fn run(args: &DoctorArgs) -> ExitCode {
+    let sandbox = LocalSandbox::new();
+    let mut checks = Vec::new();
+    let runners = sandbox.runners();
+    for status in &runners {
+        checks.push(match &status.available {
+            Ok(found) => Check {
+                name: status.runner.as_str(),
+                ok: true,
+                detail: format!("usable ({found})"),
+                fix: None,
+            },
+            Err(why) => Check {
+                name: status.runner.as_str(),
+                ok: false,
+                detail: format!("unusable: {why}"),
+                fix: Some(runner_fix(status.runner, why)),
+            },
+        });
+    }
+    checks.push(match landlock::abi() {
+        Ok(abi) => Check {
+            name: "landlock-abi",
+            ok: landlock::gaps(abi).is_none(),
+            detail: format!(
+                "ABI {abi}{}",
+                landlock::gaps(abi)
+                    .map(|g| format!(": {g}"))
+                    .unwrap_or_default()
+            ),
+            fix: landlock::gaps(abi).map(|_| "a newer kernel (6.10+) closes the gap".into()),
+        },
+        Err(why) => Check {
+            name: "landlock-abi",
+            ok: false,
+            detail: why,
+            fix: Some("boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in lsm=".into()),
+        },
+    });
+    checks.push(seccomp_check());
+    checks.push(userns_check());
+    checks.push(openat2_check());
+    checks.push(cgroup_check());
+
+    let mut choices = Vec::new();
+    let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+        let policy = SandboxPolicy::for_workspace(mode, &ws);
+        choices.push(match sandbox.choose(&policy) {
+            Ok((runner, enforcement)) => json!({
+                "mode": mode.as_str(),
+                "runner": runner.as_str(),
+                "enforcement": enforcement.as_str(),
+                "partial_reason": partial_reason(&enforcement),
+            }),
+            Err(e) => json!({ "mode": mode.as_str(), "error": e.message() }),
+        });
+    }
+
+    let mut self_tests = Vec::new();
+    for status in runners.iter().filter(|s| s.available.is_ok()) {
+        self_tests.extend(self_test(status.runner).await);
+    }
+    let any_runner = runners.iter().any(|s| s.available.is_ok());
+    let all_refused = self_tests.iter().all(|t| t.ok);
+    let healthy = any_runner && all_refused;
+
+    if args.json {
+        let v = json!({
+            "healthy": healthy,
+            "checks": checks.iter().map(|c| json!({
+                "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix,
+            })).collect::<Vec<Value>>(),
+            "modes": choices,
+            "self_test": self_tests.iter().map(|c| json!({
+                "name": c.name, "ok": c.ok, "detail": c.detail,
+            })).collect::<Vec<Value>>(),
+        });
+        println!("{v}");
+    } else {
+        println!("dsh doctor: what this machine can enforce\n");
+        for c in &checks {
+            println!("  {} {:<16} {}", mark(c.ok), c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("      fix: {fix}");
+            }
+        }
+        println!("\n  modes (network denied):");
+        for c in &choices {
+            match c.get("error") {
+                Some(e) => println!(
+                    "    {:<16} unavailable: {}",
+                    c["mode"].as_str().unwrap_or(""),
+                    e.as_str().unwrap_or("")
+                ),
+                None => println!(
+                    "    {:<16} {} ({}{})",
+                    c["mode"].as_str().unwrap_or(""),
+                    c["runner"].as_str().unwrap_or(""),
+                    c["enforcement"].as_str().unwrap_or(""),
+                    c["partial_reason"]
+                        .as_str()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                ),
+            }
+        }
+        println!("\n  self-test (the kernel must refuse each attempt):");
+        if self_tests.is_empty() {
+            println!("    no runner to test");
+        }
+        for t in &self_tests {
+            println!("    {} {:<22} {}", mark(t.ok), t.name, t.detail);
+        }
+        println!(
+            "\n{}",
+            if healthy {
+                "healthy: confined modes are enforced here"
+            } else if any_runner {
+                "UNHEALTHY: a self-test was not refused; do not rely on the sandbox here"
+            } else {
+                "UNHEALTHY: no sandbox runner works; confined modes fail with SANDBOX_UNAVAILABLE"
+            }
+        );
+    }
+    ExitCode::from(if healthy { 0 } else { 1 })
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "ok "
+    } else {
+        "!! "
+    }
+}
+
+fn partial_reason(e: &Enforcement) -> Option<&str> {
+    match e {
+        Enforcement::Partial(why) => Some(why),
+        Enforcement::Full => None,
+    }
+}
+
+fn runner_fix(runner: Runner, why: &str) -> String {
+    match runner {
+        Runner::Bwrap if why.contains("not found") => {
+            "apt-get install bubblewrap (or your distribution's bubblewrap package)".into()
+        }
+        Runner::Bwrap => "allow unprivileged user namespaces (Ubuntu 24.04: `sysctl -w \
+             kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for \
+             bwrap; Debian: `sysctl -w kernel.unprivileged_userns_clone=1`), or run dsh as root"
+            .into(),
+        Runner::Landlock => {
+            "boot a kernel with Landlock enabled (5.13+, CONFIG_SECURITY_LANDLOCK=y, \
+             landlock in the lsm= boot parameter)"
+                .into()
+        }
+        Runner::Seatbelt => "sandbox-exec must be usable (macOS)".into(),
+    }
+}
+
+fn seccomp_check() -> Check {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let present = status.lines().any(|l| l.starts_with("Seccomp:"));
+    let ok = present && seccomp::supported();
+    Check {
+        name: "seccomp",
+        ok,
+        detail: match (present, seccomp::supported()) {
+            (true, true) => {
+                "filters available; network-deny filter built for this architecture".into()
+            }
+            (true, false) => {
+                "filters available, but dsh has no network-deny filter for this architecture".into()
+            }
+            (false, _) => "not available in this kernel".into(),
+        },
+        fix: (!ok).then(|| "a kernel with CONFIG_SECCOMP_FILTER (x86_64 or aarch64)".into()),
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+fn userns_check() -> Check {
+    let max = read_sysctl("/proc/sys/user/max_user_namespaces");
+    let debian = read_sysctl("/proc/sys/kernel/unprivileged_userns_clone");
+    let apparmor = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    let mut blocked = Vec::new();
+    if max.as_deref() == Some("0") {
+        blocked.push("user.max_user_namespaces=0");
+    }
+    if debian.as_deref() == Some("0") {
+        blocked.push("kernel.unprivileged_userns_clone=0");
+    }
+    if apparmor.as_deref() == Some("1") {
+        blocked.push("kernel.apparmor_restrict_unprivileged_userns=1");
+    }
+    Check {
+        name: "user-namespaces",
+        ok: blocked.is_empty(),
+        detail: if blocked.is_empty() {
+            format!(
+                "unprivileged user namespaces allowed (max {})",
+                max.as_deref().unwrap_or("?")
+            )
+        } else {
+            format!("restricted: {}", blocked.join(", "))
+        },
+        fix: (!blocked.is_empty()).then(|| {
+            "bubblewrap needs them when dsh is not root: relax the sysctl named above".into()
+        }),
+    }
+}
+
+fn openat2_check() -> Check {
+    use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+    let probe = openat2(
+        CWD,
+        ".",
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH,
+    );
+    let ok = probe.is_ok();
+    Check {
+        name: "openat2",
+        ok,
+        detail: match probe {
+            Ok(_) => "available (kernel-checked path containment for the file tools)".into(),
+            Err(e) => format!("unavailable ({e}): the file tools fall back to re-resolving"),
+        },
+        fix: (!ok).then(|| "Linux 5.6+ without a seccomp profile that blocks openat2".into()),
+    }
+}
+
+fn cgroup_check() -> Check {
+    let sub = LocalSubprocess::new();
+    let mechanism = sub.tree_mechanism();
+    let why = sub.cgroup_status().err().map(str::to_owned);
+    Check {
+        name: "cgroup-v2",
+        ok: mechanism == TreeMechanism::Cgroup,
+        detail: match &why {
+            None => "a cgroup per command (cgroup.kill)".into(),
+            Some(why) => format!("per-command subreaper only: {why}"),
+        },
+        fix: why.map(|_| {
+            "run dsh as root or in a delegated cgroup (e.g. `systemd-run --user --scope -p \
+             Delegate=yes dsh ...`); the subreaper still owns every tree"
+                .into()
+        }),
+    }
+}
+
+/// Under `runner`: a write read-only mode forbids, and a connect the denied network
+/// forbids. Each check is ok when the kernel refused it.
+async fn self_test(runner: Runner) -> Vec<Check> {
+    let Ok(dir) = tempfile::tempdir() else {
+        return vec![Check {
+            name: "self-test",
+            ok: false,
+            detail: "cannot create a temporary workspace".into(),
+            fix: None,
+        }];
+    };
+    let ws = dsh_sandbox::canonical_path(dir.path());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").ok();
+    let port = listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map_or(9, |a| a.port());
+    let sandbox = Arc::new(LocalSandbox::new().force_runner(runner));
+    let shell = LocalBash::new(Arc::new(LocalSubprocess::new()))
+        .with_sandbox(sandbox, SandboxMode::ReadOnly);
+    let probe = ws.join("probe");
+    let write = attempt(
+        &shell,
+        &ws,
+        &format!("echo x > '{}'", probe.display()),
+        Network::Deny,
+    )
+    .await;
+    let connect = attempt(
+        &shell,
+        &ws,
+        &format!("echo x > /dev/tcp/127.0.0.1/{port}"),
+        Network::Deny,
+    )
+    .await;
+    let bwrap = runner == Runner::Bwrap;
+    vec![
+        Check {
+            name: if bwrap {
+                "bwrap: write"
+            } else {
+                "landlock: write"
+            },
+            ok: matches!(write, Attempt::Refused(_)) && !probe.exists(),
+            detail: write.describe(),
+            fix: None,
+        },
+        Check {
+            name: if bwrap {
+                "bwrap: connect"
+            } else {
+                "landlock: connect"
+            },
+            ok: matches!(connect, Attempt::Refused(_)),
+            detail: connect.describe(),
+            fix: None,
+        },
+    ]
+}
+
+/// What happened to one self-test attempt.
+enum Attempt {
+    /// The kernel refused it; what the command said.
+    Refused(String),
+    /// It went through: enforcement is missing.
+    WentThrough,
+    /// The attempt itself could not run (no sandbox, say).
+    CouldNotRun(String),
+}
+
+impl Attempt {
+    fn describe(&self) -> String {
+        match self {
+            Attempt::Refused(said) => format!("refused ({said})"),
+            Attempt::WentThrough => "NOT REFUSED: the attempt went through".into(),
+            Attempt::CouldNotRun(why) => format!("could not run: {why}"),
+        }
+    }
+}
+
+async fn attempt(shell: &LocalBash, ws: &Path, command: &str, network: Network) -> Attempt {
+    let mut request = ShellRequest::new(command);
+    request.workdir = Some(ws.to_path_buf());
+    request.timeout_ms = Some(10_000.0);
+    request.sandbox =
+        Some(SandboxPolicy::for_workspace(SandboxMode::ReadOnly, ws).with_network(network));
+    let spec = match shell.resolve(request) {
+        Ok(spec) => spec,
+        Err(e) => return Attempt::CouldNotRun(e.to_string()),
+    };
+    match shell.run(spec).await {
+        Ok(r) if r.exit_code == Some(0) => Attempt::WentThrough,
+        Ok(r) => Attempt::Refused(
+            r.stderr
+                .text
+                .lines()
+                .last()
+                .unwrap_or("refused")
+                .trim()
+                .to_owned(),
+        ),
+        Err(e) => Attempt::CouldNotRun(e.to_string()),
+    }
+}
