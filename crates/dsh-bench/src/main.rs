@@ -2,9 +2,11 @@
 //! the same run, printed as a ratio. Timing lives here, never in tests.
 //!
 //! Figures:
-//! - spawn latency: `dsh exec -- true` against `bash -c true` (median of N runs each,
-//!   interleaved so both see the same machine state), and against `timeout 1000 true`,
-//!   which also execs twice, for context;
+//! - spawn latency (median of N runs each, interleaved so both sides see the same machine
+//!   state): `dsh exec --mode danger-full-access -- true` against `bash -c true`, and
+//!   against `timeout 1000 true`, which also execs twice, for context; the Landlock runner
+//!   (`--runner landlock --mode read-only`) against `bash -c true`; the bubblewrap runner
+//!   against the same bwrap argv run raw;
 //! - capture throughput: `LocalBash::run` of a command printing 1 GiB against a raw pipe
 //!   drain of the same command, and the bench process's peak RSS while capturing 64 MiB
 //!   and 1 GiB (it must not grow with output size).
@@ -13,13 +15,15 @@
 //! `DSH_BENCH_RUNS` sets N (default 300).
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_process::LocalSubprocess;
+use dsh_sandbox::{bwrap, LocalSandbox, Network, Runner, SandboxMode, SandboxPolicy};
 use dsh_shell::bash::LocalBash;
 use dsh_shell::{Shell, ShellRequest};
 
@@ -113,46 +117,132 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// `dsh exec -- true` against `bash -c true` (the figure), and, for context,
-/// against `timeout 1000 true`, which like dsh execs twice (itself, then the program).
-fn spawn_latency(dsh: &PathBuf, runs: usize) -> Vec<Figure> {
-    let mut ours = Vec::with_capacity(runs);
-    let mut bash = Vec::with_capacity(runs);
-    let mut timeout = Vec::with_capacity(runs);
-    // Warm all three up (page cache, dynamic loader) before measuring.
+/// Times `a` and `b` `runs` times each, interleaved so both see the same machine state,
+/// after a warm-up; returns the two medians.
+fn compare(runs: usize, a: &[OsString], b: &[OsString]) -> (Duration, Duration) {
+    let cmd = |argv: &[OsString]| {
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        c
+    };
     for _ in 0..10 {
-        time_once(Command::new(dsh).args(["exec", "--", "true"]));
-        time_once(Command::new("bash").args(["-c", "true"]));
-        time_once(Command::new("timeout").args(["1000", "true"]));
+        time_once(&mut cmd(a));
+        time_once(&mut cmd(b));
     }
-    // Interleaved, so all three see the same machine state.
+    let (mut ta, mut tb) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for _ in 0..runs {
-        ours.push(time_once(Command::new(dsh).args(["exec", "--", "true"])));
-        bash.push(time_once(Command::new("bash").args(["-c", "true"])));
-        timeout.push(time_once(Command::new("timeout").args(["1000", "true"])));
+        ta.push(time_once(&mut cmd(a)));
+        tb.push(time_once(&mut cmd(b)));
     }
-    let (o, b, t) = (median(ours), median(bash), median(timeout));
-    let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1e3);
-    let vs_bash = o.as_secs_f64() / b.as_secs_f64();
-    let vs_timeout = o.as_secs_f64() / t.as_secs_f64();
-    vec![
-        Figure {
-            name: "spawn: dsh exec -- true",
-            dsh: ms(o),
-            baseline: ms(b),
-            ratio: vs_bash,
-            target: "<= 1.3x bash -c",
-            ok: vs_bash <= 1.3,
-        },
-        Figure {
-            name: "spawn: same, vs timeout 1000 true",
-            dsh: ms(o),
-            baseline: ms(t),
-            ratio: vs_timeout,
-            target: "(context)",
-            ok: true,
-        },
-    ]
+    (median(ta), median(tb))
+}
+
+fn argv(items: &[&str]) -> Vec<OsString> {
+    items.iter().map(OsString::from).collect()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ratio_figure(
+    name: &'static str,
+    ours: Duration,
+    base: Duration,
+    target: &'static str,
+    max: Option<f64>,
+) -> Figure {
+    let ratio = ours.as_secs_f64() / base.as_secs_f64();
+    Figure {
+        name,
+        dsh: ms(ours),
+        baseline: ms(base),
+        ratio,
+        target,
+        ok: max.is_none_or(|m| ratio <= m),
+    }
+}
+
+/// Spawn latency: the process layer alone (`--mode danger-full-access`) against
+/// `bash -c true` and, for context, `timeout 1000 true` (which also execs twice); then
+/// each sandbox runner in read-only mode, Landlock against `bash -c true` and bubblewrap
+/// against the same bwrap argv run raw.
+fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
+    let dsh = dsh.as_os_str().to_owned();
+    let exec = |extra: &[&str]| {
+        let mut v = vec![dsh.clone(), "exec".into()];
+        v.extend(extra.iter().map(OsString::from));
+        v.extend(argv(&["--", "true"]));
+        v
+    };
+    let bash = argv(&["bash", "-c", "true"]);
+    let mut out = Vec::new();
+    let plain = exec(&["--mode", "danger-full-access"]);
+    let (o, b) = compare(runs, &plain, &bash);
+    out.push(ratio_figure(
+        "spawn: dsh exec (no sandbox)",
+        o,
+        b,
+        "<= 1.3x bash -c",
+        Some(1.3),
+    ));
+    let (o, t) = compare(runs, &plain, &argv(&["timeout", "1000", "true"]));
+    out.push(ratio_figure(
+        "spawn: same, vs timeout 1000 true",
+        o,
+        t,
+        "(context)",
+        None,
+    ));
+
+    let sandbox = LocalSandbox::new();
+    let usable = |r: Runner| {
+        sandbox
+            .runners()
+            .iter()
+            .any(|s| s.runner == r && s.available.is_ok())
+    };
+    if usable(Runner::Landlock) {
+        let ours = exec(&["--runner", "landlock", "--mode", "read-only"]);
+        let (o, b) = compare(runs, &ours, &bash);
+        out.push(ratio_figure(
+            "spawn: landlock read-only",
+            o,
+            b,
+            "<= 1.3x bash -c",
+            Some(1.3),
+        ));
+    } else {
+        eprintln!("dsh-bench: Landlock unusable here; its figure is skipped");
+    }
+    if usable(Runner::Bwrap) {
+        let ours = exec(&["--runner", "bwrap", "--mode", "read-only"]);
+        // The argv dsh runs, minus `--seccomp FD` (the raw baseline has no fd to pass).
+        let policy = SandboxPolicy {
+            mode: SandboxMode::ReadOnly,
+            network: Network::Deny,
+            workspace_root: "/".into(),
+            writable_roots: Vec::new(),
+            protected: Vec::new(),
+        };
+        let raw = bwrap::argv(
+            Path::new("bwrap"),
+            &policy,
+            &bwrap::Layout::default(),
+            &argv(&["true"]),
+        );
+        let (o, b) = compare(runs, &ours, &raw);
+        out.push(ratio_figure(
+            "spawn: bwrap read-only",
+            o,
+            b,
+            "<= 1.15x raw bwrap",
+            Some(1.15),
+        ));
+    } else {
+        eprintln!("dsh-bench: bubblewrap unusable here; its figure is skipped");
+    }
+    out
 }
 
 fn print_cmd(bytes: u64) -> String {

@@ -195,6 +195,11 @@ pub struct SpawnSpec {
     /// command does not run and the spawn fails with `SANDBOX_UNAVAILABLE`; a provider
     /// that cannot apply them at all refuses the spawn the same way. Default: none.
     pub restrictions: Option<Arc<dsh_sandbox::ChildRestrictions>>,
+    /// Whether the command gets a cgroup of its own where the provider can make one. A
+    /// command whose tree is already bounded exactly (bubblewrap's PID namespace, which
+    /// the kernel kills whole when its first process dies) can do without, and start
+    /// faster. Default: true.
+    pub own_cgroup: bool,
 }
 
 impl SpawnSpec {
@@ -214,6 +219,7 @@ impl SpawnSpec {
             grace: Duration::from_millis(3000),
             cancel: None,
             restrictions: None,
+            own_cgroup: true,
         }
     }
 }

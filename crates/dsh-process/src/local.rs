@@ -278,11 +278,14 @@ impl Subprocess for LocalSubprocess {
         rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
         // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
         // tree exact.
-        let cgroup = self
-            .cgroup_root()
-            .as_ref()
-            .ok()
-            .and_then(|root| root.command().ok());
+        let cgroup = if spec.own_cgroup {
+            self.cgroup_root()
+                .as_ref()
+                .ok()
+                .and_then(|root| root.command().ok())
+        } else {
+            None
+        };
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
         plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
         let fds = ReaperFds {

@@ -360,6 +360,10 @@ pub struct Confinement {
     pub runner: Runner,
     /// Lower-case stderr words that mean a write was refused.
     pub denial_signatures: &'static [&'static str],
+    /// Whether the runner bounds the command's process tree exactly by itself
+    /// (bubblewrap's PID namespace dies whole with its first process), so a spawner need
+    /// not add a cgroup of its own.
+    pub bounds_tree: bool,
     /// Evidence that the runner failed before the command ran.
     pub runner_failure_rules: Vec<RunnerFailureRule>,
     /// Placeholders bubblewrap mounts over missing protected paths: keep this until the

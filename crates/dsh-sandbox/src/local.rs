@@ -32,7 +32,8 @@ const BWRAP_SECCOMP_FD: i32 = 3;
 /// Runners are probed at the first call that needs them, once per provider (the verdict,
 /// "unavailable" included, is kept for the provider's life): bubblewrap by running it on
 /// `true` with every feature a call uses (bounded by the probe timeout), Landlock by asking
-/// the kernel for its ABI. Each call then gets the fastest runner that enforces its policy
+/// the kernel for its ABI. A forced bubblewrap ([`force_runner`](Self::force_runner)) is
+/// not probed: if it cannot work, its own failure at run time is the fail-closed answer. Each call then gets the fastest runner that enforces its policy
 /// in full, Landlock before bubblewrap; failing that, the first that enforces it in part;
 /// failing that, `SANDBOX_UNAVAILABLE`.
 ///
@@ -219,7 +220,13 @@ impl LocalSandbox {
                 }
             }
             Runner::Bwrap => {
-                self.bwrap_path()?;
+                if self.forced == Some(Runner::Bwrap) {
+                    // The sole candidate is not probed: its own refusal at run time is
+                    // the fail-closed end (a runner failure, SANDBOX_UNAVAILABLE).
+                    self.bwrap_program_path()?;
+                } else {
+                    self.bwrap_path()?;
+                }
                 if policy.network == Network::Deny && !seccomp::supported() {
                     gaps.push(
                         "no seccomp filter for this architecture: host Unix socket paths stay reachable"
@@ -264,6 +271,22 @@ impl LocalSandbox {
             .clone()
     }
 
+    /// The bwrap program, resolved but not probed.
+    fn bwrap_program_path(&self) -> Result<PathBuf, String> {
+        if let Some(Ok(p)) = self.bwrap.get() {
+            return Ok(p.clone());
+        }
+        let Some(program) = &self.bwrap_program else {
+            return Err("disabled by configuration".into());
+        };
+        resolve_program(program).ok_or_else(|| {
+            format!(
+                "{} not found (install it: apt-get install bubblewrap)",
+                program.display()
+            )
+        })
+    }
+
     fn area(&self) -> Result<&Area, HarnessError> {
         self.area
             .get_or_init(|| Area::create(self.area_parent.as_deref()))
@@ -271,23 +294,20 @@ impl LocalSandbox {
             .map_err(|e| HarnessError::new(ErrorCode::IoFailed, e.clone()))
     }
 
+    /// The bwrap argv (without protected carve-outs, see [`with_carves`]) and what the
+    /// child applies; `area` is the private directory under workspace-write.
     fn confine_bwrap(
         &self,
         argv: &[OsString],
         policy: &SandboxPolicy,
-        area: &Area,
-    ) -> Result<
-        (
-            Vec<OsString>,
-            ChildRestrictions,
-            Option<Placeholders>,
-            OsString,
-        ),
-        HarnessError,
-    > {
-        let program = self
-            .bwrap_path()
-            .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
+        area: Option<&Area>,
+    ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
+        let program = if self.forced == Some(Runner::Bwrap) {
+            self.bwrap_program_path()
+        } else {
+            self.bwrap_path()
+        }
+        .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
         let mut inherit = Vec::new();
         let mut seccomp_fd = None;
         if policy.network == Network::Deny {
@@ -299,33 +319,16 @@ impl LocalSandbox {
                 seccomp_fd = Some(BWRAP_SECCOMP_FD);
             }
         }
-        let mut guard = None;
-        let mut carves = Vec::new();
-        // The temp dir is mounted at /tmp; under /tmp itself it would be hidden by that
-        // mount, so it is then known inside by /tmp alone.
-        let under_tmp = policy
-            .writable_dirs()
-            .iter()
-            .all(|d| !d.starts_with("/tmp"))
-            && area.temp.starts_with("/tmp");
-        let temp_inside: OsString = if under_tmp {
-            "/tmp".into()
-        } else {
-            area.temp.clone().into()
-        };
-        if policy.mode == SandboxMode::WorkspaceWrite {
-            let (c, g) = self.carves(policy, area);
-            carves = c;
-            guard = Some(g);
-        }
         let layout = bwrap::Layout {
-            temp: (policy.mode == SandboxMode::WorkspaceWrite).then(|| area.temp.clone()),
+            temp: area.map(|a| a.temp.clone()),
             seccomp_fd,
-            carves,
+            carves: Vec::new(),
         };
         let mut out = bwrap::argv(&program, policy, &layout, argv);
-        if under_tmp {
-            drop_self_bind(&mut out, &area.temp);
+        if let Some(area) = area {
+            if bwrap_temp_inside(policy, area) != area.temp.as_path() {
+                drop_self_bind(&mut out, &area.temp);
+            }
         }
         let restrictions = ChildRestrictions {
             drop_capabilities: false,
@@ -334,7 +337,7 @@ impl LocalSandbox {
             seccomp: None,
             inherit,
         };
-        Ok((out, restrictions, guard, temp_inside))
+        Ok((out, restrictions))
     }
 
     /// The read-only carve-outs for the protected paths under the writable dirs, with the
@@ -380,14 +383,14 @@ impl LocalSandbox {
     fn confine_landlock(
         &self,
         policy: &SandboxPolicy,
-        area: &Area,
+        area: Option<&Area>,
     ) -> Result<ChildRestrictions, HarnessError> {
         let abi = self
             .landlock_abi()
             .map_err(|why| sandbox_unavailable(policy.mode, &format!("landlock: {why}"), None))?;
         let dirs = policy.writable_dirs();
         let mut writable: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
-        if policy.mode == SandboxMode::WorkspaceWrite {
+        if let Some(area) = area {
             writable.push(&area.temp);
         }
         // A root that does not exist grants nothing (rather than failing the call).
@@ -438,24 +441,47 @@ impl Sandbox for LocalSandbox {
             ));
         }
         let (runner, enforcement) = self.choose(policy)?;
+        if policy.mode == SandboxMode::ReadOnly {
+            // Nothing is writable, the temp dir neither: no private directory is needed.
+            let (argv, restrictions) = match runner {
+                Runner::Landlock => (argv.to_vec(), Some(self.confine_landlock(policy, None)?)),
+                Runner::Bwrap => {
+                    let (a, r) = self.confine_bwrap(argv, policy, None)?;
+                    (a, Some(r))
+                }
+                Runner::Seatbelt => (seatbelt::argv(policy, None, argv), None),
+            };
+            return Ok(Confinement {
+                argv,
+                env: Vec::new(),
+                restrictions: restrictions.map(Arc::new),
+                enforcement,
+                runner,
+                denial_signatures: runner.denial_signatures(),
+                bounds_tree: runner == Runner::Bwrap,
+                runner_failure_rules: runner.runner_failure_rules(),
+                placeholders: None,
+            });
+        }
         let area = self.area()?;
         let mut temp_inside: OsString = area.temp.clone().into();
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, area)?),
+                Some(self.confine_landlock(policy, Some(area))?),
                 None,
             ),
             Runner::Bwrap => {
-                let (a, r, g, t) = self.confine_bwrap(argv, policy, area)?;
-                temp_inside = t;
-                (a, Some(r), g)
+                let (a, r) = self.confine_bwrap(argv, policy, Some(area))?;
+                let (carves, guard) = self.carves(policy, area);
+                temp_inside = bwrap_temp_inside(policy, area).into();
+                (with_carves(a, carves), Some(r), Some(guard))
             }
-            Runner::Seatbelt => {
-                let temp =
-                    (policy.mode == SandboxMode::WorkspaceWrite).then_some(area.temp.as_path());
-                (seatbelt::argv(policy, temp, argv), None, None)
-            }
+            Runner::Seatbelt => (
+                seatbelt::argv(policy, Some(area.temp.as_path()), argv),
+                None,
+                None,
+            ),
         };
         Ok(Confinement {
             argv,
@@ -464,6 +490,7 @@ impl Sandbox for LocalSandbox {
             enforcement,
             runner,
             denial_signatures: runner.denial_signatures(),
+            bounds_tree: runner == Runner::Bwrap,
             runner_failure_rules: runner.runner_failure_rules(),
             placeholders,
         })
@@ -475,6 +502,33 @@ impl Sandbox for LocalSandbox {
             .and_then(|a| a.as_ref().ok())
             .map(|a| a.temp.clone())
     }
+}
+
+/// Where bwrap commands find the private temp dir: `/tmp` itself when the dir lies under
+/// `/tmp` (the mount of it at `/tmp` hides its own path) and no writable root does;
+/// else its own path.
+fn bwrap_temp_inside<'a>(policy: &SandboxPolicy, area: &'a Area) -> &'a Path {
+    let roots_under_tmp = policy.writable_dirs().iter().any(|d| d.starts_with("/tmp"));
+    if area.temp.starts_with("/tmp") && !roots_under_tmp {
+        Path::new("/tmp")
+    } else {
+        &area.temp
+    }
+}
+
+/// Inserts the protected carve-outs before the `--` of a bwrap argv (after every
+/// writable bind, so they win).
+fn with_carves(mut argv: Vec<OsString>, carves: Vec<Carve>) -> Vec<OsString> {
+    let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let binds = carves.into_iter().flat_map(|c| {
+        [
+            "--ro-bind".into(),
+            c.source.into_os_string(),
+            c.at.into_os_string(),
+        ]
+    });
+    argv.splice(at..at, binds);
+    argv
 }
 
 /// Removes `--bind T T` (T under /tmp would be hidden by `--bind T /tmp` anyway).
@@ -610,9 +664,14 @@ impl Area {
             None => std::env::temp_dir(),
         };
         let parent = crate::canonical_path(&parent);
+        remove_stale_areas(&parent);
         let mut root = None;
         for _ in 0..8 {
-            let candidate = parent.join(format!("dsh-sandbox-{}", dsh_core::spill::random_hex(12)));
+            let candidate = parent.join(format!(
+                "dsh-sandbox-{}-{}",
+                std::process::id(),
+                dsh_core::spill::random_hex(12)
+            ));
             match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
                 Ok(()) => {
                     root = Some(candidate);
@@ -649,6 +708,32 @@ impl Area {
         })();
         made.map_err(|e| format!("cannot prepare {}: {e}", area.root.display()))?;
         Ok(area)
+    }
+}
+
+/// Removes the private directories of dsh processes that died without cleaning up (by
+/// SIGKILL, say): `dsh-sandbox-<pid>-*` of a pid that no longer exists, owned by us.
+fn remove_stale_areas(parent: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("dsh-sandbox-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = e.metadata().is_ok_and(|m| m.uid() == uid && m.is_dir());
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 

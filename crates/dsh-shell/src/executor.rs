@@ -257,6 +257,7 @@ impl<D: Dialect> ShellExecutor<D> {
                 );
             }
             s.restrictions = w.confinement.restrictions.clone();
+            s.own_cgroup = !w.confinement.bounds_tree;
         }
         s.grace = Duration::from_millis(cfg.grace_ms);
         s.cancel = cancel;

@@ -181,6 +181,7 @@ async fn run(args: &ExecArgs) -> u8 {
             );
         }
         spec.restrictions = c.restrictions.clone();
+        spec.own_cgroup = !c.bounds_tree;
     }
     spec.stdin = StdinMode::Inherit;
     spec.grace = Duration::from_millis(args.grace);

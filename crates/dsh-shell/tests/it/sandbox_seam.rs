@@ -55,6 +55,7 @@ impl Sandbox for Recording {
             },
             runner: Runner::Bwrap,
             denial_signatures: Runner::Bwrap.denial_signatures(),
+            bounds_tree: false,
             runner_failure_rules: Runner::Bwrap.runner_failure_rules(),
             placeholders: None,
         })
