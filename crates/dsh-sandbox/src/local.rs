@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -591,6 +592,8 @@ fn probe_bwrap(program: &Path, timeout: Duration) -> Result<PathBuf, String> {
     let argv = bwrap::probe_argv(&path);
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
+        // Its own group, so a timeout kills whatever it started too.
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -602,7 +605,10 @@ fn probe_bwrap(program: &Path, timeout: Duration) -> Result<PathBuf, String> {
             Ok(Some(status)) => break status,
             Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
             Ok(None) => {
-                let _ = child.kill();
+                if let Ok(pid) = i32::try_from(child.id()) {
+                    // SAFETY: the group of our own unreaped child: its id cannot be reused.
+                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+                }
                 let _ = child.wait();
                 return Err(format!(
                     "its probe did not finish within {} ms",

@@ -1,0 +1,176 @@
+//! `LocalSandbox` runner probing and selection, with stand-in `bwrap` programs (real
+//! executables that misbehave on purpose) where the real one cannot show a case.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dsh_core::ErrorCode;
+use dsh_sandbox::{canonical_path, LocalSandbox, Runner, Sandbox, SandboxMode, SandboxPolicy};
+
+/// An executable script `name` in `dir` running `body`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+fn bwrap_status(sandbox: &LocalSandbox) -> Result<String, String> {
+    sandbox
+        .runners()
+        .into_iter()
+        .find(|s| s.runner == Runner::Bwrap)
+        .expect("bwrap is a Linux runner")
+        .available
+}
+
+#[test]
+fn a_probe_that_hangs_is_unusable_after_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = format!("5.{}", std::process::id());
+    let slow = script(dir.path(), "bwrap", &format!("sleep {marker}"));
+    let sandbox = LocalSandbox::new()
+        .bwrap_program(&slow)
+        .probe_timeout(Duration::from_millis(200))
+        .expect("timeout");
+    let why = bwrap_status(&sandbox).expect_err("a hanging probe is unusable");
+    assert!(why.contains("within 200 ms"), "{why}");
+    let pgrep = std::process::Command::new("pgrep")
+        .args(["-f", &format!("sleep {marker}")])
+        .output()
+        .expect("pgrep");
+    assert!(
+        pgrep.stdout.is_empty(),
+        "the timed-out probe left its child running"
+    );
+    let quick = script(dir.path(), "bwrap-quick", "sleep 0.1");
+    let sandbox = LocalSandbox::new()
+        .bwrap_program(&quick)
+        .probe_timeout(Duration::from_millis(5000))
+        .expect("timeout");
+    assert!(
+        bwrap_status(&sandbox).is_ok(),
+        "a slow but passing probe is usable"
+    );
+}
+
+#[test]
+fn a_failing_probe_says_why_and_how_to_fix_it_and_is_cached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let count = dir.path().join("count");
+    let failing = script(
+        dir.path(),
+        "bwrap",
+        &format!(
+            "echo x >> '{}'; echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1",
+            count.display()
+        ),
+    );
+    let sandbox = LocalSandbox::new()
+        .bwrap_program(&failing)
+        .without_landlock();
+    let why = bwrap_status(&sandbox).expect_err("failing probe");
+    assert!(why.contains("setting up uid map"), "{why}");
+    assert!(why.contains("user namespaces"), "{why}");
+    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, dir.path());
+    for _ in 0..3 {
+        let e = sandbox
+            .confine(&["true".into()], &policy)
+            .expect_err("no runner works");
+        assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
+        assert!(
+            e.message().contains("bwrap: its probe failed"),
+            "{}",
+            e.message()
+        );
+    }
+    let probes = std::fs::read_to_string(&count)
+        .expect("count")
+        .lines()
+        .count();
+    assert_eq!(probes, 1, "the verdict is computed once per provider");
+}
+
+#[test]
+fn a_missing_bwrap_names_the_package() {
+    let sandbox = LocalSandbox::new().bwrap_program("/nonexistent/bwrap");
+    let why = bwrap_status(&sandbox).expect_err("missing");
+    assert!(why.contains("apt-get install bubblewrap"), "{why}");
+}
+
+#[test]
+fn a_zero_probe_timeout_is_a_configuration_error() {
+    let e = LocalSandbox::new()
+        .probe_timeout(Duration::ZERO)
+        .expect_err("zero");
+    assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+}
+
+#[test]
+fn danger_full_access_is_never_confined_and_no_runner_means_unavailable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = LocalSandbox::new().without_bwrap().without_landlock();
+    let full = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, dir.path());
+    let e = sandbox
+        .confine(&["true".into()], &full)
+        .expect_err("danger");
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
+    let e = sandbox.confine(&["true".into()], &ro).expect_err("none");
+    assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
+    assert!(
+        e.message().contains("landlock: disabled by configuration"),
+        "{}",
+        e.message()
+    );
+}
+
+#[test]
+fn the_fastest_fully_enforcing_runner_is_chosen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = LocalSandbox::new();
+    let landlock = sandbox
+        .runners()
+        .iter()
+        .any(|s| s.runner == Runner::Landlock && s.available.is_ok());
+    let bwrap = sandbox
+        .runners()
+        .iter()
+        .any(|s| s.runner == Runner::Bwrap && s.available.is_ok());
+    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
+    let ww = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, dir.path());
+    if landlock {
+        let (runner, _) = sandbox.choose(&ro).expect("read-only");
+        assert_eq!(
+            runner,
+            Runner::Landlock,
+            "Landlock is the faster one for read-only"
+        );
+    }
+    if bwrap {
+        let (runner, enforcement) = sandbox.choose(&ww).expect("workspace-write");
+        assert_eq!(runner, Runner::Bwrap, "protected paths need bubblewrap");
+        assert!(enforcement.is_full());
+    } else if landlock {
+        let (runner, enforcement) = sandbox.choose(&ww).expect("workspace-write");
+        assert_eq!(runner, Runner::Landlock);
+        assert!(
+            !enforcement.is_full(),
+            "Landlock cannot carve protected paths"
+        );
+    }
+}
+
+#[test]
+fn a_missing_root_is_kept_as_given() {
+    assert_eq!(
+        canonical_path(Path::new("/no/such/root")),
+        PathBuf::from("/no/such/root")
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_eq!(
+        canonical_path(dir.path()),
+        std::fs::canonicalize(dir.path()).expect("realpath")
+    );
+}
