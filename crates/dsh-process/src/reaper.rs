@@ -20,7 +20,7 @@
 //!    pipe, before any of the command's code runs;
 //! 4. the reaper closed every fd above 2 that it does not need (std's exec-error pipe
 //!    among them) before the clone, so std's `spawn` never waits on anything the command
-//!    can delay; after the clone it also gives up the command's stdio. It reports a successful `execve`, ignores every catchable
+//!    can delay; after the clone it also gives up the command's stdio. It reports a successful `execve`, blocks every
 //!    signal, and serves until its tree is empty, then `_exit`s. It never returns to std.
 //!
 //! The reaper reports the leader's wait status the moment the leader exits, and exits
@@ -49,7 +49,7 @@
 //! Everything here runs in the child of a multi-threaded process, between `fork` and
 //! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls:
 //! `clone`, `clone3`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
-//! `sigemptyset`/`sigaddset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
+//! `sigemptyset`/`sigaddset`/`sigfillset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
 //! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
 //! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
@@ -294,16 +294,15 @@ unsafe fn reset_handlers() {
     }
 }
 
-/// The reaper ignores every catchable signal but SIGCHLD (read through the signalfd): a
-/// signal meant for the tree, or sent by it, must not stop the reaper.
+/// The reaper blocks every signal (SIGCHLD it reads through the signalfd): a signal meant
+/// for the tree, or sent by it, stays pending and never runs or stops anything. One
+/// `sigprocmask` instead of a `sigaction` per signal.
 unsafe fn ignore_signals() {
-    // SAFETY: signal(2); failures (reserved realtime signals) are harmless.
+    // SAFETY: sigprocmask(2) with a stack set.
     unsafe {
-        for sig in 1..=libc::SIGRTMAX() {
-            if !matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) {
-                libc::signal(sig, libc::SIG_IGN);
-            }
-        }
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
 }
 
