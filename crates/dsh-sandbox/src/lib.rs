@@ -266,6 +266,10 @@ pub enum Runner {
     Landlock,
     /// macOS `sandbox-exec`. `as_str()`: `seatbelt`.
     Seatbelt,
+    /// An operator-configured command that takes bubblewrap's arguments (a wrapper around
+    /// bwrap, say; [`LocalSandbox::operator_runner`]). Asserted to enforce fully, never
+    /// probed. `as_str()`: `operator`.
+    Operator,
 }
 
 impl Runner {
@@ -275,6 +279,7 @@ impl Runner {
             Runner::Bwrap => "bwrap",
             Runner::Landlock => "landlock",
             Runner::Seatbelt => "seatbelt",
+            Runner::Operator => "operator",
         }
     }
 
@@ -285,6 +290,7 @@ impl Runner {
             Runner::Bwrap => &["read-only file system"],
             Runner::Landlock => &["permission denied"],
             Runner::Seatbelt => &["operation not permitted"],
+            Runner::Operator => &["read-only file system", "permission denied"],
         }
     }
 
@@ -295,6 +301,8 @@ impl Runner {
             // Applied by the child itself: a failure is an error of the spawn, never text.
             Runner::Landlock => Vec::new(),
             Runner::Seatbelt => vec![RunnerFailureRule::fatal(&["sandbox-exec: "])],
+            // Configured with the runner: see `LocalSandbox::operator_runner`.
+            Runner::Operator => Vec::new(),
         }
     }
 }

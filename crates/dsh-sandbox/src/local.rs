@@ -52,6 +52,8 @@ pub struct LocalSandbox {
     forced: Option<Runner>,
     probe_timeout: Duration,
     area_parent: Option<PathBuf>,
+    /// The operator's runner command and its failure signatures.
+    operator: Option<(Vec<OsString>, Vec<String>)>,
     bwrap: OnceLock<Result<PathBuf, String>>,
     landlock: OnceLock<Result<u32, String>>,
     area: OnceLock<Result<Area, String>>,
@@ -93,6 +95,7 @@ impl LocalSandbox {
             forced: None,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
             area_parent: None,
+            operator: None,
             bwrap: OnceLock::new(),
             landlock: OnceLock::new(),
             area: OnceLock::new(),
@@ -135,6 +138,49 @@ impl LocalSandbox {
             ));
         }
         self.probe_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Confines every call with `command` instead of the platform's runners: it is run as
+    /// `COMMAND... BWRAP-ARGS... -- ARGV...` with bubblewrap's arguments for the policy
+    /// (a wrapper that adds its own, or runs bwrap elsewhere). It is never probed and is
+    /// asserted to enforce fully; a stderr line containing one of `failure_signatures`
+    /// (case-insensitively) after a non-zero exit means the runner itself failed.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID`: a command without signatures, signatures without a command, or a
+    /// blank or multi-line signature.
+    pub fn operator_runner(
+        mut self,
+        command: Vec<OsString>,
+        failure_signatures: Vec<String>,
+    ) -> Result<Self, HarnessError> {
+        match (command.is_empty(), failure_signatures.is_empty()) {
+            (true, false) => {
+                return Err(HarnessError::config_invalid(
+                    "sandbox: runner failure signatures require a runner command",
+                ))
+            }
+            (false, true) => {
+                return Err(HarnessError::config_invalid(
+                    "sandbox: a runner command requires at least one runner failure signature",
+                ))
+            }
+            (true, true) => {
+                self.operator = None;
+                return Ok(self);
+            }
+            (false, false) => {}
+        }
+        if failure_signatures
+            .iter()
+            .any(|s| s.trim().is_empty() || s.contains('\n') || s.contains('\r'))
+        {
+            return Err(HarnessError::config_invalid(
+                "sandbox: runner failure signatures must be non-empty single-line strings",
+            ));
+        }
+        self.operator = Some((command, failure_signatures));
         Ok(self)
     }
 
@@ -185,6 +231,9 @@ impl LocalSandbox {
     }
 
     fn candidates(&self) -> Vec<Runner> {
+        if self.operator.is_some() {
+            return vec![Runner::Operator];
+        }
         if let Some(forced) = self.forced {
             return vec![forced];
         }
@@ -238,6 +287,11 @@ impl LocalSandbox {
             Runner::Seatbelt => {
                 if !cfg!(target_os = "macos") {
                     return Err("Seatbelt exists only on macOS".into());
+                }
+            }
+            Runner::Operator => {
+                if self.operator.is_none() {
+                    return Err("no operator runner is configured".into());
                 }
             }
         }
@@ -309,6 +363,18 @@ impl LocalSandbox {
             self.bwrap_path()
         }
         .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
+        self.bwrap_shape(&program, argv, policy, area)
+    }
+
+    /// bubblewrap's argv for `program` (without carve-outs) and the child's part: the
+    /// seccomp program on its fd.
+    fn bwrap_shape(
+        &self,
+        program: &Path,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+        area: Option<&Area>,
+    ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let mut inherit = Vec::new();
         let mut seccomp_fd = None;
         if policy.network == Network::Deny {
@@ -325,7 +391,7 @@ impl LocalSandbox {
             seccomp_fd,
             carves: Vec::new(),
         };
-        let mut out = bwrap::argv(&program, policy, &layout, argv);
+        let mut out = bwrap::argv(program, policy, &layout, argv);
         if let Some(area) = area {
             if bwrap_temp_inside(policy, area) != area.temp.as_path() {
                 drop_self_bind(&mut out, &area.temp);
@@ -339,6 +405,39 @@ impl LocalSandbox {
             inherit,
         };
         Ok((out, restrictions))
+    }
+
+    /// The operator runner's argv: its command, bubblewrap's arguments, `--`, `argv`.
+    fn confine_operator(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+        area: Option<&Area>,
+    ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
+        let Some((command, _)) = &self.operator else {
+            return Err(sandbox_unavailable(
+                policy.mode,
+                "no operator runner is configured",
+                None,
+            ));
+        };
+        let (bwrap_argv, restrictions) = self.bwrap_shape(Path::new(""), argv, policy, area)?;
+        let mut out = command.clone();
+        out.extend(bwrap_argv.into_iter().skip(1));
+        Ok((out, restrictions))
+    }
+
+    /// The rules that say the runner failed: the operator's configured signatures, else
+    /// the runner's own.
+    fn failure_rules(&self, runner: Runner) -> Vec<crate::RunnerFailureRule> {
+        match (&self.operator, runner) {
+            (Some((_, signatures)), Runner::Operator) => vec![crate::RunnerFailureRule {
+                allowed_exit_codes: None,
+                fatal_signatures: signatures.clone(),
+                informational_lines: Vec::new(),
+            }],
+            _ => runner.runner_failure_rules(),
+        }
     }
 
     /// The read-only carve-outs for the protected paths under the writable dirs, with the
@@ -451,6 +550,10 @@ impl Sandbox for LocalSandbox {
                     (a, Some(r))
                 }
                 Runner::Seatbelt => (seatbelt::argv(policy, None, argv), None),
+                Runner::Operator => {
+                    let (a, r) = self.confine_operator(argv, policy, None)?;
+                    (a, Some(r))
+                }
             };
             return Ok(Confinement {
                 argv,
@@ -460,7 +563,7 @@ impl Sandbox for LocalSandbox {
                 runner,
                 denial_signatures: runner.denial_signatures(),
                 bounds_tree: runner == Runner::Bwrap,
-                runner_failure_rules: runner.runner_failure_rules(),
+                runner_failure_rules: self.failure_rules(runner),
                 placeholders: None,
             });
         }
@@ -483,6 +586,12 @@ impl Sandbox for LocalSandbox {
                 None,
                 None,
             ),
+            Runner::Operator => {
+                let (a, r) = self.confine_operator(argv, policy, Some(area))?;
+                let (carves, guard) = self.carves(policy, area);
+                temp_inside = bwrap_temp_inside(policy, area).into();
+                (with_carves(a, carves), Some(r), Some(guard))
+            }
         };
         Ok(Confinement {
             argv,
@@ -492,7 +601,7 @@ impl Sandbox for LocalSandbox {
             runner,
             denial_signatures: runner.denial_signatures(),
             bounds_tree: runner == Runner::Bwrap,
-            runner_failure_rules: runner.runner_failure_rules(),
+            runner_failure_rules: self.failure_rules(runner),
             placeholders,
         })
     }

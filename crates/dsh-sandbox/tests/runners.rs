@@ -174,3 +174,52 @@ fn a_missing_root_is_kept_as_given() {
         std::fs::canonicalize(dir.path()).expect("realpath")
     );
 }
+
+#[test]
+fn an_operator_runner_wraps_the_bwrap_shape_reports_full_and_is_never_probed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let count = dir.path().join("count");
+    let runner = script(
+        dir.path(),
+        "my-runner",
+        &format!("echo x >> '{}'; exec bwrap \"$@\"", count.display()),
+    );
+    let sandbox = LocalSandbox::new()
+        .operator_runner(
+            vec![runner.clone().into_os_string()],
+            vec!["my-runner: ".into()],
+        )
+        .expect("config");
+    let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
+    let c = sandbox.confine(&["true".into()], &policy).expect("confine");
+    assert_eq!(c.runner, Runner::Operator);
+    assert!(c.enforcement.is_full());
+    assert_eq!(c.argv[0], runner.as_os_str());
+    assert_eq!(c.argv[1], "--ro-bind");
+    assert_eq!(&c.argv[c.argv.len() - 2..], ["--", "true"]);
+    assert_eq!(
+        c.denial_signatures,
+        ["read-only file system", "permission denied"]
+    );
+    assert_eq!(c.runner_failure_rules[0].fatal_signatures, ["my-runner: "]);
+    assert!(!count.exists(), "the operator runner was probed");
+}
+
+#[test]
+fn operator_runner_configuration_is_checked() {
+    let bad = |cmd: Vec<std::ffi::OsString>, sigs: Vec<String>| {
+        LocalSandbox::new()
+            .operator_runner(cmd, sigs)
+            .expect_err("invalid")
+            .code()
+    };
+    assert_eq!(bad(vec![], vec!["x".into()]), ErrorCode::ConfigInvalid);
+    assert_eq!(bad(vec!["r".into()], vec![]), ErrorCode::ConfigInvalid);
+    for sig in ["  ", "a\nb", "a\rb"] {
+        assert_eq!(
+            bad(vec!["r".into()], vec![sig.into()]),
+            ErrorCode::ConfigInvalid
+        );
+    }
+    assert!(LocalSandbox::new().operator_runner(vec![], vec![]).is_ok());
+}

@@ -207,6 +207,7 @@ fn runner_fix(runner: Runner, why: &str) -> String {
                 .into()
         }
         Runner::Seatbelt => "sandbox-exec must be usable (macOS)".into(),
+        Runner::Operator => "fix the configured runner command".into(),
     }
 }
 
