@@ -109,6 +109,17 @@ impl Drop for SpillDir {
     }
 }
 
+/// Whether `name` is `<prefix><pid>-…` for a pid that no longer exists: the private
+/// directory (or cgroup) of a dsh process that died without cleaning up. Names of another
+/// shape are never stale.
+pub fn is_stale_name(name: &std::ffi::OsStr, prefix: &str) -> bool {
+    name.to_str()
+        .and_then(|n| n.strip_prefix(prefix))
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
 /// `n` random lowercase hex digits from the kernel's CSPRNG (`getrandom(2)`).
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n.div_ceil(2)];
@@ -178,6 +189,16 @@ mod tests {
         drop(kept);
         assert!(path.exists());
         std::fs::remove_dir_all(path).expect("cleanup");
+    }
+
+    #[test]
+    fn only_names_of_dead_owners_are_stale() {
+        use std::ffi::OsStr;
+        let me = format!("dsh-{}-abc", std::process::id());
+        assert!(!is_stale_name(OsStr::new(&me), "dsh-"));
+        assert!(is_stale_name(OsStr::new("dsh-4294967295-abc"), "dsh-"));
+        assert!(!is_stale_name(OsStr::new("dsh-x-abc"), "dsh-"));
+        assert!(!is_stale_name(OsStr::new("other-4294967295"), "dsh-"));
     }
 
     #[test]

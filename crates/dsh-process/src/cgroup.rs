@@ -152,16 +152,7 @@ fn remove_stale(own: &Path) {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("dsh-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if !dsh_core::spill::is_stale_name(&e.file_name(), "dsh-") {
             continue;
         }
         if let Ok(cmds) = std::fs::read_dir(e.path()) {

@@ -541,61 +541,49 @@ impl Sandbox for LocalSandbox {
             ));
         }
         let (runner, enforcement) = self.choose(policy)?;
-        if policy.mode == SandboxMode::ReadOnly {
-            // Nothing is writable, the temp dir neither: no private directory is needed.
-            let (argv, restrictions) = match runner {
-                Runner::Landlock => (argv.to_vec(), Some(self.confine_landlock(policy, None)?)),
-                Runner::Bwrap => {
-                    let (a, r) = self.confine_bwrap(argv, policy, None)?;
-                    (a, Some(r))
-                }
-                Runner::Seatbelt => (seatbelt::argv(policy, None, argv), None),
-                Runner::Operator => {
-                    let (a, r) = self.confine_operator(argv, policy, None)?;
-                    (a, Some(r))
-                }
-            };
-            return Ok(Confinement {
-                argv,
-                env: Vec::new(),
-                restrictions: restrictions.map(Arc::new),
-                enforcement,
-                runner,
-                denial_signatures: runner.denial_signatures(),
-                bounds_tree: runner == Runner::Bwrap,
-                runner_failure_rules: self.failure_rules(runner),
-                placeholders: None,
-            });
-        }
-        let area = self.area()?;
-        let mut temp_inside: OsString = area.temp.clone().into();
+        // Under read-only nothing is writable, the temp dir neither: no private directory.
+        let area = match policy.mode {
+            SandboxMode::WorkspaceWrite => Some(self.area()?),
+            _ => None,
+        };
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, Some(area))?),
+                Some(self.confine_landlock(policy, area)?),
                 None,
             ),
-            Runner::Bwrap => {
-                let (a, r) = self.confine_bwrap(argv, policy, Some(area))?;
-                let (carves, guard) = self.carves(policy, area);
-                temp_inside = bwrap_temp_inside(policy, area).into();
-                (with_carves(a, carves), Some(r), Some(guard))
+            Runner::Bwrap | Runner::Operator => {
+                let (a, r) = if runner == Runner::Bwrap {
+                    self.confine_bwrap(argv, policy, area)?
+                } else {
+                    self.confine_operator(argv, policy, area)?
+                };
+                match area {
+                    Some(area) => {
+                        let (carves, guard) = self.carves(policy, area);
+                        (with_carves(a, carves), Some(r), Some(guard))
+                    }
+                    None => (a, Some(r), None),
+                }
             }
             Runner::Seatbelt => (
-                seatbelt::argv(policy, Some(area.temp.as_path()), argv),
+                seatbelt::argv(policy, area.map(|a| a.temp.as_path()), argv),
                 None,
                 None,
             ),
-            Runner::Operator => {
-                let (a, r) = self.confine_operator(argv, policy, Some(area))?;
-                let (carves, guard) = self.carves(policy, area);
-                temp_inside = bwrap_temp_inside(policy, area).into();
-                (with_carves(a, carves), Some(r), Some(guard))
-            }
         };
+        let env = area
+            .map(|area| {
+                let inside = match runner {
+                    Runner::Bwrap | Runner::Operator => bwrap_temp_inside(policy, area),
+                    _ => area.temp.as_path(),
+                };
+                vec![("TMPDIR".into(), inside.as_os_str().to_owned())]
+            })
+            .unwrap_or_default();
         Ok(Confinement {
             argv,
-            env: vec![("TMPDIR".into(), temp_inside)],
+            env,
             restrictions: restrictions.map(Arc::new),
             enforcement,
             runner,
@@ -836,17 +824,8 @@ fn remove_stale_areas(parent: &Path) {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("dsh-sandbox-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
         let ours = e.metadata().is_ok_and(|m| m.uid() == uid && m.is_dir());
-        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+        if ours && dsh_core::spill::is_stale_name(&e.file_name(), "dsh-sandbox-") {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
