@@ -62,6 +62,17 @@ pub enum ErrorCode {
     /// elicit). Nothing ran; configure an approval policy or answerer.
     /// `as_str()`: `APPROVAL_UNAVAILABLE`.
     ApprovalUnavailable,
+    /// A stored unit was written with another schema version than the one asked for. The
+    /// data was not touched. `as_str()`: `STORAGE_VERSION_MISMATCH`.
+    StorageVersionMismatch,
+    /// Stored data cannot be read back (not dsh's format, a corrupt record). The message
+    /// names the file or table. `as_str()`: `STORAGE_MALFORMED`.
+    StorageMalformed,
+    /// The store or unit was closed; reopen it. `as_str()`: `STORAGE_CLOSED`.
+    StorageClosed,
+    /// No session has this id (`dsh session list` shows them). `as_str()`:
+    /// `SESSION_NOT_FOUND`.
+    SessionNotFound,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -87,6 +98,10 @@ impl ErrorCode {
         ErrorCode::ApprovalRejected,
         ErrorCode::ApprovalCancelled,
         ErrorCode::ApprovalUnavailable,
+        ErrorCode::StorageVersionMismatch,
+        ErrorCode::StorageMalformed,
+        ErrorCode::StorageClosed,
+        ErrorCode::SessionNotFound,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -108,6 +123,10 @@ impl ErrorCode {
             ErrorCode::ApprovalRejected => "APPROVAL_REJECTED",
             ErrorCode::ApprovalCancelled => "APPROVAL_CANCELLED",
             ErrorCode::ApprovalUnavailable => "APPROVAL_UNAVAILABLE",
+            ErrorCode::StorageVersionMismatch => "STORAGE_VERSION_MISMATCH",
+            ErrorCode::StorageMalformed => "STORAGE_MALFORMED",
+            ErrorCode::StorageClosed => "STORAGE_CLOSED",
+            ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -235,6 +254,13 @@ mod tests {
                 (ErrorCode::ApprovalRejected, "APPROVAL_REJECTED"),
                 (ErrorCode::ApprovalCancelled, "APPROVAL_CANCELLED"),
                 (ErrorCode::ApprovalUnavailable, "APPROVAL_UNAVAILABLE"),
+                (
+                    ErrorCode::StorageVersionMismatch,
+                    "STORAGE_VERSION_MISMATCH"
+                ),
+                (ErrorCode::StorageMalformed, "STORAGE_MALFORMED"),
+                (ErrorCode::StorageClosed, "STORAGE_CLOSED"),
+                (ErrorCode::SessionNotFound, "SESSION_NOT_FOUND"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

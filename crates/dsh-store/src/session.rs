@@ -1,0 +1,544 @@
+//! The session log: what happened in each session, append-only, in order.
+//!
+//! A [`Session`] is an ordered list of [`Event`]s (`turn/start`, `tool/call`,
+//! `approval/asked`, …; [`EventKind`]), each with the session id, a sequence number that
+//! only grows, the time, and a JSON payload. [`Session::append`] returns once the event is
+//! durable (see the provider), so an event is never reported that a crash could lose.
+//! Each session is one storage unit (`s_<id>`, table `events`); the [`SessionLog`] index
+//! unit lists them with their header (id, working directory, creation time).
+//!
+//! # Crash recovery
+//! A torn final write is discarded by the provider; nothing committed is ever rewritten.
+//! A turn left open by a crash is kept and closed when the session is opened again: every
+//! `tool/call` of that turn without a `tool/result` gets one, an error with code
+//! `TOOL_OUTCOME_UNKNOWN` (the call may or may not have had its effect), then a
+//! `turn/end` with reason `interrupted`. These synthetic events reuse the time of the last
+//! event. A balanced log gets none.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dsh_core::{ErrorCode, HarnessError, SessionId};
+use serde_json::{json, Value};
+
+use crate::{Storage, Unit, UnitSpec};
+
+/// The kinds of events the execution layer writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// `turn/start {turn}`.
+    TurnStart,
+    /// `turn/end {turn, reason: {kind}}`.
+    TurnEnd,
+    /// `tool/call {turn, callId, name, arguments}`.
+    ToolCall,
+    /// `tool/result {turn, callId, name, text, error?: {name, code}}`.
+    ToolResult,
+    /// `sandbox/mode {mode}`.
+    SandboxMode,
+    /// `approval/policy {policy}`.
+    ApprovalPolicy,
+    /// `approval/asked {id, toolName, callId?, reason?}`.
+    ApprovalAsked,
+    /// `approval/decided {id, outcome}`.
+    ApprovalDecided,
+}
+
+impl EventKind {
+    /// Every kind.
+    pub const ALL: [EventKind; 8] = [
+        EventKind::TurnStart,
+        EventKind::TurnEnd,
+        EventKind::ToolCall,
+        EventKind::ToolResult,
+        EventKind::SandboxMode,
+        EventKind::ApprovalPolicy,
+        EventKind::ApprovalAsked,
+        EventKind::ApprovalDecided,
+    ];
+
+    /// The stable type name (`turn/start`, …).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventKind::TurnStart => "turn/start",
+            EventKind::TurnEnd => "turn/end",
+            EventKind::ToolCall => "tool/call",
+            EventKind::ToolResult => "tool/result",
+            EventKind::SandboxMode => "sandbox/mode",
+            EventKind::ApprovalPolicy => "approval/policy",
+            EventKind::ApprovalAsked => "approval/asked",
+            EventKind::ApprovalDecided => "approval/decided",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// One logged event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// The session it belongs to.
+    pub session: SessionId,
+    /// Its position: 1, 2, 3, … with no gap.
+    pub seq: u64,
+    /// When it was appended, milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// What it is.
+    pub kind: EventKind,
+    /// Its payload.
+    pub data: Value,
+}
+
+impl Event {
+    /// The event as one JSON object: `{session, seq, time, type, data}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "session": self.session.as_str(),
+            "seq": self.seq,
+            "time": self.time_ms,
+            "type": self.kind.as_str(),
+            "data": self.data,
+        })
+    }
+}
+
+/// What a session is: its id, the working directory it was created in (its workspace
+/// root), and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// Its id.
+    pub id: SessionId,
+    /// Its working directory, as given at creation.
+    pub cwd: PathBuf,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: u64,
+}
+
+const INDEX: &str = "sessions";
+const EVENTS: &str = "events";
+
+/// Every session of one store. See the [module docs](self).
+pub struct SessionLog {
+    storage: Arc<dyn Storage>,
+    index: Arc<dyn Unit>,
+    open: Mutex<HashMap<SessionId, Weak<Session>>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Session ids: `^[a-z0-9][a-z0-9_]*$`, at most 64 characters (they name storage units).
+fn check_id(id: &str) -> Result<(), HarnessError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(HarnessError::invalid_argument(format!(
+            "session id \"{id}\" must match ^[a-z0-9][a-z0-9_]*$ (at most 64 characters)"
+        )))
+    }
+}
+
+fn unit_spec(id: &SessionId) -> UnitSpec {
+    UnitSpec {
+        name: format!("s_{id}"),
+        version: 1,
+        tables: vec![EVENTS.into()],
+        has_global: false,
+    }
+}
+
+fn header_json(h: &SessionHeader) -> Value {
+    json!({"id": h.id.as_str(), "cwd": h.cwd.to_string_lossy(), "created": h.created_ms})
+}
+
+fn header_from(v: &Value) -> Option<SessionHeader> {
+    Some(SessionHeader {
+        id: SessionId::new(v.get("id")?.as_str()?),
+        cwd: PathBuf::from(v.get("cwd")?.as_str()?),
+        created_ms: v.get("created")?.as_u64()?,
+    })
+}
+
+impl SessionLog {
+    /// The log kept in `storage`.
+    ///
+    /// # Errors
+    /// The storage's errors opening the index unit.
+    pub async fn new(storage: Arc<dyn Storage>) -> Result<SessionLog, HarnessError> {
+        let index = storage
+            .open(UnitSpec {
+                name: INDEX.into(),
+                version: 1,
+                tables: vec!["headers".into()],
+                has_global: false,
+            })
+            .await?;
+        Ok(SessionLog {
+            storage,
+            index,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A new session created in `cwd`, with a fresh id.
+    ///
+    /// # Errors
+    /// The storage's errors.
+    pub async fn create(&self, cwd: &Path) -> Result<Arc<Session>, HarnessError> {
+        let id = format!("s{}_{}", now_ms(), dsh_core::spill::random_hex(6));
+        self.create_with_id(SessionId::new(id), cwd).await
+    }
+
+    /// A new session with `id`, created in `cwd`.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for an id outside `^[a-z0-9][a-z0-9_]*$` or one that exists;
+    /// the storage's errors.
+    pub async fn create_with_id(
+        &self,
+        id: SessionId,
+        cwd: &Path,
+    ) -> Result<Arc<Session>, HarnessError> {
+        check_id(id.as_str())?;
+        if self.header(&id).await?.is_some() {
+            return Err(HarnessError::invalid_argument(format!(
+                "session \"{id}\" already exists"
+            )));
+        }
+        let header = SessionHeader {
+            id: id.clone(),
+            cwd: cwd.to_path_buf(),
+            created_ms: now_ms(),
+        };
+        let unit = self.storage.open(unit_spec(&id)).await?;
+        self.index
+            .put("headers", id.as_str(), &header_json(&header))
+            .await?;
+        let session = Arc::new(Session {
+            header,
+            unit,
+            state: tokio::sync::Mutex::new(State::default()),
+        });
+        self.remember(&session);
+        Ok(session)
+    }
+
+    /// The session `id`, with a turn a crash left open closed (see the [module
+    /// docs](self)). Opening a session that is already open here returns the same one.
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`; `STORAGE_MALFORMED` for an event that cannot be read; the
+    /// storage's errors.
+    pub async fn open(&self, id: &SessionId) -> Result<Arc<Session>, HarnessError> {
+        if let Some(s) = self.lock().get(id).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let header = self.header(id).await?.ok_or_else(|| {
+            HarnessError::new(
+                ErrorCode::SessionNotFound,
+                format!("no session \"{id}\"; `dsh session list` shows the sessions"),
+            )
+        })?;
+        let unit = self.storage.open(unit_spec(id)).await?;
+        let data = unit.load_all().await?;
+        let mut events = Vec::new();
+        for (key, v) in data.tables.get(EVENTS).into_iter().flatten() {
+            events.push(event_from(id, v).ok_or_else(|| {
+                HarnessError::new(
+                    ErrorCode::StorageMalformed,
+                    format!("session \"{id}\": event {key} cannot be read"),
+                )
+            })?);
+        }
+        events.sort_by_key(|e| e.seq);
+        let session = Arc::new(Session {
+            header,
+            unit,
+            state: tokio::sync::Mutex::new(State::from_events(events)),
+        });
+        session.close_interrupted_turn().await?;
+        self.remember(&session);
+        Ok(session)
+    }
+
+    /// The session `id` if it exists, else a new one with that id created in `cwd`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) and [`create_with_id`](Self::create_with_id).
+    pub async fn open_or_create(
+        &self,
+        id: SessionId,
+        cwd: &Path,
+    ) -> Result<Arc<Session>, HarnessError> {
+        match self.open(&id).await {
+            Err(e) if e.code() == ErrorCode::SessionNotFound => self.create_with_id(id, cwd).await,
+            other => other,
+        }
+    }
+
+    /// Every session's header, oldest first.
+    ///
+    /// # Errors
+    /// The storage's errors.
+    pub async fn list(&self) -> Result<Vec<SessionHeader>, HarnessError> {
+        let data = self.index.load_all().await?;
+        let mut out: Vec<SessionHeader> = data
+            .tables
+            .get("headers")
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, v)| header_from(v))
+            .collect();
+        out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        Ok(out)
+    }
+
+    async fn header(&self, id: &SessionId) -> Result<Option<SessionHeader>, HarnessError> {
+        let data = self.index.load_all().await?;
+        Ok(data
+            .tables
+            .get("headers")
+            .and_then(|t| t.get(id.as_str()))
+            .and_then(header_from))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Weak<Session>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn remember(&self, s: &Arc<Session>) {
+        let mut open = self.lock();
+        open.retain(|_, w| w.strong_count() > 0);
+        open.insert(s.header.id.clone(), Arc::downgrade(s));
+    }
+}
+
+fn event_from(session: &SessionId, v: &Value) -> Option<Event> {
+    Some(Event {
+        session: session.clone(),
+        seq: v.get("seq")?.as_u64()?,
+        time_ms: v.get("time")?.as_u64()?,
+        kind: EventKind::parse(v.get("type")?.as_str()?)?,
+        data: v.get("data")?.clone(),
+    })
+}
+
+#[derive(Default)]
+struct State {
+    events: Vec<Event>,
+    /// The turn open now, if any.
+    open_turn: Option<u64>,
+    /// The last turn number used.
+    last_turn: u64,
+}
+
+impl State {
+    fn from_events(events: Vec<Event>) -> State {
+        let mut st = State {
+            events: Vec::new(),
+            open_turn: None,
+            last_turn: 0,
+        };
+        for e in events {
+            st.track(&e);
+            st.events.push(e);
+        }
+        st
+    }
+
+    fn track(&mut self, e: &Event) {
+        let turn = e.data.get("turn").and_then(Value::as_u64);
+        match e.kind {
+            EventKind::TurnStart => {
+                self.open_turn = turn;
+                self.last_turn = self.last_turn.max(turn.unwrap_or(0));
+            }
+            EventKind::TurnEnd => self.open_turn = None,
+            _ => {}
+        }
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.events.last().map_or(1, |e| e.seq + 1)
+    }
+}
+
+/// One session. See the [module docs](self).
+pub struct Session {
+    header: SessionHeader,
+    unit: Arc<dyn Unit>,
+    state: tokio::sync::Mutex<State>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Its id.
+    pub fn id(&self) -> &SessionId {
+        &self.header.id
+    }
+
+    /// Its header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// Appends an event; returns it once it is durable. Appends are applied one at a time
+    /// in the order they get here, with consecutive sequence numbers.
+    ///
+    /// # Errors
+    /// The storage's errors; then nothing was appended.
+    pub async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError> {
+        let mut st = self.state.lock().await;
+        let time_ms = now_ms();
+        self.append_locked(&mut st, kind, data, time_ms).await
+    }
+
+    async fn append_locked(
+        &self,
+        st: &mut State,
+        kind: EventKind,
+        data: Value,
+        time_ms: u64,
+    ) -> Result<Event, HarnessError> {
+        let event = Event {
+            session: self.header.id.clone(),
+            seq: st.next_seq(),
+            time_ms,
+            kind,
+            data,
+        };
+        let stored = json!({
+            "seq": event.seq, "time": event.time_ms, "type": kind.as_str(), "data": event.data,
+        });
+        self.unit
+            .put(EVENTS, &format!("{:012}", event.seq), &stored)
+            .await?;
+        st.track(&event);
+        st.events.push(event.clone());
+        Ok(event)
+    }
+
+    /// Starts a turn (closing none: a turn already open is an error).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` when a turn is open; the storage's errors.
+    pub async fn begin_turn(&self) -> Result<u64, HarnessError> {
+        let mut st = self.state.lock().await;
+        if let Some(open) = st.open_turn {
+            return Err(HarnessError::invalid_argument(format!(
+                "session \"{}\": turn {open} is still open",
+                self.header.id
+            )));
+        }
+        let turn = st.last_turn + 1;
+        self.append_locked(
+            &mut st,
+            EventKind::TurnStart,
+            json!({"turn": turn}),
+            now_ms(),
+        )
+        .await?;
+        Ok(turn)
+    }
+
+    /// Ends the open turn with `reason` (`completed`, `aborted`, `error`, …); a no-op
+    /// without one.
+    ///
+    /// # Errors
+    /// The storage's errors.
+    pub async fn end_turn(&self, reason: &str) -> Result<(), HarnessError> {
+        let mut st = self.state.lock().await;
+        if let Some(turn) = st.open_turn {
+            self.append_locked(
+                &mut st,
+                EventKind::TurnEnd,
+                json!({"turn": turn, "reason": {"kind": reason}}),
+                now_ms(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The turn open now, if any.
+    pub async fn open_turn(&self) -> Option<u64> {
+        self.state.lock().await.open_turn
+    }
+
+    /// Every event, in order.
+    pub async fn events(&self) -> Vec<Event> {
+        self.state.lock().await.events.clone()
+    }
+
+    /// The last event of `kind`, if any.
+    pub async fn last_of(&self, kind: EventKind) -> Option<Event> {
+        let st = self.state.lock().await;
+        st.events.iter().rev().find(|e| e.kind == kind).cloned()
+    }
+
+    /// Closes a turn a crash left open (see the [module docs](self)).
+    async fn close_interrupted_turn(&self) -> Result<(), HarnessError> {
+        let mut st = self.state.lock().await;
+        let Some(turn) = st.open_turn else {
+            return Ok(());
+        };
+        let start = st
+            .events
+            .iter()
+            .rposition(|e| e.kind == EventKind::TurnStart)
+            .unwrap_or(0);
+        let mut pending: Vec<(u64, Value)> = Vec::new();
+        for e in &st.events[start..] {
+            let call = e.data.get("callId").cloned().unwrap_or(Value::Null);
+            match e.kind {
+                EventKind::ToolCall => pending.push((e.seq, e.data.clone())),
+                EventKind::ToolResult => pending.retain(|(_, d)| d.get("callId") != Some(&call)),
+                _ => {}
+            }
+        }
+        let time = st.events.last().map_or_else(now_ms, |e| e.time_ms);
+        for (call_seq, call) in pending {
+            let data = json!({
+                "turn": turn,
+                "callId": call.get("callId"),
+                "name": call.get("name"),
+                "sourceEventSeqs": [call_seq],
+                "text": "Error: the outcome of this tool call is unknown: dsh stopped while it ran. \
+                         Retry it only if it is read-only or idempotent; otherwise check what it \
+                         changed first, or ask the user.",
+                "error": {"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"},
+            });
+            self.append_locked(&mut st, EventKind::ToolResult, data, time)
+                .await?;
+        }
+        self.append_locked(
+            &mut st,
+            EventKind::TurnEnd,
+            json!({"turn": turn, "reason": {"kind": "interrupted"}}),
+            time,
+        )
+        .await?;
+        Ok(())
+    }
+}

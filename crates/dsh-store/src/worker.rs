@@ -1,0 +1,78 @@
+//! A dedicated thread that owns a provider's state and runs its jobs in order, so blocking
+//! file and database work never runs on an async runtime worker.
+
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+use dsh_core::HarnessError;
+use tokio::sync::oneshot;
+
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
+
+/// The thread and the way to it. See the [module docs](self).
+pub(crate) struct Worker<S> {
+    jobs: Mutex<Option<mpsc::Sender<Job<S>>>>,
+    exited: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl<S: Send + 'static> Worker<S> {
+    /// Starts the thread `name` owning `state`.
+    pub(crate) fn start(name: &str, mut state: S) -> std::io::Result<Worker<S>> {
+        let (tx, rx) = mpsc::channel::<Job<S>>();
+        let (done_tx, done_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&mut state);
+                }
+                drop(state);
+                let _ = done_tx.send(());
+            })?;
+        Ok(Worker {
+            jobs: Mutex::new(Some(tx)),
+            exited: Mutex::new(Some(done_rx)),
+        })
+    }
+
+    /// Runs `f` on the thread, after every job queued before it.
+    ///
+    /// # Errors
+    /// `STORAGE_CLOSED` once [`close`](Self::close) was called; else what `f` returns.
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, HarnessError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut S) -> Result<T, HarnessError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job<S> = Box::new(move |s| {
+            let _ = tx.send(f(s));
+        });
+        {
+            let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let sender = jobs.as_ref().ok_or_else(crate::closed)?;
+            sender.send(job).map_err(|_| crate::closed())?;
+        }
+        rx.await.map_err(|_| crate::closed())?
+    }
+
+    /// Queues `f` without waiting for it (dropped silently after [`close`](Self::close)).
+    pub(crate) fn post<F>(&self, f: F)
+    where
+        F: FnOnce(&mut S) + Send + 'static,
+    {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sender) = jobs.as_ref() {
+            let _ = sender.send(Box::new(f));
+        }
+    }
+
+    /// Refuses new jobs, lets the queued ones finish, and waits for the thread to end.
+    pub(crate) async fn close(&self) {
+        drop(self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let exited = self.exited.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(exited) = exited {
+            let _ = exited.await;
+        }
+    }
+}
