@@ -12,6 +12,7 @@
 //! - [`ring`]: the fixed-capacity byte ring behind bounded output capture.
 //! - [`spill`]: private spill directories and exclusive 0600 spill files.
 //! - [`utf8`]: UTF-8-safe cut points.
+//! - [`journal`]: the session events and the [`journal::Journal`] seams write them to.
 //!
 //! ```
 //! use dsh_core::{ErrorCode, HarnessError};
@@ -36,6 +37,7 @@
 pub mod deadline;
 mod error;
 mod id;
+pub mod journal;
 pub mod retention;
 pub mod ring;
 pub mod spill;

@@ -104,6 +104,18 @@ pub enum ApprovalOutcome {
     Unavailable,
 }
 
+impl ApprovalOutcome {
+    /// `allowed-once`, `rejected`, `cancelled` or `unavailable`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalOutcome::AllowedOnce => "allowed-once",
+            ApprovalOutcome::Rejected => "rejected",
+            ApprovalOutcome::Cancelled => "cancelled",
+            ApprovalOutcome::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// What the approver is asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApprovalQuestion {

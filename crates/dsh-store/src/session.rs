@@ -20,92 +20,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
+use dsh_core::journal::Journal;
+pub use dsh_core::journal::{Event, EventKind};
 use dsh_core::{ErrorCode, HarnessError, SessionId};
 use serde_json::{json, Value};
 
 use crate::{Storage, Unit, UnitSpec};
-
-/// The kinds of events the execution layer writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// `turn/start {turn}`.
-    TurnStart,
-    /// `turn/end {turn, reason: {kind}}`.
-    TurnEnd,
-    /// `tool/call {turn, callId, name, arguments}`.
-    ToolCall,
-    /// `tool/result {turn, callId, name, text, error?: {name, code}}`.
-    ToolResult,
-    /// `sandbox/mode {mode}`.
-    SandboxMode,
-    /// `approval/policy {policy}`.
-    ApprovalPolicy,
-    /// `approval/asked {id, toolName, callId?, reason?}`.
-    ApprovalAsked,
-    /// `approval/decided {id, outcome}`.
-    ApprovalDecided,
-}
-
-impl EventKind {
-    /// Every kind.
-    pub const ALL: [EventKind; 8] = [
-        EventKind::TurnStart,
-        EventKind::TurnEnd,
-        EventKind::ToolCall,
-        EventKind::ToolResult,
-        EventKind::SandboxMode,
-        EventKind::ApprovalPolicy,
-        EventKind::ApprovalAsked,
-        EventKind::ApprovalDecided,
-    ];
-
-    /// The stable type name (`turn/start`, …).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            EventKind::TurnStart => "turn/start",
-            EventKind::TurnEnd => "turn/end",
-            EventKind::ToolCall => "tool/call",
-            EventKind::ToolResult => "tool/result",
-            EventKind::SandboxMode => "sandbox/mode",
-            EventKind::ApprovalPolicy => "approval/policy",
-            EventKind::ApprovalAsked => "approval/asked",
-            EventKind::ApprovalDecided => "approval/decided",
-        }
-    }
-
-    /// The kind named `s`.
-    pub fn parse(s: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
-
-/// One logged event.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Event {
-    /// The session it belongs to.
-    pub session: SessionId,
-    /// Its position: 1, 2, 3, … with no gap.
-    pub seq: u64,
-    /// When it was appended, milliseconds since the Unix epoch.
-    pub time_ms: u64,
-    /// What it is.
-    pub kind: EventKind,
-    /// Its payload.
-    pub data: Value,
-}
-
-impl Event {
-    /// The event as one JSON object: `{session, seq, time, type, data}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "session": self.session.as_str(),
-            "seq": self.seq,
-            "time": self.time_ms,
-            "type": self.kind.as_str(),
-            "data": self.data,
-        })
-    }
-}
 
 /// What a session is: its id, the working directory it was created in (its workspace
 /// root), and when.
@@ -389,6 +310,25 @@ impl std::fmt::Debug for Session {
         f.debug_struct("Session")
             .field("header", &self.header)
             .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Journal for Session {
+    fn session_id(&self) -> &SessionId {
+        &self.header.id
+    }
+
+    async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError> {
+        Session::append(self, kind, data).await
+    }
+
+    async fn open_turn(&self) -> Option<u64> {
+        Session::open_turn(self).await
+    }
+
+    async fn last_of(&self, kind: EventKind) -> Option<Event> {
+        Session::last_of(self, kind).await
     }
 }
 

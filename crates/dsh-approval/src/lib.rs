@@ -1,0 +1,343 @@
+//! Ask a human, once, for something the sandbox or a policy does not allow by itself; fail
+//! closed; write down that it was asked and what was decided.
+//!
+//! [`ApprovalService::request`] is the whole contract:
+//! 1. the session must be inside an open turn (the turn is the audit boundary); otherwise
+//!    the request is refused and nothing is logged;
+//! 2. `approval/asked {id, toolName, callId?, reason?}` is appended (a fresh random id);
+//! 3. the decision: a request already cancelled is `cancelled`; policy `never` is
+//!    `rejected` before any answerer is consulted; otherwise the [`Answerer`]s are asked in
+//!    order until one answers; none, one that fails or one that panics gives
+//!    `unavailable`; a cancel while waiting gives `cancelled` and the late answer is
+//!    dropped;
+//! 4. `approval/decided {id, outcome}` is appended, and the outcome returned.
+//!
+//! An append that fails rejects the request with that error: no decision is ever returned
+//! that is not in the log.
+//!
+//! The policy of a session is its last `approval/policy` event, else the service's default
+//! ([`ApprovalPolicy::Ask`] unless configured). Answerers: [`ScriptedAnswerer`] (tests,
+//! scripted runs), [`TerminalAnswerer`] (the CLI, only when there is a terminal), and any
+//! type implementing [`Answerer`] (the MCP server asks its client).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+use dsh_core::journal::{EventKind, Journal};
+use dsh_core::{CancelToken, HarnessError};
+use serde_json::{json, Map, Value};
+
+pub use dsh_sandbox::escalation::ApprovalOutcome;
+
+/// Whether approvals may be asked at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ApprovalPolicy {
+    /// Ask the answerers (the default).
+    #[default]
+    Ask,
+    /// Never ask: every request is `rejected` at once.
+    Never,
+}
+
+impl ApprovalPolicy {
+    /// `ask` or `never`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalPolicy::Ask => "ask",
+            ApprovalPolicy::Never => "never",
+        }
+    }
+}
+
+impl std::str::FromStr for ApprovalPolicy {
+    type Err = HarnessError;
+
+    /// Parses `ask` or `never`; anything else is `INVALID_ARGUMENT`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ask" => Ok(ApprovalPolicy::Ask),
+            "never" => Ok(ApprovalPolicy::Never),
+            _ => Err(HarnessError::invalid_argument(format!(
+                "unknown approval policy \"{s}\"; expected ask or never"
+            ))),
+        }
+    }
+}
+
+/// What is being asked.
+#[derive(Clone, Debug, Default)]
+pub struct ApprovalRequest {
+    /// The tool that asks (non-empty).
+    pub tool_name: String,
+    /// The call that asks.
+    pub call_id: Option<String>,
+    /// Why, in one honest sentence (what, why, which wider mode).
+    pub reason: Option<String>,
+    /// Cancels the request.
+    pub cancel: Option<CancelToken>,
+}
+
+/// A request as an answerer sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Question {
+    /// The request id, as logged.
+    pub id: String,
+    /// The session.
+    pub session: String,
+    /// The tool that asks.
+    pub tool_name: String,
+    /// The call that asks.
+    pub call_id: Option<String>,
+    /// Why.
+    pub reason: Option<String>,
+}
+
+/// Someone who can answer approval requests. Return `None` to let the next answerer
+/// decide.
+#[async_trait]
+pub trait Answerer: Send + Sync {
+    /// The answer to `question`, or `None` to pass.
+    async fn answer(&self, question: &Question) -> Option<ApprovalOutcome>;
+}
+
+/// The approval service. See the [crate docs](crate).
+pub struct ApprovalService {
+    default_policy: ApprovalPolicy,
+    answerers: RwLock<Vec<Arc<dyn Answerer>>>,
+}
+
+impl std::fmt::Debug for ApprovalService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovalService")
+            .field("default_policy", &self.default_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApprovalService {
+    /// A service whose sessions default to `policy`, with no answerer yet.
+    pub fn new(policy: ApprovalPolicy) -> ApprovalService {
+        ApprovalService {
+            default_policy: policy,
+            answerers: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Adds an answerer after the ones already there.
+    pub fn add_answerer(&self, answerer: Arc<dyn Answerer>) {
+        self.answerers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(answerer);
+    }
+
+    /// The session's policy: its last `approval/policy` event, else the default.
+    pub async fn effective_policy(&self, session: &dyn Journal) -> ApprovalPolicy {
+        match session.last_of(EventKind::ApprovalPolicy).await {
+            Some(e) => match e.data.get("policy").and_then(Value::as_str) {
+                Some("never") => ApprovalPolicy::Never,
+                Some(_) => ApprovalPolicy::Ask,
+                None => self.default_policy,
+            },
+            None => self.default_policy,
+        }
+    }
+
+    /// Sets the session's policy: appends one `approval/policy` event unless it already is
+    /// `policy`. Returns whether it changed.
+    ///
+    /// # Errors
+    /// The journal's errors.
+    pub async fn set_policy(
+        &self,
+        session: &dyn Journal,
+        policy: ApprovalPolicy,
+    ) -> Result<bool, HarnessError> {
+        if self.effective_policy(session).await == policy {
+            return Ok(false);
+        }
+        session
+            .append(
+                EventKind::ApprovalPolicy,
+                json!({"policy": policy.as_str()}),
+            )
+            .await?;
+        Ok(true)
+    }
+
+    /// Asks for approval. See the [crate docs](crate).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` outside an open turn (nothing logged) or for an empty tool name;
+    /// the journal's errors (then no decision is returned).
+    pub async fn request(
+        &self,
+        session: &dyn Journal,
+        request: ApprovalRequest,
+    ) -> Result<ApprovalOutcome, HarnessError> {
+        if request.tool_name.is_empty() {
+            return Err(HarnessError::invalid_argument(
+                "approval: the tool name must not be empty",
+            ));
+        }
+        if session.open_turn().await.is_none() {
+            return Err(HarnessError::invalid_argument(format!(
+                "approval: session \"{}\" is outside an open turn; approvals are only asked inside a turn",
+                session.session_id()
+            )));
+        }
+        let id = dsh_core::spill::random_hex(32);
+        let mut asked = Map::new();
+        asked.insert("id".into(), json!(id));
+        asked.insert("toolName".into(), json!(request.tool_name));
+        if let Some(c) = &request.call_id {
+            asked.insert("callId".into(), json!(c));
+        }
+        if let Some(r) = &request.reason {
+            asked.insert("reason".into(), json!(r));
+        }
+        session
+            .append(EventKind::ApprovalAsked, Value::Object(asked))
+            .await?;
+        let question = Question {
+            id: id.clone(),
+            session: session.session_id().to_string(),
+            tool_name: request.tool_name,
+            call_id: request.call_id,
+            reason: request.reason,
+        };
+        let outcome = self.decide(session, question, request.cancel).await;
+        session
+            .append(
+                EventKind::ApprovalDecided,
+                json!({"id": id, "outcome": outcome.as_str()}),
+            )
+            .await?;
+        Ok(outcome)
+    }
+
+    async fn decide(
+        &self,
+        session: &dyn Journal,
+        question: Question,
+        cancel: Option<CancelToken>,
+    ) -> ApprovalOutcome {
+        if cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            return ApprovalOutcome::Cancelled;
+        }
+        if self.effective_policy(session).await == ApprovalPolicy::Never {
+            return ApprovalOutcome::Rejected;
+        }
+        let answerers = self
+            .answerers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // On its own task: a panicking answerer is `unavailable`, and a cancel can drop a
+        // late answer without waiting for it.
+        let task = tokio::spawn(async move {
+            for a in answerers {
+                if let Some(outcome) = a.answer(&question).await {
+                    return outcome;
+                }
+            }
+            ApprovalOutcome::Unavailable
+        });
+        let abort = task.abort_handle();
+        let outcome = match cancel {
+            Some(cancel) => tokio::select! {
+                joined = task => joined.unwrap_or(ApprovalOutcome::Unavailable),
+                () = cancel.cancelled() => ApprovalOutcome::Cancelled,
+            },
+            None => task.await.unwrap_or(ApprovalOutcome::Unavailable),
+        };
+        abort.abort();
+        outcome
+    }
+}
+
+/// Answers from a script, in order, and records every question it saw; passes (`None`)
+/// once the script is used up.
+#[derive(Debug, Default)]
+pub struct ScriptedAnswerer {
+    script: Mutex<VecDeque<ApprovalOutcome>>,
+    seen: Mutex<Vec<Question>>,
+}
+
+impl ScriptedAnswerer {
+    /// An answerer that gives `outcomes` in order.
+    pub fn new(outcomes: impl IntoIterator<Item = ApprovalOutcome>) -> ScriptedAnswerer {
+        ScriptedAnswerer {
+            script: Mutex::new(outcomes.into_iter().collect()),
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The questions asked so far.
+    pub fn questions(&self) -> Vec<Question> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[async_trait]
+impl Answerer for ScriptedAnswerer {
+    async fn answer(&self, question: &Question) -> Option<ApprovalOutcome> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(question.clone());
+        self.script
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+}
+
+/// Asks on the controlling terminal (`/dev/tty`): prints the question and reads `y` or
+/// `n`. Passes when there is no terminal, so a non-interactive run falls through to
+/// `unavailable` instead of waiting for input that cannot come.
+#[derive(Debug, Default)]
+pub struct TerminalAnswerer;
+
+#[async_trait]
+impl Answerer for TerminalAnswerer {
+    async fn answer(&self, question: &Question) -> Option<ApprovalOutcome> {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        let q = question.clone();
+        tokio::task::spawn_blocking(move || ask_tty(&q))
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+fn ask_tty(q: &Question) -> Option<ApprovalOutcome> {
+    use std::io::{BufRead, Write};
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()?;
+    let mut out = &tty;
+    let _ = write!(
+        out,
+        "\ndsh: {} asks for approval{}\n  {}\nAllow once? [y/N] ",
+        q.tool_name,
+        q.call_id
+            .as_deref()
+            .map(|c| format!(" (call {c})"))
+            .unwrap_or_default(),
+        q.reason.as_deref().unwrap_or("(no reason given)")
+    );
+    let _ = out.flush();
+    let mut line = String::new();
+    std::io::BufReader::new(&tty).read_line(&mut line).ok()?;
+    Some(match line.trim() {
+        "y" | "Y" | "yes" => ApprovalOutcome::AllowedOnce,
+        _ => ApprovalOutcome::Rejected,
+    })
+}
