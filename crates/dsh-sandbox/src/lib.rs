@@ -57,12 +57,14 @@ mod child;
 pub mod escalation;
 pub mod landlock;
 mod local;
+pub mod policy;
 pub mod protected;
 pub mod seatbelt;
 pub mod seccomp;
 
 pub use child::{ChildRestrictions, ConfineStep};
 pub use local::{LocalSandbox, Placeholders, RunnerStatus};
+pub use policy::PolicyService;
 
 /// What a confined command may write. Strictly ordered: each mode allows everything the
 /// one before it does.
@@ -180,10 +182,10 @@ pub struct SandboxPolicy {
 impl SandboxPolicy {
     /// The policy of `mode` for the workspace at `root`: network denied, the protected
     /// paths of [`protected::for_workspace`], and the extra writable roots a linked git
-    /// worktree needs to commit. `root` is canonicalised; a root that does not exist is
-    /// kept as given (it then matches nothing rather than inventing a grant).
+    /// worktree needs to commit. `root` goes through [`root_of`]; a root that does not
+    /// exist then matches nothing rather than inventing a grant.
     pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
-        let root = canonical_path(root.as_ref());
+        let root = root_of(root.as_ref());
         let layout = protected::for_workspace(&root);
         SandboxPolicy {
             mode,
@@ -231,6 +233,25 @@ impl SandboxPolicy {
 /// nothing rather than inventing a grant).
 pub fn canonical_path(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A workspace root: canonicalised first (so `link/..` follows the link), then made
+/// absolute with `.` and `..` folded (for a path that does not exist).
+pub fn root_of(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let p = canonical_path(path);
+    let p = std::path::absolute(&p).unwrap_or(p);
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// How completely a runner enforces a policy.

@@ -1,0 +1,101 @@
+//! The sandbox policy service against a real session log.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use dsh_core::journal::EventKind;
+use dsh_sandbox::{Network, PolicyService, SandboxMode};
+use dsh_store::session::SessionLog;
+use dsh_store::{JsonlStorage, Storage};
+
+#[tokio::test]
+async fn precedence_is_explicit_then_session_then_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> =
+        Arc::new(JsonlStorage::open(dir.path().join("s")).expect("store"));
+    let log = SessionLog::new(storage).await.expect("log");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let s = log.create(&ws).await.expect("session");
+    let svc = PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws);
+    let p = svc.resolve(Some((&*s, &ws)), None).await;
+    assert_eq!((p.mode, p.network), (SandboxMode::ReadOnly, Network::Deny));
+    assert_eq!(svc.override_of(&*s).await, None);
+    svc.set_mode(&*s, SandboxMode::WorkspaceWrite)
+        .await
+        .expect("set");
+    svc.set_mode(&*s, SandboxMode::DangerFullAccess)
+        .await
+        .expect("set");
+    let modes = s
+        .events()
+        .await
+        .iter()
+        .filter(|e| e.kind == EventKind::SandboxMode)
+        .count();
+    assert_eq!(modes, 2, "one event per set");
+    assert_eq!(
+        svc.resolve(Some((&*s, &ws)), None).await.mode,
+        SandboxMode::DangerFullAccess
+    );
+    svc.set_mode(&*s, SandboxMode::ReadOnly).await.expect("set");
+    let p = svc
+        .resolve(Some((&*s, &ws)), Some(SandboxMode::WorkspaceWrite))
+        .await;
+    assert_eq!(
+        p.mode,
+        SandboxMode::WorkspaceWrite,
+        "an explicit mode beats the session"
+    );
+    assert_eq!(p.workspace_root, ws);
+    let agentless = svc.resolve(None, None).await;
+    assert_eq!(
+        (agentless.mode, agentless.workspace_root),
+        (SandboxMode::ReadOnly, ws.clone())
+    );
+}
+
+#[tokio::test]
+async fn the_root_is_canonicalised_before_dot_dot_is_folded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(dir.path()).expect("canonical");
+    let physical = base.join("physical");
+    std::fs::create_dir_all(physical.join("child")).expect("dirs");
+    std::os::unix::fs::symlink(physical.join("child"), base.join("link")).expect("link");
+    let svc = PolicyService::new(SandboxMode::ReadOnly, Network::Deny, Path::new("/"));
+    let storage: Arc<dyn Storage> = Arc::new(JsonlStorage::open(base.join("s")).expect("store"));
+    let log = SessionLog::new(storage).await.expect("log");
+    let cwd = base.join("link/..");
+    let s = log.create(&cwd).await.expect("session");
+    let p = svc.resolve(Some((&*s, &cwd)), None).await;
+    assert_eq!(p.workspace_root, physical, "link/.. follows the link first");
+}
+
+#[test]
+fn the_context_text_is_per_mode_and_byte_stable() {
+    let policy =
+        |mode| dsh_sandbox::SandboxPolicy::for_workspace(mode, "/projects/../projects/current");
+    let ro = PolicyService::context_text(&policy(SandboxMode::ReadOnly));
+    assert!(
+        ro.starts_with("Current DSH file policy: read-only."),
+        "{ro}"
+    );
+    assert!(!ro.contains("/projects"));
+    let ww = PolicyService::context_text(&policy(SandboxMode::WorkspaceWrite));
+    assert!(
+        ww.starts_with("Current DSH file policy: workspace-write."),
+        "{ww}"
+    );
+    assert!(
+        ww.contains("under the session workspace \"/projects/current\"."),
+        "{ww}"
+    );
+    assert!(
+        !ww.contains("/tmp") && !ww.contains("/var/tmp"),
+        "no host temp path: {ww}"
+    );
+    let full = PolicyService::context_text(&policy(SandboxMode::DangerFullAccess));
+    assert!(
+        full.starts_with("Current DSH file policy: danger-full-access."),
+        "{full}"
+    );
+}
