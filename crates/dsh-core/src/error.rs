@@ -73,6 +73,17 @@ pub enum ErrorCode {
     /// No session has this id (`dsh session list` shows them). `as_str()`:
     /// `SESSION_NOT_FOUND`.
     SessionNotFound,
+    /// No tool has this name. `as_str()`: `UNKNOWN_TOOL`.
+    UnknownTool,
+    /// A tool's arguments do not match its schema or its rules; the message lists what is
+    /// wrong. Nothing ran. `as_str()`: `INVALID_ARGS`.
+    InvalidArgs,
+    /// The tool call was cancelled before its body started; nothing ran.
+    /// `as_str()`: `ABORTED_BEFORE_DISPATCH`.
+    AbortedBeforeDispatch,
+    /// A policy hook or guard refused the tool call, or its approval was not given; the
+    /// message says why. Nothing ran. `as_str()`: `TOOL_DENIED`.
+    ToolDenied,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -102,6 +113,10 @@ impl ErrorCode {
         ErrorCode::StorageMalformed,
         ErrorCode::StorageClosed,
         ErrorCode::SessionNotFound,
+        ErrorCode::UnknownTool,
+        ErrorCode::InvalidArgs,
+        ErrorCode::AbortedBeforeDispatch,
+        ErrorCode::ToolDenied,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -127,6 +142,10 @@ impl ErrorCode {
             ErrorCode::StorageMalformed => "STORAGE_MALFORMED",
             ErrorCode::StorageClosed => "STORAGE_CLOSED",
             ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
+            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
+            ErrorCode::InvalidArgs => "INVALID_ARGS",
+            ErrorCode::AbortedBeforeDispatch => "ABORTED_BEFORE_DISPATCH",
+            ErrorCode::ToolDenied => "TOOL_DENIED",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -261,6 +280,10 @@ mod tests {
                 (ErrorCode::StorageMalformed, "STORAGE_MALFORMED"),
                 (ErrorCode::StorageClosed, "STORAGE_CLOSED"),
                 (ErrorCode::SessionNotFound, "SESSION_NOT_FOUND"),
+                (ErrorCode::UnknownTool, "UNKNOWN_TOOL"),
+                (ErrorCode::InvalidArgs, "INVALID_ARGS"),
+                (ErrorCode::AbortedBeforeDispatch, "ABORTED_BEFORE_DISPATCH"),
+                (ErrorCode::ToolDenied, "TOOL_DENIED"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

@@ -5,11 +5,16 @@
 //!   [--runner RUNNER] [--timeout MS] [--json] -- PROGRAM [ARG...]` runs one argv in the
 //!   sandbox (see [`exec`]).
 //! - `dsh doctor [--json]` reports what this machine can enforce (see [`doctor`]).
+//! - `dsh tool NAME [JSON | -] [-C DIR] [--mode M] [--approval ask|never] [--session ID]`
+//!   runs one tool call through the pipeline in a session (see [`tool`]).
+//! - `dsh session list | show ID [--json]` prints the audit log (see [`session`]).
 #![forbid(unsafe_code)]
 
 mod doctor;
 mod exec;
 mod orphans;
+mod session;
+mod tool;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -37,6 +42,13 @@ enum Command {
     /// namespaces, openat2, cgroup v2), prove it with a self-test, and say how to fix what
     /// is missing. Exit status 0 when healthy, 1 otherwise.
     Doctor(doctor::DoctorArgs),
+    /// Run one tool call (`bash`, …) through the whole pipeline (policy hooks, approval,
+    /// sandbox, session log) in a session, and print the text the model would see. Exit
+    /// status 0 for a normal result (a non-zero exit of the command included), 1 for an
+    /// error result.
+    Tool(tool::ToolArgs),
+    /// Read the session log: `dsh session list`, `dsh session show ID [--json]`.
+    Session(session::SessionArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,5 +68,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Exec(args) => exec::main(args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Tool(args) => tool::main(args),
+        Command::Session(args) => session::main(args),
     }
 }

@@ -1,0 +1,235 @@
+//! The `bash` tool: one command line in a fresh `bash -c`, confined by the session's
+//! sandbox policy, with one approved escalation per call when the model asks for it.
+//!
+//! Only the named arguments reach the shell (`command`, `workdir`, `timeout_ms`); anything
+//! else a model sends (`env`, `stdin`, …) is ignored. Each command gets the `DSH_*` facts.
+//! The result text is the rendering of `dsh_shell::render` (stdout, `[stderr]`, `(no
+//! output)`, then the markers), preceded, after a sandbox denial, by
+//! `[sandbox: file access denied under <mode> mode]` and, where a wider mode exists, the
+//! escalation hint. A non-zero exit is an ordinary result; a command that could not start
+//! (`SANDBOX_UNAVAILABLE`, a bad workdir) is an error result.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use dsh_approval::ApprovalRequest;
+use dsh_core::journal::Journal;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_sandbox::escalation::{
+    approve_escalation, denial_marker, escalation_hint, validate_escalation_args, wider_modes,
+    ApprovalOutcome, EscalationRequest, Subject,
+};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_shell::render::render_result_with;
+use dsh_shell::shell_env::ExecContext;
+use dsh_shell::ShellRequest;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{CallContext, Tool, ToolOutput, World};
+
+/// The `bash` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct BashTool;
+
+/// A wider sandbox mode a call may ask for.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+enum Escalation {
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Escalation {
+    fn mode(self) -> SandboxMode {
+        match self {
+            Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+            Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
+        }
+    }
+}
+
+/// The arguments of a `bash` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct BashArgs {
+    /// The command line, run as `bash -c COMMAND` in a fresh shell.
+    command: String,
+    /// What the command does, in a few words (shown to the user).
+    description: String,
+    /// Timeout in milliseconds (default 120000, at most 600000).
+    timeout_ms: Option<f64>,
+    /// Working directory; a relative one resolves against the session's workspace. Pass
+    /// this instead of `cd`.
+    workdir: Option<String>,
+    /// A wider sandbox mode for this one call; needs `justification`, and the user is
+    /// asked. Use the narrowest mode that suffices.
+    sandbox_permissions: Option<Escalation>,
+    /// Why the wider mode is needed, in one sentence the user will read.
+    justification: Option<String>,
+}
+
+fn invalid(msg: impl Into<String>) -> HarnessError {
+    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
+}
+
+fn parse(args: &Value) -> Result<BashArgs, HarnessError> {
+    if !args.is_object() {
+        return Err(invalid("invalid arguments: expected a JSON object"));
+    }
+    let a: BashArgs = serde_json::from_value(args.clone())
+        .map_err(|e| invalid(format!("invalid arguments: {e}")))?;
+    if a.command.trim().is_empty() {
+        return Err(invalid("invalid command: expected a non-empty string"));
+    }
+    if a.description.trim().is_empty() {
+        return Err(invalid("invalid description: expected a non-empty string"));
+    }
+    if let Some(t) = a.timeout_ms {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(invalid(format!(
+                "invalid timeout_ms: expected a positive number, got {}",
+                args.get("timeout_ms").cloned().unwrap_or(Value::Null)
+            )));
+        }
+    }
+    validate_escalation_args(
+        a.sandbox_permissions.map(Escalation::mode),
+        a.justification.as_deref(),
+    )?;
+    Ok(a)
+}
+
+#[async_trait]
+impl Tool for BashTool {
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self, world: &World) -> String {
+        let mut d = String::from(
+            "Run a command line with `bash -c`. Every call is a fresh shell: pass `workdir` \
+             instead of `cd`. A non-zero exit shows as `[exit code: N]` at the end of the \
+             result: check it. Facts about this harness are in the `DSH_*` environment \
+             variables. Long output keeps its tail, with the path of a file holding the rest.",
+        );
+        if world.sandbox().is_some() {
+            d.push_str(
+                " Commands run in a sandbox: a write it refuses shows as `[sandbox: file access \
+                 denied under <mode> mode]`; do not try to work around it. To retry one call in \
+                 a wider mode, pass `sandbox_permissions` (the narrowest mode that suffices) and \
+                 a one-sentence `justification`; the user is asked, and may refuse.",
+            );
+        }
+        d
+    }
+
+    fn parameters(&self, world: &World) -> Value {
+        let schema = schemars::schema_for!(BashArgs);
+        let mut v = serde_json::to_value(schema).unwrap_or_else(|_| json!({"type": "object"}));
+        if world.sandbox().is_none() {
+            if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+                props.remove("sandbox_permissions");
+                props.remove("justification");
+            }
+        }
+        v
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a = parse(args)?;
+        let world = ctx.world;
+        let journal = ctx
+            .session
+            .map(|s| (&**s as &dyn Journal, s.header().cwd.clone()));
+        let standing: Option<SandboxPolicy> = match (&journal, world.sandbox()) {
+            (_, None) => None,
+            (Some((j, cwd)), Some(_)) => Some(world.policy().resolve(Some((*j, cwd)), None).await),
+            (None, Some(_)) => Some(world.policy().resolve(None, None).await),
+        };
+        let mut policy = standing.clone();
+        if let (Some(wanted), Some(why)) = (a.sandbox_permissions, a.justification.as_deref()) {
+            let Some(standing) = &standing else {
+                return Err(invalid(
+                    "sandbox_permissions is not available in this composition (no sandboxing executor to escalate)",
+                ));
+            };
+            let request = EscalationRequest {
+                effective: standing.mode,
+                requested: wanted.mode(),
+                justification: why.to_owned(),
+                subject: Subject::Command,
+                tool_name: "bash".into(),
+                call_id: ctx.call_id.to_string(),
+                has_session: ctx.session.is_some(),
+            };
+            let approver = |q: dsh_sandbox::escalation::ApprovalQuestion| async move {
+                let Some(session) = ctx.session else {
+                    return ApprovalOutcome::Unavailable;
+                };
+                world
+                    .approval()
+                    .request(
+                        &**session,
+                        ApprovalRequest {
+                            tool_name: q.tool_name,
+                            call_id: Some(q.call_id),
+                            reason: Some(q.reason),
+                            cancel: Some(ctx.cancel.clone()),
+                        },
+                    )
+                    .await
+                    .unwrap_or(ApprovalOutcome::Unavailable)
+            };
+            let granted = approve_escalation(&request, Some(approver)).await?;
+            policy = Some(standing.clone().with_mode(granted));
+        }
+        let base: Option<PathBuf> = policy
+            .as_ref()
+            .map(|p| p.workspace_root.clone())
+            .or_else(|| journal.as_ref().map(|(_, cwd)| dsh_sandbox::root_of(cwd)));
+        let workdir = match (a.workdir.as_deref(), &base) {
+            (Some(w), Some(b)) if !w.starts_with('/') => Some(b.join(w)),
+            (Some(w), _) => Some(PathBuf::from(w)),
+            (None, b) => b.clone(),
+        };
+        let dsh_env = world.shell_env().collect(&ExecContext {
+            session_id: ctx.session.map(|s| s.id().clone()),
+        })?;
+        let mut request = ShellRequest::new(a.command);
+        request.workdir = workdir;
+        request.timeout_ms = a.timeout_ms;
+        request.dsh_env = Some(dsh_env);
+        request.sandbox = policy.clone();
+        request.cancel = Some(ctx.cancel.clone());
+        let shell = world.shell();
+        let result = shell.run(shell.resolve(request)?).await?;
+        if result.aborted {
+            return Err(HarnessError::new(ErrorCode::Aborted, "tool call aborted"));
+        }
+        let mut markers = Vec::new();
+        if let Some(facts) = result.sandbox.as_ref().filter(|f| f.denied) {
+            markers.push(denial_marker(facts.mode));
+            if !wider_modes(facts.mode).is_empty() {
+                markers.push(escalation_hint(Subject::Command));
+            }
+        }
+        let text = render_result_with(&result, &markers);
+        let meta = json!({
+            "exitCode": result.exit_code,
+            "signal": result.signal.map(|s| s.name()),
+            "timedOut": result.timed_out,
+            "timeoutMs": result.timeout_ms,
+            "sandbox": result.sandbox.as_ref().map(|f| json!({
+                "mode": f.mode.as_str(),
+                "denied": f.denied,
+                "enforcement": f.enforcement.as_ref().map(|e| e.as_str()),
+                "runner": f.runner.map(|r| r.as_str()),
+            })),
+        });
+        Ok(ToolOutput {
+            text,
+            meta: Some(meta),
+        })
+    }
+}

@@ -1,0 +1,209 @@
+//! The tools a model calls, and the one pipeline every call goes through.
+//!
+//! A [`Tool`] has a name, a description, a JSON schema for its arguments and a body. The
+//! [`World`] holds one provider per seam (subprocess, shell, sandbox, …), the shared
+//! services (sandbox policy, approval, the session log) and the registered tools; its
+//! [`World::call`] runs a [`ToolCall`] through the pipeline:
+//!
+//! 1. the arguments are parsed once and frozen (`""` is `{}`; text that is not JSON is
+//!    passed as a string, which a tool's schema then refuses);
+//! 2. a call cancelled already is `ABORTED_BEFORE_DISPATCH`, and nothing else runs;
+//! 3. the [`PreExecute`] hooks decide allow / deny / ask (ask goes to the approval
+//!    service), then the guards may deny;
+//! 4. cancelled now: `ABORTED_BEFORE_DISPATCH`; else the body runs (an unknown name is
+//!    `UNKNOWN_TOOL` here). A body that started is always awaited; a success overtaken by a
+//!    cancel is `ABORTED`;
+//! 5. the [`PostExecute`] hooks accept, block (the result becomes an error with their
+//!    feedback) or replace the text;
+//! 6. the tool's finalizer runs exactly once, on every outcome.
+//!
+//! With a session, the call is logged: `tool/call` before step 3 and `tool/result` after
+//! step 6, so an approval's `approval/asked` + `approval/decided` pair sits between them.
+//! Every error result carries `{name, code}` ([`ErrorInfo`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
+use dsh_store::session::Session;
+use serde_json::Value;
+
+pub mod bash;
+mod pipeline;
+mod world;
+
+pub use world::{World, WorldBuilder};
+
+/// One call as a model makes it.
+#[derive(Clone, Debug)]
+pub struct ToolCall {
+    /// The call's id (unique within the session).
+    pub call_id: CallId,
+    /// The tool's name.
+    pub name: String,
+    /// The raw arguments as the model wrote them (JSON text).
+    pub arguments: String,
+}
+
+/// What a failed call reports besides its text: a name (`AbortError`,
+/// `ToolNotFoundError`, …) and the stable [`ErrorCode`] string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorInfo {
+    /// The error's kind, for programs that switch on it.
+    pub name: String,
+    /// The stable code (`UNKNOWN_TOOL`, `SANDBOX_UNAVAILABLE`, …).
+    pub code: String,
+}
+
+/// The outcome of one call, as the model and the log see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolResult {
+    /// The model-visible text. An error's text starts with `Error: `.
+    pub text: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+    /// `{name, code}` of a failure.
+    pub error: Option<ErrorInfo>,
+    /// Structured facts for programs (not shown to the model).
+    pub meta: Option<Value>,
+}
+
+impl ToolResult {
+    /// A successful result.
+    pub fn ok(text: impl Into<String>) -> ToolResult {
+        ToolResult {
+            text: text.into(),
+            is_error: false,
+            error: None,
+            meta: None,
+        }
+    }
+
+    /// The error result for `e`: `Error: <message>` with its name and code.
+    pub fn from_error(e: &HarnessError) -> ToolResult {
+        let name = match e.code() {
+            ErrorCode::Aborted | ErrorCode::AbortedBeforeDispatch => "AbortError",
+            ErrorCode::UnknownTool => "ToolNotFoundError",
+            ErrorCode::InvalidArgs => "ToolArgsError",
+            ErrorCode::ToolDenied => "ToolDeniedError",
+            ErrorCode::SandboxUnavailable => "SandboxUnavailableError",
+            _ => "HarnessError",
+        };
+        ToolResult {
+            text: format!("Error: {}", e.message()),
+            is_error: true,
+            error: Some(ErrorInfo {
+                name: name.to_owned(),
+                code: e.code().as_str().to_owned(),
+            }),
+            meta: None,
+        }
+    }
+}
+
+/// What a tool body returns on success.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// The model-visible text.
+    pub text: String,
+    /// Structured facts for programs.
+    pub meta: Option<Value>,
+}
+
+/// What a tool body may use.
+pub struct CallContext<'a> {
+    /// The call.
+    pub call_id: &'a CallId,
+    /// The session, when the call belongs to one.
+    pub session: Option<&'a Arc<Session>>,
+    /// Cancelled when the caller gives up; a body should stop soon after.
+    pub cancel: &'a CancelToken,
+    /// The world the call runs in.
+    pub world: &'a World,
+}
+
+/// A model-facing tool.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The name models call it by.
+    fn name(&self) -> &str;
+
+    /// What it does, for the model.
+    fn description(&self, world: &World) -> String;
+
+    /// The JSON schema of its arguments.
+    fn parameters(&self, world: &World) -> Value;
+
+    /// Runs the call.
+    ///
+    /// # Errors
+    /// Any [`HarnessError`]; it becomes an error result with its code.
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError>;
+
+    /// Rewrites the final text of every result of this tool (success or error), or
+    /// `None` to keep it. Called exactly once per call.
+    fn finalize(&self, _result: &ToolResult) -> Option<String> {
+        None
+    }
+}
+
+/// A call as hooks see it.
+#[derive(Clone, Debug)]
+pub struct CallView {
+    /// The call's id.
+    pub call_id: CallId,
+    /// The tool's name.
+    pub name: String,
+    /// The parsed, frozen arguments.
+    pub arguments: Arc<Value>,
+}
+
+/// What a pre-execute hook decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreDecision {
+    /// Go on.
+    Allow,
+    /// Refuse, saying why.
+    Deny(String),
+    /// Ask the approval service, with an optional reason.
+    Ask(Option<String>),
+}
+
+/// A policy that sees every call before it runs.
+#[async_trait]
+pub trait PreExecute: Send + Sync {
+    /// The decision for `call`.
+    ///
+    /// # Errors
+    /// A failing hook makes the call an error result (the tool does not run).
+    async fn pre_execute(&self, call: &CallView) -> Result<PreDecision, HarnessError>;
+}
+
+/// What a post-execute hook decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PostDecision {
+    /// Keep the result.
+    Accept,
+    /// Make the result an error whose text is this feedback.
+    Block(String),
+    /// Keep the result but replace its text.
+    Replace(String),
+}
+
+/// A policy that sees every result before it is final.
+#[async_trait]
+pub trait PostExecute: Send + Sync {
+    /// The decision for `result` of `call`.
+    ///
+    /// # Errors
+    /// A failing hook makes the call an error result.
+    async fn post_execute(
+        &self,
+        call: &CallView,
+        result: &ToolResult,
+    ) -> Result<PostDecision, HarnessError>;
+}
+
+/// A synchronous check after the pre-execute hooks allowed a call: `Some(reason)` denies
+/// it. Guards can only deny.
+pub type Guard = Arc<dyn Fn(&CallView) -> Option<String> + Send + Sync>;

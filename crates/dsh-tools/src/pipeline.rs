@@ -1,0 +1,238 @@
+//! [`World::call`]: the execution pipeline of the [crate docs](crate).
+
+use std::sync::Arc;
+
+use dsh_approval::{ApprovalOutcome, ApprovalRequest};
+use dsh_core::journal::EventKind;
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
+use dsh_store::session::Session;
+use serde_json::{json, Value};
+
+use crate::{CallContext, CallView, PostDecision, PreDecision, ToolCall, ToolResult, World};
+
+fn aborted_before_dispatch() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::AbortedBeforeDispatch,
+        "tool call aborted before dispatch",
+    )
+}
+
+fn denied(reason: String) -> HarnessError {
+    HarnessError::new(ErrorCode::ToolDenied, reason)
+}
+
+/// How far a call got before its result was decided.
+enum Stage {
+    /// The result skips the post-execute hooks.
+    Final(ToolResult),
+    /// The result goes through the post-execute hooks.
+    Post(ToolResult),
+}
+
+impl World {
+    /// Runs `call` through the pipeline (see the [crate docs](crate)) and returns its
+    /// result, which is never an `Err`: every failure is an error result with its code.
+    /// With `session`, the call and its result are logged (the session must have an open
+    /// turn for approvals to be asked).
+    pub async fn call(
+        &self,
+        session: Option<&Arc<Session>>,
+        call: ToolCall,
+        cancel: CancelToken,
+    ) -> ToolResult {
+        let turn = match session {
+            Some(s) => s.open_turn().await,
+            None => None,
+        };
+        if let Some(s) = session {
+            let logged = s
+                .append(
+                    EventKind::ToolCall,
+                    json!({"turn": turn, "callId": call.call_id.as_str(), "name": call.name, "arguments": call.arguments}),
+                )
+                .await;
+            if let Err(e) = logged {
+                // Nothing runs that the log does not show.
+                return ToolResult::from_error(&e);
+            }
+        }
+        let args = parse_arguments(&call.arguments);
+        let view = CallView {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            arguments: Arc::new(args),
+        };
+        let stage = self.run_stages(session, &view, &cancel).await;
+        let mut result = match stage {
+            Stage::Final(r) => r,
+            Stage::Post(r) => self.post_execute(&view, r, &cancel).await,
+        };
+        // The finalizer: exactly once, on every outcome.
+        if let Some(tool) = self.tools.get(&call.name) {
+            if let Some(text) = tool.finalize(&result) {
+                result.text = text;
+            }
+        }
+        if let Some(s) = session {
+            let mut data = json!({
+                "turn": turn, "callId": call.call_id.as_str(), "name": call.name,
+                "text": result.text, "isError": result.is_error,
+            });
+            if let Some(e) = &result.error {
+                data["error"] = json!({"name": e.name, "code": e.code});
+            }
+            if let Some(m) = &result.meta {
+                data["meta"] = m.clone();
+            }
+            if let Err(e) = s.append(EventKind::ToolResult, data).await {
+                return ToolResult::from_error(&e);
+            }
+        }
+        result
+    }
+
+    /// Steps 2-4: cancellation, pre-execute, approval, guards, dispatch.
+    async fn run_stages(
+        &self,
+        session: Option<&Arc<Session>>,
+        view: &CallView,
+        cancel: &CancelToken,
+    ) -> Stage {
+        if cancel.is_cancelled() {
+            return Stage::Final(ToolResult::from_error(&aborted_before_dispatch()));
+        }
+        let mut decision = PreDecision::Allow;
+        for hook in &self.pre {
+            match hook.pre_execute(view).await {
+                Ok(PreDecision::Allow) => {}
+                Ok(d) => {
+                    decision = d;
+                    break;
+                }
+                Err(e) => return Stage::Final(ToolResult::from_error(&e)),
+            }
+        }
+        if let PreDecision::Ask(reason) = decision {
+            decision = match self.ask(session, view, reason, cancel).await {
+                Ok(d) => d,
+                Err(e) => return Stage::Final(ToolResult::from_error(&e)),
+            };
+            if cancel.is_cancelled() && decision == PreDecision::Deny(cancelled_text(&view.name)) {
+                return Stage::Post(ToolResult::from_error(&aborted_before_dispatch()));
+            }
+        }
+        let reason = match decision {
+            PreDecision::Deny(reason) => Some(reason),
+            _ => self.guards.iter().find_map(|g| g(view)),
+        };
+        if let Some(reason) = reason {
+            // A denial stands even if a cancel arrived meanwhile.
+            return Stage::Post(ToolResult::from_error(&denied(reason)));
+        }
+        if cancel.is_cancelled() {
+            return Stage::Post(ToolResult::from_error(&aborted_before_dispatch()));
+        }
+        let Some(tool) = self.tools.get(&view.name) else {
+            return Stage::Post(ToolResult::from_error(&HarnessError::new(
+                ErrorCode::UnknownTool,
+                format!("unknown tool \"{}\"", view.name),
+            )));
+        };
+        let ctx = CallContext {
+            call_id: &view.call_id,
+            session,
+            cancel,
+            world: self,
+        };
+        // A body that started is awaited to its end, cancelled or not.
+        let outcome = tool.call(&view.arguments, &ctx).await;
+        Stage::Post(match outcome {
+            Ok(_) if cancel.is_cancelled() => {
+                ToolResult::from_error(&HarnessError::new(ErrorCode::Aborted, "tool call aborted"))
+            }
+            Ok(out) => ToolResult {
+                text: out.text,
+                is_error: false,
+                error: None,
+                meta: out.meta,
+            },
+            Err(e) => ToolResult::from_error(&e),
+        })
+    }
+
+    /// `ask` → the approval service → allow or a denial.
+    async fn ask(
+        &self,
+        session: Option<&Arc<Session>>,
+        view: &CallView,
+        reason: Option<String>,
+        cancel: &CancelToken,
+    ) -> Result<PreDecision, HarnessError> {
+        let name = &view.name;
+        let Some(session) = session else {
+            return Ok(PreDecision::Deny(format!(
+                "tool \"{name}\" requires approval, but the call has no agent to route it through"
+            )));
+        };
+        let outcome = self
+            .approval
+            .request(
+                &**session,
+                ApprovalRequest {
+                    tool_name: name.clone(),
+                    call_id: Some(view.call_id.to_string()),
+                    reason,
+                    cancel: Some(cancel.clone()),
+                },
+            )
+            .await?;
+        Ok(match outcome {
+            ApprovalOutcome::AllowedOnce => PreDecision::Allow,
+            ApprovalOutcome::Rejected => {
+                PreDecision::Deny(format!("the user rejected tool \"{name}\""))
+            }
+            ApprovalOutcome::Cancelled => PreDecision::Deny(cancelled_text(name)),
+            ApprovalOutcome::Unavailable => PreDecision::Deny(format!(
+                "tool \"{name}\" requires approval, but no approval channel is available"
+            )),
+        })
+    }
+
+    /// Step 5: the post-execute hooks.
+    async fn post_execute(
+        &self,
+        view: &CallView,
+        mut result: ToolResult,
+        cancel: &CancelToken,
+    ) -> ToolResult {
+        for hook in &self.post {
+            match hook.post_execute(view, &result).await {
+                Ok(PostDecision::Accept) => {}
+                Ok(PostDecision::Replace(text)) => result.text = text,
+                Ok(PostDecision::Block(feedback)) => {
+                    result = ToolResult::from_error(&denied(feedback));
+                }
+                Err(e) => return ToolResult::from_error(&e),
+            }
+        }
+        if cancel.is_cancelled() && !result.is_error {
+            return ToolResult::from_error(&HarnessError::new(
+                ErrorCode::Aborted,
+                "tool call aborted",
+            ));
+        }
+        result
+    }
+}
+
+fn cancelled_text(name: &str) -> String {
+    format!("approval for tool \"{name}\" was cancelled")
+}
+
+/// The arguments as JSON: `""` is `{}`; text that is not JSON stays a string.
+fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}

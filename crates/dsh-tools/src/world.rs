@@ -1,0 +1,246 @@
+//! [`World`]: one provider per seam, the shared services, and the tools.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use dsh_approval::ApprovalService;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_process::Subprocess;
+use dsh_sandbox::{PolicyService, Sandbox};
+use dsh_shell::shell_env::ShellEnv;
+use dsh_shell::Shell;
+use dsh_store::session::SessionLog;
+use serde_json::Value;
+
+use crate::{Guard, PostExecute, PreExecute, Tool};
+
+/// Everything a tool call runs with. Built once by a [`WorldBuilder`]; consumers (the
+/// CLI, the MCP server) hold it and call [`World::call`](crate::World::call).
+pub struct World {
+    pub(crate) subprocess: Arc<dyn Subprocess>,
+    pub(crate) shell: Arc<dyn Shell>,
+    pub(crate) sandbox: Option<Arc<dyn Sandbox>>,
+    pub(crate) policy: PolicyService,
+    pub(crate) approval: Arc<ApprovalService>,
+    pub(crate) sessions: Arc<SessionLog>,
+    pub(crate) shell_env: Arc<ShellEnv>,
+    pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
+    pub(crate) pre: Vec<Arc<dyn PreExecute>>,
+    pub(crate) post: Vec<Arc<dyn PostExecute>>,
+    pub(crate) guards: Vec<Guard>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("confined", &self.sandbox.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// The subprocess seam.
+    pub fn subprocess(&self) -> &Arc<dyn Subprocess> {
+        &self.subprocess
+    }
+
+    /// The shell seam.
+    pub fn shell(&self) -> &Arc<dyn Shell> {
+        &self.shell
+    }
+
+    /// The sandbox, when this world confines its commands.
+    pub fn sandbox(&self) -> Option<&Arc<dyn Sandbox>> {
+        self.sandbox.as_ref()
+    }
+
+    /// The sandbox policy service.
+    pub fn policy(&self) -> &PolicyService {
+        &self.policy
+    }
+
+    /// The approval service.
+    pub fn approval(&self) -> &Arc<ApprovalService> {
+        &self.approval
+    }
+
+    /// The session log.
+    pub fn sessions(&self) -> &Arc<SessionLog> {
+        &self.sessions
+    }
+
+    /// The `DSH_*` facts registry.
+    pub fn shell_env(&self) -> &Arc<ShellEnv> {
+        &self.shell_env
+    }
+
+    /// Every tool, by name.
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// `(name, description, parameters)` of every tool, by name.
+    pub fn schemas(&self) -> Vec<(String, String, Value)> {
+        self.tools
+            .values()
+            .map(|t| (t.name().to_owned(), t.description(self), t.parameters(self)))
+            .collect()
+    }
+}
+
+/// Builds a [`World`]. Each seam takes exactly one provider: a second one is
+/// `DUPLICATE_SERVICE`.
+#[derive(Default)]
+pub struct WorldBuilder {
+    subprocess: Option<Arc<dyn Subprocess>>,
+    shell: Option<Arc<dyn Shell>>,
+    sandbox: Option<Arc<dyn Sandbox>>,
+    policy: Option<PolicyService>,
+    approval: Option<Arc<ApprovalService>>,
+    sessions: Option<Arc<SessionLog>>,
+    shell_env: Option<Arc<ShellEnv>>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    pre: Vec<Arc<dyn PreExecute>>,
+    post: Vec<Arc<dyn PostExecute>>,
+    guards: Vec<Guard>,
+}
+
+fn install<T>(slot: &mut Option<T>, value: T, seam: &str) -> Result<(), HarnessError> {
+    if slot.is_some() {
+        return Err(HarnessError::new(
+            ErrorCode::DuplicateService,
+            format!("the {seam} seam already has a provider; a World takes exactly one"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+impl WorldBuilder {
+    /// An empty builder.
+    pub fn new() -> WorldBuilder {
+        WorldBuilder::default()
+    }
+
+    /// Installs the subprocess provider.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn subprocess(mut self, p: Arc<dyn Subprocess>) -> Result<Self, HarnessError> {
+        install(&mut self.subprocess, p, "subprocess")?;
+        Ok(self)
+    }
+
+    /// Installs the shell provider.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn shell(mut self, p: Arc<dyn Shell>) -> Result<Self, HarnessError> {
+        install(&mut self.shell, p, "shell")?;
+        Ok(self)
+    }
+
+    /// Installs the sandbox provider (the shell must confine with the same one).
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn sandbox(mut self, p: Arc<dyn Sandbox>) -> Result<Self, HarnessError> {
+        install(&mut self.sandbox, p, "sandbox")?;
+        Ok(self)
+    }
+
+    /// Installs the sandbox policy service.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn policy(mut self, p: PolicyService) -> Result<Self, HarnessError> {
+        install(&mut self.policy, p, "sandbox policy")?;
+        Ok(self)
+    }
+
+    /// Installs the approval service.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn approval(mut self, p: Arc<ApprovalService>) -> Result<Self, HarnessError> {
+        install(&mut self.approval, p, "approval")?;
+        Ok(self)
+    }
+
+    /// Installs the session log.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn sessions(mut self, p: Arc<SessionLog>) -> Result<Self, HarnessError> {
+        install(&mut self.sessions, p, "session log")?;
+        Ok(self)
+    }
+
+    /// Installs the `DSH_*` facts registry. Default: one with no `DSH_HOME`.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn shell_env(mut self, p: Arc<ShellEnv>) -> Result<Self, HarnessError> {
+        install(&mut self.shell_env, p, "shell env")?;
+        Ok(self)
+    }
+
+    /// Registers a tool.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` when a tool of that name is registered already.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, HarnessError> {
+        let name = tool.name().to_owned();
+        if self.tools.contains_key(&name) {
+            return Err(HarnessError::invalid_argument(format!(
+                "a tool named \"{name}\" is registered already"
+            )));
+        }
+        self.tools.insert(name, tool);
+        Ok(self)
+    }
+
+    /// Adds a pre-execute hook (run in the order added).
+    pub fn pre_execute(mut self, hook: Arc<dyn PreExecute>) -> Self {
+        self.pre.push(hook);
+        self
+    }
+
+    /// Adds a post-execute hook (run in the order added).
+    pub fn post_execute(mut self, hook: Arc<dyn PostExecute>) -> Self {
+        self.post.push(hook);
+        self
+    }
+
+    /// Adds a guard (run in the order added, after the pre-execute hooks).
+    pub fn guard(mut self, guard: Guard) -> Self {
+        self.guards.push(guard);
+        self
+    }
+
+    /// The world.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` naming the first missing provider (subprocess, shell, sandbox
+    /// policy, approval, session log).
+    pub fn build(self) -> Result<World, HarnessError> {
+        let missing =
+            |what: &str| HarnessError::config_invalid(format!("the World has no {what} provider"));
+        Ok(World {
+            subprocess: self.subprocess.ok_or_else(|| missing("subprocess"))?,
+            shell: self.shell.ok_or_else(|| missing("shell"))?,
+            sandbox: self.sandbox,
+            policy: self.policy.ok_or_else(|| missing("sandbox policy"))?,
+            approval: self.approval.ok_or_else(|| missing("approval"))?,
+            sessions: self.sessions.ok_or_else(|| missing("session log"))?,
+            shell_env: self
+                .shell_env
+                .unwrap_or_else(|| Arc::new(ShellEnv::new(None))),
+            tools: self.tools,
+            pre: self.pre,
+            post: self.post,
+            guards: self.guards,
+        })
+    }
+}

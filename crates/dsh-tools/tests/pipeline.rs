@@ -1,0 +1,564 @@
+//! The execution pipeline: stage order, cancellation codes, approval mapping, the log.
+//! Test tools are ordinary tools (no OS mock); the bash tool runs real commands.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer};
+use dsh_core::journal::EventKind;
+use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
+use dsh_process::LocalSubprocess;
+use dsh_sandbox::{LocalSandbox, Network, PolicyService, SandboxMode};
+use dsh_shell::bash::LocalBash;
+use dsh_store::session::{Session, SessionLog};
+use dsh_store::SqliteStorage;
+use dsh_tools::bash::BashTool;
+use dsh_tools::{
+    CallContext, CallView, PostDecision, PostExecute, PreDecision, PreExecute, Tool, ToolCall,
+    ToolOutput, ToolResult, World, WorldBuilder,
+};
+use serde_json::{json, Value};
+
+/// Echoes its `text` argument; counts its runs and finalizer calls; sleeps `sleep_ms`
+/// first, ignoring cancellation (an uncooperative body).
+#[derive(Default)]
+struct Echo {
+    runs: AtomicUsize,
+    finals: AtomicUsize,
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self, _: &World) -> String {
+        "echoes".into()
+    }
+    fn parameters(&self, _: &World) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, args: &Value, _: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if let Some(ms) = args.get("sleep_ms").and_then(Value::as_u64) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        if args.get("fail").is_some() {
+            return Err(HarnessError::invalid_argument("asked to fail"));
+        }
+        Ok(ToolOutput {
+            text: args
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            meta: None,
+        })
+    }
+    fn finalize(&self, _: &ToolResult) -> Option<String> {
+        self.finals.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+}
+
+struct Decide(PreDecision);
+#[async_trait]
+impl PreExecute for Decide {
+    async fn pre_execute(&self, call: &CallView) -> Result<PreDecision, HarnessError> {
+        Ok(if call.name == "echo" {
+            self.0.clone()
+        } else {
+            PreDecision::Allow
+        })
+    }
+}
+
+struct Post(PostDecision);
+#[async_trait]
+impl PostExecute for Post {
+    async fn post_execute(
+        &self,
+        _: &CallView,
+        _: &ToolResult,
+    ) -> Result<PostDecision, HarnessError> {
+        Ok(self.0.clone())
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    world: World,
+    echo: Arc<Echo>,
+    session: Arc<Session>,
+    answers: Arc<ScriptedAnswerer>,
+}
+
+async fn fixture(
+    customize: impl FnOnce(WorldBuilder) -> WorldBuilder,
+    answers: Vec<ApprovalOutcome>,
+) -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let subprocess = Arc::new(LocalSubprocess::new());
+    let sandbox = Arc::new(LocalSandbox::new());
+    let shell =
+        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
+    let answers = Arc::new(ScriptedAnswerer::new(answers));
+    approval.add_answerer(answers.clone());
+    let echo = Arc::new(Echo::default());
+    let builder = WorldBuilder::new()
+        .subprocess(subprocess)
+        .and_then(|b| b.shell(Arc::new(shell)))
+        .and_then(|b| b.sandbox(sandbox))
+        .and_then(|b| {
+            b.policy(PolicyService::new(
+                SandboxMode::ReadOnly,
+                Network::Deny,
+                &ws,
+            ))
+        })
+        .and_then(|b| b.approval(approval))
+        .and_then(|b| b.sessions(sessions))
+        .and_then(|b| b.tool(echo.clone()))
+        .and_then(|b| b.tool(Arc::new(BashTool)))
+        .expect("builder");
+    let world = customize(builder).build().expect("world");
+    Fixture {
+        _dir: dir,
+        world,
+        echo,
+        session,
+        answers,
+    }
+}
+
+fn call(name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        call_id: CallId::new(format!("c{}", dsh_core::spill::random_hex(6))),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn code(r: &ToolResult) -> Option<&str> {
+    r.error.as_ref().map(|e| e.code.as_str())
+}
+
+#[tokio::test]
+async fn a_second_provider_for_a_seam_is_a_duplicate() {
+    let b = WorldBuilder::new()
+        .subprocess(Arc::new(LocalSubprocess::new()))
+        .expect("first");
+    let e = b
+        .subprocess(Arc::new(LocalSubprocess::new()))
+        .err()
+        .expect("second");
+    assert_eq!(e.code(), ErrorCode::DuplicateService);
+}
+
+#[tokio::test]
+async fn unknown_tools_and_pre_aborted_calls_are_errors_with_codes() {
+    let f = fixture(|b| b, vec![]).await;
+    let r = f
+        .world
+        .call(None, call("nope", json!({})), CancelToken::new())
+        .await;
+    assert_eq!(
+        (r.text.as_str(), code(&r)),
+        ("Error: unknown tool \"nope\"", Some("UNKNOWN_TOOL"))
+    );
+    assert_eq!(
+        r.error.as_ref().map(|e| e.name.as_str()),
+        Some("ToolNotFoundError")
+    );
+    let cancel = CancelToken::new();
+    cancel.cancel("stop");
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), cancel)
+        .await;
+    assert_eq!(r.text, "Error: tool call aborted before dispatch");
+    assert_eq!(code(&r), Some("ABORTED_BEFORE_DISPATCH"));
+    assert_eq!(f.echo.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        f.echo.finals.load(Ordering::SeqCst),
+        1,
+        "the finalizer runs on every outcome"
+    );
+}
+
+#[tokio::test]
+async fn a_deny_skips_the_body_and_a_guard_can_only_deny() {
+    let f = fixture(
+        |b| b.pre_execute(Arc::new(Decide(PreDecision::Deny("not today".into())))),
+        vec![],
+    )
+    .await;
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!(
+        (r.text.as_str(), code(&r)),
+        ("Error: not today", Some("TOOL_DENIED"))
+    );
+    assert_eq!(f.echo.runs.load(Ordering::SeqCst), 0);
+
+    let g = fixture(
+        |b| {
+            b.guard(Arc::new(|c: &CallView| {
+                (c.arguments["text"] == "secret").then(|| "guarded".to_owned())
+            }))
+        },
+        vec![],
+    )
+    .await;
+    let r = g
+        .world
+        .call(
+            None,
+            call("echo", json!({"text": "secret"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "Error: guarded");
+    let r = g
+        .world
+        .call(
+            None,
+            call("echo", json!({"text": "fine"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!((r.text.as_str(), r.is_error), ("fine", false));
+}
+
+#[tokio::test]
+async fn ask_goes_to_approval_and_maps_every_outcome() {
+    let f = fixture(
+        |b| {
+            b.pre_execute(Arc::new(Decide(PreDecision::Ask(Some(
+                "writes the disk".into(),
+            )))))
+        },
+        vec![ApprovalOutcome::AllowedOnce, ApprovalOutcome::Rejected],
+    )
+    .await;
+    // Without a session there is nobody to route the question through.
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert!(
+        r.text.contains("has no agent to route it through"),
+        "{}",
+        r.text
+    );
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let r = f
+        .world
+        .call(s, call("echo", json!({"text": "ok"})), CancelToken::new())
+        .await;
+    assert_eq!((r.text.as_str(), r.is_error), ("ok", false));
+    let r = f
+        .world
+        .call(s, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!(r.text, "Error: the user rejected tool \"echo\"");
+    let r = f
+        .world
+        .call(s, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!(
+        r.text,
+        "Error: tool \"echo\" requires approval, but no approval channel is available"
+    );
+    assert_eq!(
+        f.answers.questions()[0].reason.as_deref(),
+        Some("writes the disk")
+    );
+    // Each call: tool/call, approval/asked, approval/decided, tool/result, in that order.
+    let kinds: Vec<EventKind> = f
+        .session
+        .events()
+        .await
+        .iter()
+        .skip(1)
+        .map(|e| e.kind)
+        .collect();
+    let one = [
+        EventKind::ToolCall,
+        EventKind::ApprovalAsked,
+        EventKind::ApprovalDecided,
+        EventKind::ToolResult,
+    ];
+    assert_eq!(kinds, [one, one, one].concat());
+}
+
+#[tokio::test]
+async fn post_execute_blocks_or_replaces_and_a_cancelled_success_is_aborted() {
+    let f = fixture(
+        |b| {
+            b.post_execute(Arc::new(Post(PostDecision::Block(
+                "blocked by policy".into(),
+            ))))
+        },
+        vec![],
+    )
+    .await;
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!(
+        (r.text.as_str(), r.is_error),
+        ("Error: blocked by policy", true)
+    );
+    let f = fixture(
+        |b| b.post_execute(Arc::new(Post(PostDecision::Replace("redacted".into())))),
+        vec![],
+    )
+    .await;
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!((r.text.as_str(), r.is_error), ("redacted", false));
+
+    // The body ignores the cancel: it is awaited, then its success becomes ABORTED.
+    let f = fixture(|b| b, vec![]).await;
+    let cancel = CancelToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c2.cancel("stop");
+    });
+    let start = std::time::Instant::now();
+    let r = f
+        .world
+        .call(
+            None,
+            call("echo", json!({"text": "x", "sleep_ms": 300})),
+            cancel,
+        )
+        .await;
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "the started body was awaited"
+    );
+    assert_eq!(
+        (r.text.as_str(), code(&r)),
+        ("Error: tool call aborted", Some("ABORTED"))
+    );
+    // A failing body keeps its own error.
+    let r = f
+        .world
+        .call(
+            None,
+            call("echo", json!({"fail": true})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(code(&r), Some("INVALID_ARGUMENT"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_calls_complete_and_are_logged_in_pairs() {
+    let f = Arc::new(fixture(|b| b, vec![]).await);
+    f.session.begin_turn().await.expect("turn");
+    let tasks: Vec<_> = (0..1000)
+        .map(|i| {
+            let f = f.clone();
+            tokio::spawn(async move {
+                f.world
+                    .call(
+                        Some(&f.session),
+                        call("echo", json!({"text": i.to_string()})),
+                        CancelToken::new(),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.expect("task").text, i.to_string());
+    }
+    let events = f.session.events().await;
+    assert!(events
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == i as u64 + 1));
+    let calls = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolCall)
+        .count();
+    let results = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .count();
+    assert_eq!((calls, results), (1000, 1000));
+    // Each result comes after its own call.
+    for r in events.iter().filter(|e| e.kind == EventKind::ToolResult) {
+        let call = events
+            .iter()
+            .find(|e| e.kind == EventKind::ToolCall && e.data["callId"] == r.data["callId"])
+            .expect("its call");
+        assert!(call.seq < r.seq);
+    }
+}
+
+#[tokio::test]
+async fn bash_renders_denials_escalates_once_and_never_forwards_model_env() {
+    let f = fixture(
+        |b| b,
+        vec![ApprovalOutcome::AllowedOnce, ApprovalOutcome::Rejected],
+    )
+    .await;
+    let ws = f.session.header().cwd.clone();
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let write = json!({"command": "echo hi > f", "description": "write f"});
+    let r = f
+        .world
+        .call(s, call("bash", write.clone()), CancelToken::new())
+        .await;
+    assert!(!r.is_error, "a denial is an ordinary result: {}", r.text);
+    assert!(
+        r.text
+            .contains("[sandbox: file access denied under read-only mode]"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("[sandbox: escalation available — retry this exact command once"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.ends_with("[exit code: 1]"), "{}", r.text);
+    assert!(!ws.join("f").exists());
+
+    let mut escalated = write.clone();
+    escalated["sandbox_permissions"] = json!("workspace-write");
+    escalated["justification"] = json!("the build writes f");
+    let r = f
+        .world
+        .call(s, call("bash", escalated.clone()), CancelToken::new())
+        .await;
+    assert_eq!((r.text.as_str(), r.is_error), ("(no output)", false));
+    assert_eq!(std::fs::read_to_string(ws.join("f")).expect("f"), "hi\n");
+    std::fs::remove_file(ws.join("f")).expect("rm");
+    let r = f
+        .world
+        .call(s, call("bash", escalated.clone()), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("APPROVAL_REJECTED"));
+    assert!(!ws.join("f").exists(), "a rejected escalation runs nothing");
+    // The grant was for one call: the next one is read-only again.
+    let r = f
+        .world
+        .call(s, call("bash", write), CancelToken::new())
+        .await;
+    assert!(r.text.contains("denied under read-only mode"), "{}", r.text);
+
+    let smuggled = json!({
+        "command": "echo \"[$SMUGGLED][$DSH_SHELL][${DSH_SESSION_ID:+set}]\"; cat",
+        "description": "env", "env": {"SMUGGLED": "yes"}, "stdin": "data",
+    });
+    let r = f
+        .world
+        .call(s, call("bash", smuggled), CancelToken::new())
+        .await;
+    assert_eq!(r.text, "[][1][set]\n");
+
+    let bad = f
+        .world
+        .call(
+            s,
+            call("bash", json!({"command": " ", "description": "x"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(
+        (bad.text.as_str(), code(&bad)),
+        (
+            "Error: invalid command: expected a non-empty string",
+            Some("INVALID_ARGS")
+        )
+    );
+    let unpaired = json!({"command": "true", "description": "x", "justification": "why"});
+    let r = f
+        .world
+        .call(s, call("bash", unpaired), CancelToken::new())
+        .await;
+    assert!(
+        r.text
+            .contains("justification is only valid together with sandbox_permissions"),
+        "{}",
+        r.text
+    );
+    let exit = f
+        .world
+        .call(
+            s,
+            call(
+                "bash",
+                json!({"command": "echo failing; exit 3", "description": "x"}),
+            ),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(
+        (exit.text.as_str(), exit.is_error),
+        ("failing\n[exit code: 3]", false)
+    );
+    let rel = f
+        .world
+        .call(
+            s,
+            call(
+                "bash",
+                json!({"command": "pwd", "description": "x", "workdir": "state"}),
+            ),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(rel.text, format!("{}\n", ws.join("state").display()));
+}
+
+#[tokio::test]
+async fn the_bash_schema_offers_escalation_only_when_commands_are_confined() {
+    let f = fixture(|b| b, vec![]).await;
+    let (_, _, params) = f
+        .world
+        .schemas()
+        .into_iter()
+        .find(|(n, _, _)| n == "bash")
+        .expect("bash");
+    let props = params["properties"].as_object().expect("properties");
+    for k in [
+        "command",
+        "description",
+        "timeout_ms",
+        "workdir",
+        "sandbox_permissions",
+        "justification",
+    ] {
+        assert!(props.contains_key(k), "{k}: {params}");
+    }
+    assert!(!props.contains_key("run_in_background"));
+    let required: Vec<&str> = params["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(required, ["command", "description"]);
+}

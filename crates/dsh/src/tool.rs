@@ -1,0 +1,237 @@
+//! `dsh tool`: one tool call through the whole pipeline, in a session; and the World the
+//! CLI builds for it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use dsh_approval::{
+    ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer, TerminalAnswerer,
+};
+use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError, SessionId};
+use dsh_process::LocalSubprocess;
+use dsh_sandbox::{LocalSandbox, Network, PolicyService, SandboxMode};
+use dsh_shell::bash::LocalBash;
+use dsh_shell::shell_env::ShellEnv;
+use dsh_store::session::{Session, SessionLog};
+use dsh_store::SqliteStorage;
+use dsh_tools::bash::BashTool;
+use dsh_tools::{ToolCall, World, WorldBuilder};
+
+/// Exit status of `dsh tool` when the call's result is an error, or dsh itself failed.
+const EXIT_ERROR: u8 = 1;
+
+#[derive(Args, Debug)]
+pub struct ToolArgs {
+    /// The tool to call (`bash`).
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// The arguments as a JSON object, or `-` to read them from stdin (default `{}`).
+    #[arg(value_name = "JSON")]
+    json: Option<String>,
+    /// The workspace (the session's working directory when it is created).
+    #[arg(short = 'C', value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Set the session's sandbox mode first (read-only, workspace-write,
+    /// danger-full-access); logged as a `sandbox/mode` event.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    mode: Option<SandboxMode>,
+    /// Network in confined modes (deny or allow).
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    network: Network,
+    /// Set the session's approval policy first (ask or never); logged.
+    #[arg(long, value_name = "ask|never", value_parser = parse_policy)]
+    approval: Option<ApprovalPolicy>,
+    /// Answer the next approval request without asking (`allow` or `reject`); repeatable,
+    /// used in order. Otherwise approvals are asked on the terminal, or unavailable without
+    /// one.
+    #[arg(long, value_name = "allow|reject", value_parser = parse_answer)]
+    answer: Vec<ApprovalOutcome>,
+    /// Run in this session (created if absent); default: a new one.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
+    #[arg(long, value_name = "DIR")]
+    state: Option<PathBuf>,
+}
+
+fn parse_mode(s: &str) -> Result<SandboxMode, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_network(s: &str) -> Result<Network, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_answer(s: &str) -> Result<ApprovalOutcome, String> {
+    match s {
+        "allow" => Ok(ApprovalOutcome::AllowedOnce),
+        "reject" => Ok(ApprovalOutcome::Rejected),
+        _ => Err(format!("unknown answer \"{s}\"; expected allow or reject")),
+    }
+}
+
+/// The store of sessions at `state` (default location when `None`).
+pub async fn session_log(state: Option<&Path>) -> Result<Arc<SessionLog>, HarnessError> {
+    let dir = state.map_or_else(dsh_store::default_state_dir, Path::to_path_buf);
+    let storage = Arc::new(SqliteStorage::open(dir.join("dsh.db"))?);
+    Ok(Arc::new(SessionLog::new(storage).await?))
+}
+
+/// The CLI's World: local subprocess, bash confined by the local sandbox (read-only
+/// unless the session says otherwise), approvals from `answers` then the terminal.
+pub fn world(
+    sessions: Arc<SessionLog>,
+    workspace: &Path,
+    network: Network,
+    answers: Vec<ApprovalOutcome>,
+    state: &Path,
+) -> Result<World, HarnessError> {
+    let subprocess = Arc::new(LocalSubprocess::new());
+    let sandbox = Arc::new(LocalSandbox::new());
+    let shell =
+        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
+    if !answers.is_empty() {
+        approval.add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
+    }
+    approval.add_answerer(Arc::new(TerminalAnswerer));
+    WorldBuilder::new()
+        .subprocess(subprocess)?
+        .shell(Arc::new(shell))?
+        .sandbox(sandbox)?
+        .policy(PolicyService::new(
+            SandboxMode::ReadOnly,
+            network,
+            workspace,
+        ))?
+        .approval(approval)?
+        .sessions(sessions)?
+        .shell_env(Arc::new(ShellEnv::new(Some(state.to_path_buf()))))?
+        .tool(Arc::new(BashTool))?
+        .build()
+}
+
+pub fn main(args: ToolArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dsh tool: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dsh tool: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
+    let raw = match args.json.as_deref() {
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| {
+                HarnessError::new(ErrorCode::IoFailed, "cannot read the arguments from stdin")
+                    .with_source(e)
+            })?;
+            s
+        }
+        Some(j) => j.to_owned(),
+        None => "{}".to_owned(),
+    };
+    let cwd = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            HarnessError::new(
+                ErrorCode::ProcessCwdInvalid,
+                "the current directory is unusable; pass -C DIR",
+            )
+            .with_source(e)
+        })?,
+    };
+    if !cwd.is_dir() {
+        return Err(HarnessError::new(
+            ErrorCode::ProcessCwdInvalid,
+            format!("-C {}: not a directory", cwd.display()),
+        ));
+    }
+    let state = args
+        .state
+        .clone()
+        .unwrap_or_else(dsh_store::default_state_dir);
+    let sessions = session_log(Some(&state)).await?;
+    let session: Arc<Session> = match &args.session {
+        Some(id) => {
+            sessions
+                .open_or_create(SessionId::new(id.as_str()), &cwd)
+                .await?
+        }
+        None => sessions.create(&cwd).await?,
+    };
+    eprintln!("dsh tool: session {}", session.id());
+    let world = world(
+        sessions.clone(),
+        &cwd,
+        args.network,
+        args.answer.clone(),
+        &state,
+    )?;
+    if let Some(mode) = args.mode {
+        if world
+            .policy()
+            .override_of(&*session)
+            .await
+            .unwrap_or(world.policy().default_mode())
+            != mode
+        {
+            world.policy().set_mode(&*session, mode).await?;
+        }
+    }
+    if let Some(policy) = args.approval {
+        world.approval().set_policy(&*session, policy).await?;
+    }
+    session.begin_turn().await?;
+    let interrupt = CancelToken::new();
+    let watcher = {
+        let interrupt = interrupt.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupt.cancel("interrupted (Ctrl-C)");
+            }
+        })
+    };
+    let call = ToolCall {
+        call_id: CallId::new(format!("c{}", dsh_core::spill::random_hex(8))),
+        name: args.name.clone(),
+        arguments: raw,
+    };
+    let result = world.call(Some(&session), call, interrupt.clone()).await;
+    watcher.abort();
+    let reason = if interrupt.is_cancelled() {
+        "aborted"
+    } else if result.is_error {
+        "error"
+    } else {
+        "completed"
+    };
+    session.end_turn(reason).await?;
+    if result.text.ends_with('\n') {
+        print!("{}", result.text);
+    } else {
+        println!("{}", result.text);
+    }
+    Ok(if result.is_error { EXIT_ERROR } else { 0 })
+}
