@@ -9,7 +9,9 @@
 //!   against the same bwrap argv run raw;
 //! - capture throughput: `LocalBash::run` of a command printing 1 GiB against a raw pipe
 //!   drain of the same command, and the bench process's peak RSS while capturing 64 MiB
-//!   and 1 GiB (it must not grow with output size).
+//!   and 1 GiB (it must not grow with output size);
+//! - the tools pipeline: a `bash` tool call of `true` with the session log in SQLite
+//!   against the bare confined `LocalBash::run` of `true` under the same policy.
 //!
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo);
 //! `DSH_BENCH_RUNS` sets N (default 300).
@@ -63,6 +65,7 @@ fn main() {
     };
     let mut figures = spawn_latency(&dsh, runs);
     figures.extend(rt.block_on(capture_throughput()));
+    figures.extend(rt.block_on(tool_pipeline(runs)));
 
     println!(
         "{:<34} {:>16} {:>16} {:>8}  {:<18} verdict",
@@ -339,4 +342,91 @@ fn peak_rss_kib() -> u64 {
                 .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+/// A `bash` tool call of `true` through the whole pipeline (session log in SQLite, policy,
+/// sandbox) against the bare confined `LocalBash::run` of the same command under the same
+/// policy, interleaved, in this process.
+async fn tool_pipeline(runs: usize) -> Vec<Figure> {
+    use dsh_approval::{ApprovalPolicy, ApprovalService};
+    use dsh_core::{CallId, CancelToken};
+    use dsh_store::session::SessionLog;
+    use dsh_store::SqliteStorage;
+    use dsh_tools::bash::BashTool;
+    use dsh_tools::{ToolCall, WorldBuilder};
+
+    let Ok(dir) = tempfile::tempdir() else {
+        eprintln!("dsh-bench: no temp dir; the tool figure is skipped");
+        return Vec::new();
+    };
+    let ws = dsh_sandbox::canonical_path(dir.path());
+    let built = async {
+        let storage = Arc::new(SqliteStorage::open(ws.join("dsh.db"))?);
+        let sessions = Arc::new(SessionLog::new(storage).await?);
+        let session = sessions.create(&ws).await?;
+        session.begin_turn().await?;
+        let subprocess = Arc::new(LocalSubprocess::new());
+        let sandbox = Arc::new(LocalSandbox::new());
+        let shell = Arc::new(
+            LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly),
+        );
+        let world = WorldBuilder::new()
+            .subprocess(subprocess)?
+            .shell(shell.clone())?
+            .sandbox(sandbox)?
+            .policy(dsh_sandbox::PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws))?
+            .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
+            .sessions(sessions)?
+            .tool(Arc::new(BashTool))?
+            .build()?;
+        Ok::<_, dsh_core::HarnessError>((world, session, shell))
+    };
+    let (world, session, shell) = match built.await {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("dsh-bench: cannot build the World ({e}); the tool figure is skipped");
+            return Vec::new();
+        }
+    };
+    let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws);
+    let bare = || async {
+        let mut req = ShellRequest::new("true");
+        req.workdir = Some(ws.clone());
+        req.sandbox = Some(policy.clone());
+        let start = Instant::now();
+        let r = shell.run(shell.resolve(req).expect("resolve")).await.expect("run");
+        assert_eq!(r.exit_code, Some(0));
+        start.elapsed()
+    };
+    let piped = |i: usize| {
+        let call = ToolCall {
+            call_id: CallId::new(format!("b{i}")),
+            name: "bash".into(),
+            arguments: r#"{"command": "true", "description": "bench"}"#.into(),
+        };
+        let (world, session) = (&world, &session);
+        async move {
+            let start = Instant::now();
+            let r = world.call(Some(session), call, CancelToken::new()).await;
+            assert!(!r.is_error, "{}", r.text);
+            start.elapsed()
+        }
+    };
+    for i in 0..10 {
+        bare().await;
+        piped(i).await;
+    }
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        ours.push(piped(i + 10).await);
+        base.push(bare().await);
+    }
+    let (o, b) = (median(ours), median(base));
+    vec![ratio_figure(
+        "tool: bash true, full pipeline",
+        o,
+        b,
+        "<= 1.5x bare run()",
+        Some(1.5),
+    )]
 }
