@@ -374,7 +374,11 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
             .subprocess(subprocess)?
             .shell(shell.clone())?
             .sandbox(sandbox)?
-            .policy(dsh_sandbox::PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws))?
+            .policy(dsh_sandbox::PolicyService::new(
+                SandboxMode::ReadOnly,
+                Network::Deny,
+                &ws,
+            ))?
             .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
             .sessions(sessions)?
             .tool(Arc::new(BashTool))?
@@ -394,7 +398,10 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         req.workdir = Some(ws.clone());
         req.sandbox = Some(policy.clone());
         let start = Instant::now();
-        let r = shell.run(shell.resolve(req).expect("resolve")).await.expect("run");
+        let r = shell
+            .run(shell.resolve(req).expect("resolve"))
+            .await
+            .expect("run");
         assert_eq!(r.exit_code, Some(0));
         start.elapsed()
     };

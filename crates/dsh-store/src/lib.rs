@@ -13,6 +13,9 @@
 //! Both run every file operation on a dedicated thread of their own, never on an async
 //! runtime worker.
 //!
+//! [`domain::Domains`] adds named, validated domains on top: reads from memory, writes
+//! durable first, a change notice after each write.
+//!
 //! [`session::SessionLog`] keeps each session as an append-only list of
 //! [`session::Event`]s (session id, sequence number, time, JSON payload) in a unit of its
 //! own, closes a turn a crash left open when the session is reloaded, and lists sessions.
@@ -32,6 +35,7 @@ use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
 use serde_json::Value;
 
+pub mod domain;
 mod jsonl;
 pub mod session;
 mod sqlite;

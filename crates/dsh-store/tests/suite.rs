@@ -279,3 +279,98 @@ async fn a_torn_jsonl_tail_is_cut_and_nothing_before_it_is_lost() {
         .expect("append");
     assert_eq!(e.seq, 4);
 }
+
+#[tokio::test]
+async fn domains_validate_serialise_writes_notify_and_close() {
+    use dsh_store::domain::{Change, DomainSpec, Domains};
+    let spec = |validate: bool| DomainSpec {
+        unit: UnitSpec {
+            name: "prefs".into(),
+            version: 1,
+            tables: vec!["kv".into()],
+            has_global: true,
+        },
+        validate: validate.then(|| {
+            Arc::new(|_t: &str, _k: &str, v: &serde_json::Value| {
+                if v.is_number() || v.is_object() {
+                    Ok(())
+                } else {
+                    Err("expected a number or an object".to_owned())
+                }
+            }) as dsh_store::domain::Validator
+        }),
+    };
+    for kind in KINDS {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let domains = Domains::new(store(kind, dir.path()));
+        let d = domains.open(spec(true)).await.expect("open");
+        let e = domains.open(spec(true)).await.err().expect("twice");
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{kind}");
+        let mut changes = d.subscribe();
+        d.put("kv", "a", json!(1)).await.expect("put");
+        let e = d.put("kv", "b", json!("text")).await.expect_err("invalid");
+        assert_eq!(e.code(), ErrorCode::StorageMalformed, "{kind}");
+        assert_eq!(
+            d.get("kv", "b").expect("get"),
+            None,
+            "{kind}: a refused write changes nothing"
+        );
+        assert_eq!(
+            d.update("kv", "a", |v| json!(v.as_i64().unwrap_or(0) + 1))
+                .await
+                .expect("update"),
+            json!(2)
+        );
+        let e = d
+            .update("kv", "zz", |v| v.clone())
+            .await
+            .expect_err("missing key");
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{kind}");
+        assert!(
+            !d.delete("kv", "zz").await.expect("delete missing"),
+            "{kind}"
+        );
+        assert!(d.delete("kv", "a").await.expect("delete"), "{kind}");
+        d.set_global(json!({"v": 1})).await.expect("global");
+        let got: Vec<Change> = (0..4)
+            .map(|_| changes.try_recv().expect("a change"))
+            .collect();
+        assert_eq!(got[0].value, Some(json!(1)));
+        assert_eq!(got[1].value, Some(json!(2)));
+        assert_eq!((got[2].key.as_str(), got[2].value.clone()), ("a", None));
+        assert_eq!((got[3].table.as_str(), got[3].key.as_str()), ("", ""));
+        assert!(
+            changes.try_recv().is_err(),
+            "{kind}: no event for a no-op or a refused write"
+        );
+        d.put("kv", "keep", json!(7)).await.expect("put");
+        d.close().await;
+        assert_eq!(
+            d.get("kv", "keep").expect_err("closed").code(),
+            ErrorCode::StorageClosed
+        );
+        assert_eq!(
+            d.put("kv", "x", json!(1)).await.expect_err("closed").code(),
+            ErrorCode::StorageClosed
+        );
+        let d = domains.open(spec(true)).await.expect("reopen after close");
+        assert_eq!(d.get("kv", "keep").expect("get"), Some(json!(7)), "{kind}");
+        d.close().await;
+
+        // A stored record the validator refuses: the open fails and frees the name.
+        let raw = domains.open(spec(false)).await.expect("unvalidated");
+        raw.put("kv", "bad", json!("text")).await.expect("put");
+        raw.close().await;
+        let e = domains
+            .open(spec(true))
+            .await
+            .err()
+            .expect("invalid record");
+        assert_eq!(e.code(), ErrorCode::StorageMalformed, "{kind}");
+        assert!(e.message().contains("kv[bad]"), "{}", e.message());
+        assert!(
+            domains.open(spec(false)).await.is_ok(),
+            "{kind}: the name is free again"
+        );
+    }
+}
