@@ -246,7 +246,9 @@ impl ApprovalService {
         });
         let abort = task.abort_handle();
         let outcome = match cancel {
+            // An answer that is there already wins over a cancel that arrived with it.
             Some(cancel) => tokio::select! {
+                biased;
                 joined = task => joined.unwrap_or(ApprovalOutcome::Unavailable),
                 () = cancel.cancelled() => ApprovalOutcome::Cancelled,
             },

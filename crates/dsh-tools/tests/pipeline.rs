@@ -562,3 +562,86 @@ async fn the_bash_schema_offers_escalation_only_when_commands_are_confined() {
         .collect();
     assert_eq!(required, ["command", "description"]);
 }
+
+struct Fails;
+#[async_trait]
+impl PreExecute for Fails {
+    async fn pre_execute(&self, _: &CallView) -> Result<PreDecision, HarnessError> {
+        Err(HarnessError::internal("policy hook crashed"))
+    }
+}
+
+#[tokio::test]
+async fn a_failing_pre_execute_hook_is_final_and_skips_post_execute() {
+    let f = fixture(
+        |b| {
+            b.pre_execute(Arc::new(Fails))
+                .post_execute(Arc::new(Post(PostDecision::Replace("rewritten".into()))))
+        },
+        vec![],
+    )
+    .await;
+    let r = f
+        .world
+        .call(None, call("echo", json!({"text": "x"})), CancelToken::new())
+        .await;
+    assert_eq!(
+        (r.text.as_str(), code(&r)),
+        ("Error: policy hook crashed", Some("INTERNAL"))
+    );
+    assert_eq!(f.echo.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(f.echo.finals.load(Ordering::SeqCst), 1);
+}
+
+/// Cancels the call's token while it answers, then gives `outcome`.
+struct CancelsWhileAsking(CancelToken, Option<ApprovalOutcome>);
+#[async_trait]
+impl dsh_approval::Answerer for CancelsWhileAsking {
+    async fn answer(&self, _: &dsh_approval::Question) -> Option<ApprovalOutcome> {
+        self.0.cancel("user pressed stop");
+        match self.1 {
+            Some(o) => Some(o),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_during_approval_is_aborted_before_dispatch_unless_already_denied() {
+    let f = fixture(
+        |b| b.pre_execute(Arc::new(Decide(PreDecision::Ask(None)))),
+        vec![],
+    )
+    .await;
+    f.session.begin_turn().await.expect("turn");
+    // The answerer never answers; the cancel wins: ABORTED_BEFORE_DISPATCH, no body.
+    let cancel = CancelToken::new();
+    f.world
+        .approval()
+        .add_answerer(Arc::new(CancelsWhileAsking(cancel.clone(), None)));
+    let r = f
+        .world
+        .call(Some(&f.session), call("echo", json!({"text": "x"})), cancel)
+        .await;
+    assert_eq!(code(&r), Some("ABORTED_BEFORE_DISPATCH"), "{}", r.text);
+    assert_eq!(f.echo.runs.load(Ordering::SeqCst), 0);
+
+    let g = fixture(
+        |b| b.pre_execute(Arc::new(Decide(PreDecision::Ask(None)))),
+        vec![],
+    )
+    .await;
+    g.session.begin_turn().await.expect("turn");
+    let cancel = CancelToken::new();
+    g.world.approval().add_answerer(Arc::new(CancelsWhileAsking(
+        cancel.clone(),
+        Some(ApprovalOutcome::Rejected),
+    )));
+    let r = g
+        .world
+        .call(Some(&g.session), call("echo", json!({"text": "x"})), cancel)
+        .await;
+    // The rejection settled after the cancel: the denial is preserved, not an abort.
+    assert_eq!(code(&r), Some("TOOL_DENIED"), "{r:?}");
+    assert_eq!(g.echo.runs.load(Ordering::SeqCst), 0);
+}
