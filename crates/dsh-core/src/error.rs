@@ -84,6 +84,32 @@ pub enum ErrorCode {
     /// A policy hook or guard refused the tool call, or its approval was not given; the
     /// message says why. Nothing ran. `as_str()`: `TOOL_DENIED`.
     ToolDenied,
+    /// The file or directory does not exist (or a path segment is a file). Check the path. `as_str()`: `FS_NOT_FOUND`.
+    FsNotFound,
+    /// A directory was expected; the path is something else. `as_str()`: `FS_NOT_DIRECTORY`.
+    FsNotDirectory,
+    /// The file is binary (a NUL byte) or not valid UTF-8 text; use a byte-level tool. `as_str()`: `FS_NOT_TEXT`.
+    FsNotText,
+    /// A regular file was expected (the path is a directory, a device, a FIFO, …). `as_str()`: `FS_NOT_REGULAR_FILE`.
+    FsNotRegularFile,
+    /// The file is larger than the limit of the call; read a part of it. `as_str()`: `FS_TOO_LARGE`.
+    FsTooLarge,
+    /// The operating system refused access (permissions). `as_str()`: `FS_PERMISSION_DENIED`.
+    FsPermissionDenied,
+    /// The sandbox policy of the call does not allow this write; a wider mode needs approval. `as_str()`: `FS_SANDBOX_DENIED`.
+    FsSandboxDenied,
+    /// Another I/O failure; the `source` carries the OS error. `as_str()`: `FS_IO_ERROR`.
+    FsIoError,
+    /// The file changed (or vanished) since it was read; read it again, then retry. `as_str()`: `FS_STALE_VERSION`.
+    FsStaleVersion,
+    /// The file must be read before it is overwritten or edited. `as_str()`: `FS_NOT_OBSERVED`.
+    FsNotObserved,
+    /// The text to replace occurs more than once; give more context or replace all. `as_str()`: `FS_AMBIGUOUS_EDIT`.
+    FsAmbiguousEdit,
+    /// The text to replace does not occur in the file (or is empty). `as_str()`: `FS_EDIT_NOT_FOUND`.
+    FsEditNotFound,
+    /// The file operation was cancelled; nothing was changed. `as_str()`: `FS_ABORTED`.
+    FsAborted,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -117,6 +143,19 @@ impl ErrorCode {
         ErrorCode::InvalidArgs,
         ErrorCode::AbortedBeforeDispatch,
         ErrorCode::ToolDenied,
+        ErrorCode::FsNotFound,
+        ErrorCode::FsNotDirectory,
+        ErrorCode::FsNotText,
+        ErrorCode::FsNotRegularFile,
+        ErrorCode::FsTooLarge,
+        ErrorCode::FsPermissionDenied,
+        ErrorCode::FsSandboxDenied,
+        ErrorCode::FsIoError,
+        ErrorCode::FsStaleVersion,
+        ErrorCode::FsNotObserved,
+        ErrorCode::FsAmbiguousEdit,
+        ErrorCode::FsEditNotFound,
+        ErrorCode::FsAborted,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -146,6 +185,19 @@ impl ErrorCode {
             ErrorCode::InvalidArgs => "INVALID_ARGS",
             ErrorCode::AbortedBeforeDispatch => "ABORTED_BEFORE_DISPATCH",
             ErrorCode::ToolDenied => "TOOL_DENIED",
+            ErrorCode::FsNotFound => "FS_NOT_FOUND",
+            ErrorCode::FsNotDirectory => "FS_NOT_DIRECTORY",
+            ErrorCode::FsNotText => "FS_NOT_TEXT",
+            ErrorCode::FsNotRegularFile => "FS_NOT_REGULAR_FILE",
+            ErrorCode::FsTooLarge => "FS_TOO_LARGE",
+            ErrorCode::FsPermissionDenied => "FS_PERMISSION_DENIED",
+            ErrorCode::FsSandboxDenied => "FS_SANDBOX_DENIED",
+            ErrorCode::FsIoError => "FS_IO_ERROR",
+            ErrorCode::FsStaleVersion => "FS_STALE_VERSION",
+            ErrorCode::FsNotObserved => "FS_NOT_OBSERVED",
+            ErrorCode::FsAmbiguousEdit => "FS_AMBIGUOUS_EDIT",
+            ErrorCode::FsEditNotFound => "FS_EDIT_NOT_FOUND",
+            ErrorCode::FsAborted => "FS_ABORTED",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -284,6 +336,19 @@ mod tests {
                 (ErrorCode::InvalidArgs, "INVALID_ARGS"),
                 (ErrorCode::AbortedBeforeDispatch, "ABORTED_BEFORE_DISPATCH"),
                 (ErrorCode::ToolDenied, "TOOL_DENIED"),
+                (ErrorCode::FsNotFound, "FS_NOT_FOUND"),
+                (ErrorCode::FsNotDirectory, "FS_NOT_DIRECTORY"),
+                (ErrorCode::FsNotText, "FS_NOT_TEXT"),
+                (ErrorCode::FsNotRegularFile, "FS_NOT_REGULAR_FILE"),
+                (ErrorCode::FsTooLarge, "FS_TOO_LARGE"),
+                (ErrorCode::FsPermissionDenied, "FS_PERMISSION_DENIED"),
+                (ErrorCode::FsSandboxDenied, "FS_SANDBOX_DENIED"),
+                (ErrorCode::FsIoError, "FS_IO_ERROR"),
+                (ErrorCode::FsStaleVersion, "FS_STALE_VERSION"),
+                (ErrorCode::FsNotObserved, "FS_NOT_OBSERVED"),
+                (ErrorCode::FsAmbiguousEdit, "FS_AMBIGUOUS_EDIT"),
+                (ErrorCode::FsEditNotFound, "FS_EDIT_NOT_FOUND"),
+                (ErrorCode::FsAborted, "FS_ABORTED"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

@@ -1,0 +1,278 @@
+//! Files as the tools see them: stable identities, bounded reads, atomic writes and edits
+//! guarded by versions, and a sandbox fence the kernel checks.
+//!
+//! [`FileSystem`] is the seam. A path is first [`resolve`](FileSystem::resolve)d to an
+//! [`FsTarget`]: the path as the caller spelled it (made absolute, `..` folded) for
+//! messages, and a stable key (the canonical path; for a missing file, the canonical
+//! nearest ancestor plus the missing rest) so that aliases of one file share one key.
+//! Every read takes a byte limit (`FS_TOO_LARGE` past it; never an unbounded buffer).
+//! Writes and edits publish atomically (a private staging file next to the target,
+//! fsynced, renamed into place, the directory fsynced), one at a time per target, and can
+//! be guarded by the [`FsVersion`] the caller last saw (`FS_STALE_VERSION` when the file
+//! changed) or be create-only (never replacing a file that appeared meanwhile).
+//!
+//! Providers: [`LocalFs`] (the host, no policy) and [`SandboxedFs`] (the same, fenced by
+//! each call's [`SandboxPolicy`](dsh_sandbox::SandboxPolicy): writes only beneath the
+//! writable roots, never into a protected path, checked by the kernel with
+//! `openat2(RESOLVE_BENEATH)` from the root's directory fd, so no symlink swap between the
+//! check and the write can escape).
+//!
+//! # Errors
+//! The `FS_*` codes of [`dsh_core::ErrorCode`], each with a message naming the path as
+//! the caller spelled it.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+
+mod local;
+mod publish;
+mod sandboxed;
+
+pub use local::LocalFs;
+pub use sandboxed::SandboxedFs;
+
+/// Bytes of a file examined for a NUL to call it binary.
+pub const BINARY_SAMPLE: usize = 8192;
+
+/// A resolved path. See the [crate docs](crate).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FsTarget {
+    key: PathBuf,
+    display: PathBuf,
+}
+
+impl FsTarget {
+    /// The stable identity: canonical path of the file (or of its nearest existing
+    /// ancestor, plus the missing rest). Aliases of one file have one key.
+    pub fn key(&self) -> &Path {
+        &self.key
+    }
+
+    /// The path as the caller spelled it, absolute with `..` folded: for messages.
+    pub fn display(&self) -> &Path {
+        &self.display
+    }
+}
+
+/// An opaque version of a file (`dev:ino:size:mtime_ns:ctime_ns`): equal versions mean
+/// the file was not replaced or written in between. Compare; never parse.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FsVersion(pub(crate) String);
+
+impl FsVersion {
+    /// The token as text (for logs and tool metadata).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A version from its text (as logged earlier).
+    pub fn from_token(token: impl Into<String>) -> FsVersion {
+        FsVersion(token.into())
+    }
+}
+
+/// What is at a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (only from [`FileSystem::lstat`]).
+    Symlink,
+    /// Anything else (a device, a FIFO, a socket, a broken link in a listing).
+    Other,
+}
+
+/// Metadata of a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsInfo {
+    /// Its version.
+    pub version: FsVersion,
+    /// What it is.
+    pub kind: FsKind,
+    /// Its size, for a file.
+    pub size: Option<u64>,
+}
+
+/// One child in a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its name.
+    pub name: String,
+    /// What it is (following links; a broken link is [`FsKind::Other`]).
+    pub kind: FsKind,
+    /// Its target.
+    pub target: FsTarget,
+    /// Its version (absent for a broken link).
+    pub version: Option<FsVersion>,
+    /// Its size, for a file.
+    pub size: Option<u64>,
+}
+
+/// The condition a write is published under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteIntent {
+    /// Only if nothing is there (not even a file created since the caller looked):
+    /// `FS_NOT_OBSERVED` otherwise.
+    CreateIfAbsent,
+    /// Only if the file is still at this version: `FS_STALE_VERSION` otherwise (also when
+    /// it vanished; it is never recreated).
+    ReplaceIfVersion(FsVersion),
+}
+
+/// The result of a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Whether the file was created (else replaced).
+    pub created: bool,
+    /// The version now on disk.
+    pub version: FsVersion,
+    /// The previous text with `\r\n` as `\n`, when there was a previous text file under
+    /// the diff limit; else `None`.
+    pub before: Option<String>,
+    /// The new text with `\r\n` as `\n` (the bytes on disk are the content verbatim).
+    pub after: String,
+}
+
+/// A literal replacement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EditRequest {
+    /// The text to find (non-empty; `\r\n` matches as `\n`).
+    pub old: String,
+    /// Its replacement (literal).
+    pub new: String,
+    /// Replace every occurrence; else exactly one must exist.
+    pub replace_all: bool,
+}
+
+/// The result of an edit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EditOutcome {
+    /// The version now on disk.
+    pub version: FsVersion,
+    /// The text before, `\r\n` as `\n`.
+    pub before: String,
+    /// The text after, `\r\n` as `\n`.
+    pub after: String,
+    /// How many occurrences were replaced.
+    pub replaced: usize,
+}
+
+/// The filesystem seam. See the [crate docs](crate).
+#[async_trait]
+pub trait FileSystem: Send + Sync {
+    /// The default mode a confining provider enforces; `None` when it does not confine.
+    fn sandbox_mode(&self) -> Option<SandboxMode>;
+
+    /// Resolves `path` (relative ones against `cwd`, else the provider's working
+    /// directory).
+    ///
+    /// # Errors
+    /// `FS_NOT_FOUND` for an empty path, a path with a NUL byte, a path longer than
+    /// `PATH_MAX`, or a path through a regular file.
+    async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError>;
+
+    /// Metadata, following links; `None` when nothing is there.
+    ///
+    /// # Errors
+    /// `FS_IO_ERROR`, `FS_PERMISSION_DENIED`.
+    async fn stat(&self, target: &FsTarget) -> Result<Option<FsInfo>, HarnessError>;
+
+    /// Metadata of the path itself (a link is [`FsKind::Symlink`]); `None` when nothing
+    /// is there.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve) and [`stat`](Self::stat).
+    async fn lstat(&self, path: &str, cwd: Option<&Path>) -> Result<Option<FsInfo>, HarnessError>;
+
+    /// The whole file as bytes, at most `max_bytes` (inclusive).
+    ///
+    /// # Errors
+    /// `FS_NOT_FOUND`, `FS_NOT_REGULAR_FILE` (directories, FIFOs, devices: never
+    /// opened, so nothing blocks), `FS_TOO_LARGE` (also when the file grows past the limit
+    /// while read), `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
+    async fn read_bytes(
+        &self,
+        target: &FsTarget,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, FsVersion), HarnessError>;
+
+    /// The whole file as UTF-8 text, at most `max_bytes`.
+    ///
+    /// # Errors
+    /// As [`read_bytes`](Self::read_bytes), and `FS_NOT_TEXT` for a NUL in the first
+    /// [`BINARY_SAMPLE`] bytes or invalid UTF-8.
+    async fn read_text(
+        &self,
+        target: &FsTarget,
+        max_bytes: u64,
+    ) -> Result<(String, FsVersion), HarnessError>;
+
+    /// The children of a directory, sorted by name.
+    ///
+    /// # Errors
+    /// `FS_NOT_FOUND`, `FS_NOT_DIRECTORY`, `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
+    async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError>;
+
+    /// Writes `content` atomically under `intent` (`None`: create or overwrite) and
+    /// `policy` (a confining provider's default when `None`).
+    ///
+    /// # Errors
+    /// `FS_NOT_REGULAR_FILE`, `FS_STALE_VERSION`, `FS_NOT_OBSERVED`, `FS_SANDBOX_DENIED`,
+    /// `FS_PERMISSION_DENIED`, `FS_IO_ERROR`. On any error the target is unchanged and no
+    /// staging file is left.
+    async fn write_text(
+        &self,
+        target: &FsTarget,
+        content: &str,
+        intent: Option<WriteIntent>,
+        policy: Option<&SandboxPolicy>,
+    ) -> Result<WriteOutcome, HarnessError>;
+
+    /// Replaces text in a file atomically, checking `expected` (when given) before
+    /// looking for the text. CRLF files stay CRLF; a UTF-8 BOM is kept.
+    ///
+    /// # Errors
+    /// `FS_STALE_VERSION` (also for a missing file), `FS_NOT_REGULAR_FILE`,
+    /// `FS_NOT_TEXT` (a NUL anywhere, invalid UTF-8), `FS_EDIT_NOT_FOUND`,
+    /// `FS_AMBIGUOUS_EDIT`, `FS_TOO_LARGE`, `FS_SANDBOX_DENIED`, `FS_IO_ERROR`.
+    async fn edit_text(
+        &self,
+        target: &FsTarget,
+        edit: &EditRequest,
+        expected: Option<&FsVersion>,
+        policy: Option<&SandboxPolicy>,
+    ) -> Result<EditOutcome, HarnessError>;
+}
+
+pub(crate) fn fs_error(code: ErrorCode, message: String) -> HarnessError {
+    HarnessError::new(code, message)
+}
+
+/// Maps an OS error of an operation on `display` to an `FS_*` error.
+pub(crate) fn os_error(verb: &str, display: &Path, e: std::io::Error) -> HarnessError {
+    use std::io::ErrorKind;
+    let d = display.display();
+    let (code, what) = match (e.kind(), e.raw_os_error()) {
+        (ErrorKind::NotFound, _) => (ErrorCode::FsNotFound, "not found".to_owned()),
+        (ErrorKind::PermissionDenied, _) => (
+            ErrorCode::FsPermissionDenied,
+            "permission denied".to_owned(),
+        ),
+        (_, Some(libc_enotdir)) if libc_enotdir == rustix::io::Errno::NOTDIR.raw_os_error() => (
+            ErrorCode::FsNotFound,
+            "a parent path segment is not a directory".to_owned(),
+        ),
+        _ => (ErrorCode::FsIoError, e.to_string()),
+    };
+    HarnessError::new(code, format!("cannot {verb} \"{d}\": {what}")).with_source(e)
+}
+
+/// `\r\n` → `\n` (a lone `\r` stays).
+pub(crate) fn to_lf(s: &str) -> String {
+    s.replace("\r\n", "\n")
+}

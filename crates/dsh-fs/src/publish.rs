@@ -1,0 +1,368 @@
+//! The write and edit algorithms, on a directory fd: both providers run them, each
+//! getting the directory its own way (the sandboxed one through `openat2` beneath a root).
+//!
+//! Publication: a private staging directory `.<name>.<pid>.<random>.tmpdir` (0700) in the
+//! same directory, a file `<name>.tmp` in it (`O_EXCL`, 0600), the content written and
+//! fsynced, the mode of the file it replaces copied, then `linkat` (create-only: it never
+//! replaces) or `renameat` (atomic replace) into place, the directory fsynced, the staging
+//! directory removed. Any failure before the commit removes the staging directory and
+//! leaves the target as it was.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use dsh_core::{ErrorCode, HarnessError};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use crate::{
+    fs_error, to_lf, EditOutcome, EditRequest, FsVersion, WriteIntent, WriteOutcome, BINARY_SAMPLE,
+};
+
+/// The largest file an edit reads whole.
+pub(crate) const EDIT_MAX_BYTES: u64 = 64 << 20;
+
+pub(crate) fn version_of(st: &Stat) -> FsVersion {
+    FsVersion(format!(
+        "{}:{}:{}:{}:{}",
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+        i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+    ))
+}
+
+fn io(verb: &str, display: &Path, e: rustix::io::Errno) -> HarnessError {
+    crate::os_error(verb, display, std::io::Error::from(e))
+}
+
+/// `statat(dir, name)` following links; `None` when absent.
+pub(crate) fn probe(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    verb: &str,
+) -> Result<Option<Stat>, HarnessError> {
+    match rustix::fs::statat(dir, name, AtFlags::empty()) {
+        Ok(st) => Ok(Some(st)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(io(verb, display, e)),
+    }
+}
+
+fn is_file(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+}
+
+/// Reads `name` in `dir` whole if it is a regular file of at most `max` bytes; `None`
+/// when it is not (or grew past `max` while read).
+fn read_small(dir: &OwnedFd, name: &OsStr, max: u64) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if !is_file(&st) || st.st_size as u64 > max {
+        return None;
+    }
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut buf)
+        .ok()?;
+    (buf.len() as u64 <= max).then_some(buf)
+}
+
+/// Writes `content` as `name` in `dir` under `intent`. See the [module docs](self).
+pub(crate) fn write(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    content: &str,
+    intent: Option<&WriteIntent>,
+    diff_max: u64,
+) -> Result<WriteOutcome, HarnessError> {
+    let d = display.display();
+    let existing = probe(dir, name, display, "write")?;
+    if let Some(st) = &existing {
+        if !is_file(st) {
+            return Err(fs_error(
+                ErrorCode::FsNotRegularFile,
+                format!("cannot write \"{d}\": not a regular file"),
+            ));
+        }
+    }
+    match (intent, &existing) {
+        (Some(WriteIntent::ReplaceIfVersion(_)), None) => {
+            return Err(fs_error(
+                ErrorCode::FsStaleVersion,
+                format!("cannot write \"{d}\": file no longer exists"),
+            ))
+        }
+        (Some(WriteIntent::ReplaceIfVersion(v)), Some(st)) if version_of(st) != *v => {
+            return Err(fs_error(
+                ErrorCode::FsStaleVersion,
+                format!("cannot write \"{d}\": file changed since it was read"),
+            ))
+        }
+        (Some(WriteIntent::CreateIfAbsent), Some(_)) => {
+            return Err(fs_error(
+                ErrorCode::FsNotObserved,
+                format!("cannot overwrite existing \"{d}\" without reading it first"),
+            ))
+        }
+        _ => {}
+    }
+    let before = match &existing {
+        Some(_) if (content.len() as u64) < diff_max => read_small(dir, name, diff_max - 1)
+            .filter(|b| !b.contains(&0))
+            .and_then(|b| String::from_utf8(b).ok())
+            .map(|t| to_lf(&t)),
+        _ => None,
+    };
+    let mode = existing.as_ref().map(|st| st.st_mode & 0o777);
+    let create_only = matches!(intent, Some(WriteIntent::CreateIfAbsent));
+    publish(dir, name, display, content.as_bytes(), mode, create_only)?;
+    let st = probe(dir, name, display, "write")?.ok_or_else(|| {
+        fs_error(
+            ErrorCode::FsIoError,
+            format!("cannot write \"{d}\": it vanished right after it was written"),
+        )
+    })?;
+    Ok(WriteOutcome {
+        created: existing.is_none(),
+        version: version_of(&st),
+        before,
+        after: to_lf(content),
+    })
+}
+
+/// Edits `name` in `dir`. See [`FileSystem::edit_text`](crate::FileSystem::edit_text).
+pub(crate) fn edit(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    req: &EditRequest,
+    expected: Option<&FsVersion>,
+) -> Result<EditOutcome, HarnessError> {
+    let d = display.display();
+    let stale = || {
+        fs_error(
+            ErrorCode::FsStaleVersion,
+            format!("cannot edit \"{d}\": file changed since it was read"),
+        )
+    };
+    let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
+    if !is_file(&st) {
+        return Err(fs_error(
+            ErrorCode::FsNotRegularFile,
+            format!("cannot edit \"{d}\": not a regular file"),
+        ));
+    }
+    if expected.is_some_and(|v| *v != version_of(&st)) {
+        return Err(stale());
+    }
+    if st.st_size as u64 > EDIT_MAX_BYTES {
+        return Err(fs_error(
+            ErrorCode::FsTooLarge,
+            format!(
+                "cannot edit \"{d}\": {} bytes exceeds the {EDIT_MAX_BYTES}-byte limit",
+                st.st_size
+            ),
+        ));
+    }
+    let bytes = read_small(dir, name, EDIT_MAX_BYTES).ok_or_else(stale)?;
+    if bytes.contains(&0) {
+        return Err(fs_error(
+            ErrorCode::FsNotText,
+            format!("cannot edit \"{d}\": binary file"),
+        ));
+    }
+    let raw = String::from_utf8(bytes).map_err(|_| {
+        fs_error(
+            ErrorCode::FsNotText,
+            format!("cannot edit \"{d}\": invalid UTF-8 text"),
+        )
+    })?;
+    let (bom, body) = match raw.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", raw.as_str()),
+    };
+    let crlf = uses_crlf(body);
+    let before = to_lf(body);
+    let old = to_lf(&req.old);
+    let new = to_lf(&req.new);
+    if old.is_empty() {
+        return Err(fs_error(
+            ErrorCode::FsEditNotFound,
+            "old_string must be a non-empty string".into(),
+        ));
+    }
+    let count = before.matches(old.as_str()).count();
+    if count == 0 {
+        return Err(fs_error(
+            ErrorCode::FsEditNotFound,
+            format!("old_string was not found in \"{d}\""),
+        ));
+    }
+    if count > 1 && !req.replace_all {
+        return Err(fs_error(
+            ErrorCode::FsAmbiguousEdit,
+            format!(
+                "old_string matched {count} times in \"{d}\"; provide a more specific old_string or set replace_all to true"
+            ),
+        ));
+    }
+    let after = if req.replace_all {
+        before.replace(old.as_str(), &new)
+    } else {
+        before.replacen(old.as_str(), &new, 1)
+    };
+    let on_disk = if crlf {
+        after.replace('\n', "\r\n")
+    } else {
+        after.clone()
+    };
+    publish(
+        dir,
+        name,
+        display,
+        format!("{bom}{on_disk}").as_bytes(),
+        Some(st.st_mode & 0o777),
+        false,
+    )?;
+    let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
+    Ok(EditOutcome {
+        version: version_of(&st),
+        before,
+        after,
+        replaced: if req.replace_all { count } else { 1 },
+    })
+}
+
+/// CRLF when `\r\n` outnumbers lone `\n` in the first 4096 characters.
+fn uses_crlf(text: &str) -> bool {
+    let head: String = text.chars().take(4096).collect();
+    let crlf = head.matches("\r\n").count();
+    let lf = head.matches('\n').count() - crlf;
+    crlf > lf
+}
+
+/// Publishes `bytes` as `name` in `dir`. See the [module docs](self).
+fn publish(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    bytes: &[u8],
+    mode: Option<u32>,
+    create_only: bool,
+) -> Result<(), HarnessError> {
+    let d = display.display();
+    let mut staging = OsString::from(".");
+    staging.push(name);
+    staging.push(format!(
+        ".{}.{}.tmpdir",
+        std::process::id(),
+        dsh_core::spill::random_hex(12)
+    ));
+    rustix::fs::mkdirat(dir, &staging, Mode::RWXU).map_err(|e| io("write", display, e))?;
+    let result =
+        (|| -> Result<(), HarnessError> {
+            let sdir = rustix::fs::openat(
+                dir,
+                &staging,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| io("write", display, e))?;
+            let mut tmp_name = name.to_os_string();
+            tmp_name.push(".tmp");
+            let fd = rustix::fs::openat(
+                &sdir,
+                &tmp_name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| io("write", display, e))?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(bytes)
+                .map_err(|e| crate::os_error("write", display, e))?;
+            file.sync_all()
+                .map_err(|e| crate::os_error("write", display, e))?;
+            if let Some(m) = mode {
+                rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(m))
+                    .map_err(|e| io("write", display, e))?;
+            }
+            drop(file);
+            if create_only {
+                match rustix::fs::linkat(&sdir, &tmp_name, dir, name, AtFlags::empty()) {
+                    Ok(()) => {}
+                    Err(rustix::io::Errno::EXIST) => return Err(
+                        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                            Ok(st) if !is_file(&st) => fs_error(
+                                ErrorCode::FsNotRegularFile,
+                                format!("cannot write \"{d}\": not a regular file"),
+                            ),
+                            _ => fs_error(
+                                ErrorCode::FsNotObserved,
+                                format!(
+                                    "cannot overwrite existing \"{d}\" without reading it first"
+                                ),
+                            ),
+                        },
+                    ),
+                    Err(e) => return Err(io("write", display, e)),
+                }
+            } else {
+                rustix::fs::renameat(&sdir, &tmp_name, dir, name).map_err(|e| match e {
+                    rustix::io::Errno::ISDIR
+                    | rustix::io::Errno::NOTEMPTY
+                    | rustix::io::Errno::EXIST => fs_error(
+                        ErrorCode::FsNotRegularFile,
+                        format!("cannot write \"{d}\": not a regular file"),
+                    ),
+                    e => io("write", display, e),
+                })?;
+            }
+            // The new name is durable once its directory is.
+            let _ = rustix::fs::fsync(dir);
+            Ok(())
+        })();
+    cleanup(dir, &staging);
+    result
+}
+
+/// Removes a staging directory and what is left in it; failures do not matter (the name
+/// is private and unpredictable).
+fn cleanup(dir: &OwnedFd, staging: &OsStr) {
+    if let Ok(sdir) = rustix::fs::openat(
+        dir,
+        staging,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        if let Ok(mut entries) = rustix::fs::Dir::read_from(&sdir) {
+            let names: Vec<Vec<u8>> = entries
+                .by_ref()
+                .flatten()
+                .map(|e| e.file_name().to_bytes().to_vec())
+                .filter(|n| n.as_slice() != b"." && n.as_slice() != b"..")
+                .collect();
+            for n in names {
+                let _ = rustix::fs::unlinkat(&sdir, OsStr::from_bytes(&n), AtFlags::empty());
+            }
+        }
+    }
+    let _ = rustix::fs::unlinkat(dir, staging, AtFlags::REMOVEDIR);
+}
+
+/// Whether a byte sample looks binary (a NUL in its first [`BINARY_SAMPLE`] bytes).
+pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
+    bytes[..bytes.len().min(BINARY_SAMPLE)].contains(&0)
+}

@@ -1,0 +1,389 @@
+//! The local provider on real files: resolution, bounded reads, atomic guarded writes and
+//! edits, bad input.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dsh_core::ErrorCode;
+use dsh_fs::{EditRequest, FileSystem, FsKind, LocalFs, WriteIntent};
+
+fn setup() -> (tempfile::TempDir, PathBuf, LocalFs) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let fs = LocalFs::new(&root);
+    (dir, root, fs)
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
+    r.expect_err("must fail").code()
+}
+
+fn edit(old: &str, new: &str, all: bool) -> EditRequest {
+    EditRequest {
+        old: old.into(),
+        new: new.into(),
+        replace_all: all,
+    }
+}
+
+#[tokio::test]
+async fn resolution_gives_aliases_one_key_and_refuses_bad_paths() {
+    let (_d, root, fs) = setup();
+    std::fs::write(root.join("real.txt"), "x").expect("write");
+    std::os::unix::fs::symlink(root.join("real.txt"), root.join("alias.txt")).expect("link");
+    let a = fs.resolve("real.txt", None).await.expect("real");
+    let b = fs.resolve("alias.txt", None).await.expect("alias");
+    assert_eq!(a.key(), b.key());
+    assert_eq!(b.display(), root.join("alias.txt"));
+    assert_eq!(
+        fs.stat(&a).await.expect("stat"),
+        fs.stat(&b).await.expect("stat")
+    );
+    assert_eq!(
+        fs.lstat("alias.txt", None)
+            .await
+            .expect("lstat")
+            .expect("some")
+            .kind,
+        FsKind::Symlink
+    );
+
+    let missing = fs
+        .resolve("new/dir/../file.txt", None)
+        .await
+        .expect("missing");
+    assert_eq!(missing.key(), root.join("new/file.txt"));
+    assert_eq!(fs.stat(&missing).await.expect("stat"), None);
+
+    for bad in ["", "   ", "a\0b"] {
+        assert_eq!(
+            code(fs.resolve(bad, None).await),
+            ErrorCode::FsNotFound,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        code(fs.resolve(&"a/".repeat(3000), None).await),
+        ErrorCode::FsNotFound
+    );
+    assert_eq!(
+        code(fs.resolve("real.txt/inside", None).await),
+        ErrorCode::FsNotFound
+    );
+}
+
+#[tokio::test]
+async fn reads_are_bounded_and_refuse_what_is_not_text() {
+    let (_d, root, fs) = setup();
+    let t = |n: &str| {
+        let fs = &fs;
+        let n = n.to_owned();
+        async move { fs.resolve(&n, None).await.expect("resolve") }
+    };
+    std::fs::write(root.join("h"), "hello").expect("write");
+    assert_eq!(
+        fs.read_bytes(&t("h").await, 5).await.expect("exact").0,
+        b"hello"
+    );
+    assert_eq!(
+        code(fs.read_bytes(&t("h").await, 4).await),
+        ErrorCode::FsTooLarge
+    );
+    std::fs::write(root.join("nul"), b"h\0i").expect("write");
+    assert_eq!(
+        code(fs.read_text(&t("nul").await, 100).await),
+        ErrorCode::FsNotText
+    );
+    assert_eq!(
+        fs.read_bytes(&t("nul").await, 100).await.expect("raw").0,
+        b"h\0i"
+    );
+    std::fs::write(root.join("bad"), b"h\xffi").expect("write");
+    assert_eq!(
+        code(fs.read_text(&t("bad").await, 100).await),
+        ErrorCode::FsNotText
+    );
+    std::fs::create_dir(root.join("dir")).expect("dir");
+    assert_eq!(
+        code(fs.read_text(&t("dir").await, 100).await),
+        ErrorCode::FsNotRegularFile
+    );
+    assert_eq!(
+        code(fs.read_text(&t("nope").await, 100).await),
+        ErrorCode::FsNotFound
+    );
+    // A FIFO must not block the read.
+    let fifo = root.join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        fs.read_text(&t("fifo").await, 100),
+    )
+    .await;
+    assert_eq!(code(r.expect("did not block")), ErrorCode::FsNotRegularFile);
+    let mem = fs.resolve("/proc/self/mem", None).await.expect("resolve");
+    let c = code(fs.read_text(&mem, 4096).await);
+    assert!(c.as_str().starts_with("FS_"), "{c:?}");
+}
+
+#[tokio::test]
+async fn a_same_size_rewrite_changes_the_version() {
+    let (_d, root, fs) = setup();
+    let p = root.join("v");
+    std::fs::write(&p, "aaaa").expect("write");
+    let t = fs.resolve("v", None).await.expect("resolve");
+    let v1 = fs.stat(&t).await.expect("stat").expect("some").version;
+    let mtime = std::fs::metadata(&p)
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    std::fs::write(&p, "bbbb").expect("rewrite");
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .expect("open")
+        .set_modified(mtime)
+        .expect("restore mtime");
+    let v2 = fs.stat(&t).await.expect("stat").expect("some").version;
+    assert_ne!(v1, v2);
+}
+
+#[tokio::test]
+async fn listings_are_sorted_and_broken_links_have_no_version() {
+    let (_d, root, fs) = setup();
+    std::fs::write(root.join("zeta.md"), "z").expect("w");
+    std::fs::write(root.join("alpha.md"), "a").expect("w");
+    std::fs::create_dir(root.join("dir-skill")).expect("d");
+    std::os::unix::fs::symlink(root.join("gone"), root.join("broken-link")).expect("l");
+    let t = fs.resolve(".", None).await.expect("root");
+    let entries = fs.list_dir(&t).await.expect("list");
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["alpha.md", "broken-link", "dir-skill", "zeta.md"]);
+    assert_eq!(
+        (entries[1].kind, entries[1].version.is_none()),
+        (FsKind::Other, true)
+    );
+    assert_eq!(
+        (entries[2].kind, entries[2].size),
+        (FsKind::Directory, None)
+    );
+    assert_eq!(entries[0].size, Some(1));
+    let file = fs.resolve("zeta.md", None).await.expect("file");
+    assert_eq!(code(fs.list_dir(&file).await), ErrorCode::FsNotDirectory);
+}
+
+fn no_staging(dir: &Path) {
+    let residue: Vec<_> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmpdir"))
+        .collect();
+    assert!(residue.is_empty(), "staging residue: {residue:?}");
+}
+
+#[tokio::test]
+async fn writes_are_atomic_guarded_and_keep_modes() {
+    let (_d, root, fs) = setup();
+    let t = fs.resolve("sub/new.txt", None).await.expect("resolve");
+    let out = fs
+        .write_text(&t, "one\r\n", Some(WriteIntent::CreateIfAbsent), None)
+        .await
+        .expect("create");
+    assert!(out.created && out.before.is_none());
+    assert_eq!(out.after, "one\n");
+    assert_eq!(
+        std::fs::read(root.join("sub/new.txt")).expect("read"),
+        b"one\r\n",
+        "bytes verbatim"
+    );
+    let mode = std::fs::metadata(root.join("sub/new.txt"))
+        .expect("meta")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(
+        t.key(),
+        root.join("sub/new.txt"),
+        "the key of a missing file does not change once it exists"
+    );
+
+    assert_eq!(
+        code(
+            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), None)
+                .await
+        ),
+        ErrorCode::FsNotObserved
+    );
+    let stale = fs
+        .write_text(
+            &t,
+            "x",
+            Some(WriteIntent::ReplaceIfVersion(
+                dsh_fs::FsVersion::from_token("0:0:0:0:0"),
+            )),
+            None,
+        )
+        .await;
+    assert_eq!(code(stale), ErrorCode::FsStaleVersion);
+    std::fs::set_permissions(
+        root.join("sub/new.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .expect("chmod");
+    let v = fs.stat(&t).await.expect("stat").expect("some").version;
+    let out = fs
+        .write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), None)
+        .await
+        .expect("replace");
+    assert_eq!((out.created, out.before.as_deref()), (false, Some("one\n")));
+    assert_eq!(
+        out.version,
+        fs.stat(&t).await.expect("stat").expect("some").version
+    );
+    let mode = std::fs::metadata(root.join("sub/new.txt"))
+        .expect("meta")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o640, "a replacement keeps the mode");
+
+    std::fs::remove_file(root.join("sub/new.txt")).expect("rm");
+    let gone = fs
+        .write_text(
+            &t,
+            "x",
+            Some(WriteIntent::ReplaceIfVersion(out.version)),
+            None,
+        )
+        .await;
+    assert_eq!(code(gone), ErrorCode::FsStaleVersion);
+    assert!(!root.join("sub/new.txt").exists(), "never recreated");
+    let d = fs.resolve("sub", None).await.expect("dir");
+    assert_eq!(
+        code(fs.write_text(&d, "x", None, None).await),
+        ErrorCode::FsNotRegularFile
+    );
+    no_staging(&root.join("sub"));
+    assert_eq!(fs.lock_entries(), 0);
+}
+
+#[tokio::test]
+async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
+    let (_d, root, fs) = setup();
+    std::fs::write(root.join("e"), "a\r\nold\r\nb\r\n").expect("write");
+    let t = fs.resolve("e", None).await.expect("resolve");
+    let v = fs.stat(&t).await.expect("stat").expect("some").version;
+    let wrong = dsh_fs::FsVersion::from_token("nope");
+    assert_eq!(
+        code(
+            fs.edit_text(&t, &edit("absent text", "x", false), Some(&wrong), None)
+                .await
+        ),
+        ErrorCode::FsStaleVersion
+    );
+    let out = fs
+        .edit_text(&t, &edit("old", "NEW $1", false), Some(&v), None)
+        .await
+        .expect("edit");
+    assert_eq!(
+        (out.before.as_str(), out.after.as_str()),
+        ("a\nold\nb\n", "a\nNEW $1\nb\n")
+    );
+    assert_eq!(
+        std::fs::read(root.join("e")).expect("read"),
+        b"a\r\nNEW $1\r\nb\r\n"
+    );
+    assert_eq!(
+        code(fs.edit_text(&t, &edit("", "x", false), None, None).await),
+        ErrorCode::FsEditNotFound
+    );
+    assert_eq!(
+        code(fs.edit_text(&t, &edit("zzz", "x", false), None, None).await),
+        ErrorCode::FsEditNotFound
+    );
+    std::fs::write(root.join("many"), "x x x").expect("write");
+    let m = fs.resolve("many", None).await.expect("resolve");
+    assert_eq!(
+        code(fs.edit_text(&m, &edit("x", "y", false), None, None).await),
+        ErrorCode::FsAmbiguousEdit
+    );
+    assert_eq!(
+        fs.edit_text(&m, &edit("x", "y", true), None, None)
+            .await
+            .expect("all")
+            .replaced,
+        3
+    );
+    std::fs::write(root.join("bom"), "\u{feff}hello").expect("write");
+    let b = fs.resolve("bom", None).await.expect("resolve");
+    fs.edit_text(&b, &edit("hello", "bye", false), None, None)
+        .await
+        .expect("edit");
+    assert_eq!(
+        std::fs::read_to_string(root.join("bom")).expect("read"),
+        "\u{feff}bye"
+    );
+    std::fs::write(root.join("bin"), b"text\0more").expect("write");
+    let bin = fs.resolve("bin", None).await.expect("resolve");
+    assert_eq!(
+        code(
+            fs.edit_text(&bin, &edit("text", "x", false), None, None)
+                .await
+        ),
+        ErrorCode::FsNotText
+    );
+    let missing = fs.resolve("missing", None).await.expect("resolve");
+    assert_eq!(
+        code(
+            fs.edit_text(&missing, &edit("a", "b", false), None, None)
+                .await
+        ),
+        ErrorCode::FsStaleVersion
+    );
+    // Through a symlink: the referent changes, the link stays.
+    std::os::unix::fs::symlink(root.join("many"), root.join("link")).expect("link");
+    let l = fs.resolve("link", None).await.expect("resolve");
+    fs.edit_text(&l, &edit("y y y", "z", false), None, None)
+        .await
+        .expect("edit via link");
+    assert_eq!(
+        std::fs::read_to_string(root.join("many")).expect("read"),
+        "z"
+    );
+    assert!(std::fs::symlink_metadata(root.join("link"))
+        .expect("meta")
+        .file_type()
+        .is_symlink());
+    no_staging(&root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edits_from_one_version_one_wins_one_is_stale() {
+    let (_d, root, fs) = setup();
+    let fs = Arc::new(fs);
+    for round in 0..20 {
+        std::fs::write(root.join("race"), "base").expect("write");
+        let t = fs.resolve("race", None).await.expect("resolve");
+        let v = fs.stat(&t).await.expect("stat").expect("some").version;
+        let (ea, eb) = (edit("base", "A", false), edit("base", "B", false));
+        let (a, b) = tokio::join!(
+            fs.edit_text(&t, &ea, Some(&v), None),
+            fs.edit_text(&t, &eb, Some(&v), None),
+        );
+        let wins = usize::from(a.is_ok()) + usize::from(b.is_ok());
+        assert_eq!(wins, 1, "round {round}");
+        let loser = a.err().or(b.err()).expect("one lost");
+        assert_eq!(loser.code(), ErrorCode::FsStaleVersion);
+        let now = std::fs::read_to_string(root.join("race")).expect("read");
+        assert!(now == "A" || now == "B", "{now}");
+    }
+}
