@@ -272,38 +272,38 @@ fn publish(
         dsh_core::spill::random_hex(12)
     ));
     rustix::fs::mkdirat(dir, &staging, Mode::RWXU).map_err(|e| io("write", display, e))?;
-    let result =
-        (|| -> Result<(), HarnessError> {
-            let sdir = rustix::fs::openat(
-                dir,
-                &staging,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| io("write", display, e))?;
-            let mut tmp_name = name.to_os_string();
-            tmp_name.push(".tmp");
-            let fd = rustix::fs::openat(
-                &sdir,
-                &tmp_name,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )
-            .map_err(|e| io("write", display, e))?;
-            let mut file = std::fs::File::from(fd);
-            file.write_all(bytes)
-                .map_err(|e| crate::os_error("write", display, e))?;
-            file.sync_all()
-                .map_err(|e| crate::os_error("write", display, e))?;
-            if let Some(m) = mode {
-                rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(m))
-                    .map_err(|e| io("write", display, e))?;
-            }
-            drop(file);
-            if create_only {
-                match rustix::fs::linkat(&sdir, &tmp_name, dir, name, AtFlags::empty()) {
-                    Ok(()) => {}
-                    Err(rustix::io::Errno::EXIST) => return Err(
+    let result = (|| -> Result<(), HarnessError> {
+        let sdir = rustix::fs::openat(
+            dir,
+            &staging,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io("write", display, e))?;
+        let mut tmp_name = name.to_os_string();
+        tmp_name.push(".tmp");
+        let fd = rustix::fs::openat(
+            &sdir,
+            &tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io("write", display, e))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(bytes)
+            .map_err(|e| crate::os_error("write", display, e))?;
+        file.sync_all()
+            .map_err(|e| crate::os_error("write", display, e))?;
+        if let Some(m) = mode {
+            rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(m))
+                .map_err(|e| io("write", display, e))?;
+        }
+        drop(file);
+        if create_only {
+            match rustix::fs::linkat(&sdir, &tmp_name, dir, name, AtFlags::empty()) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => {
+                    return Err(
                         match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                             Ok(st) if !is_file(&st) => fs_error(
                                 ErrorCode::FsNotRegularFile,
@@ -316,24 +316,25 @@ fn publish(
                                 ),
                             ),
                         },
-                    ),
-                    Err(e) => return Err(io("write", display, e)),
+                    )
                 }
-            } else {
-                rustix::fs::renameat(&sdir, &tmp_name, dir, name).map_err(|e| match e {
-                    rustix::io::Errno::ISDIR
-                    | rustix::io::Errno::NOTEMPTY
-                    | rustix::io::Errno::EXIST => fs_error(
-                        ErrorCode::FsNotRegularFile,
-                        format!("cannot write \"{d}\": not a regular file"),
-                    ),
-                    e => io("write", display, e),
-                })?;
+                Err(e) => return Err(io("write", display, e)),
             }
-            // The new name is durable once its directory is.
-            let _ = rustix::fs::fsync(dir);
-            Ok(())
-        })();
+        } else {
+            rustix::fs::renameat(&sdir, &tmp_name, dir, name).map_err(|e| match e {
+                rustix::io::Errno::ISDIR
+                | rustix::io::Errno::NOTEMPTY
+                | rustix::io::Errno::EXIST => fs_error(
+                    ErrorCode::FsNotRegularFile,
+                    format!("cannot write \"{d}\": not a regular file"),
+                ),
+                e => io("write", display, e),
+            })?;
+        }
+        // The new name is durable once its directory is.
+        let _ = rustix::fs::fsync(dir);
+        Ok(())
+    })();
     cleanup(dir, &staging);
     result
 }

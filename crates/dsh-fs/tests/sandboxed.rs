@@ -1,0 +1,271 @@
+//! The sandboxed provider: the per-call fence, protected paths, the kernel-checked
+//! containment under a symlink swap race, and a writer killed mid-write.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dsh_core::ErrorCode;
+use dsh_fs::{EditRequest, FileSystem, LocalFs, SandboxedFs};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+    temp: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (ws, outside, temp) = (root.join("ws"), root.join("outside"), root.join("tmp"));
+    for d in [&ws, &outside, &temp] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    std::fs::write(outside.join("secret"), "outside\n").expect("write");
+    Setup {
+        _dir: dir,
+        ws,
+        outside,
+        temp,
+    }
+}
+
+fn fenced(s: &Setup, mode: SandboxMode) -> SandboxedFs {
+    SandboxedFs::new(
+        LocalFs::new(&s.ws),
+        SandboxPolicy::for_workspace(mode, &s.ws),
+    )
+    .with_temp_dir(&s.temp)
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
+    r.expect_err("must fail").code()
+}
+
+#[tokio::test]
+async fn read_only_refuses_every_write_and_edit_but_reads() {
+    let s = setup();
+    let fs = fenced(&s, SandboxMode::ReadOnly);
+    assert_eq!(fs.sandbox_mode(), Some(SandboxMode::ReadOnly));
+    let t = fs.resolve("new.txt", None).await.expect("resolve");
+    let e = fs
+        .write_text(&t, "x", None, None)
+        .await
+        .expect_err("denied");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
+    assert!(
+        e.message()
+            .contains("file access denied under read-only mode"),
+        "{}",
+        e.message()
+    );
+    assert!(!s.ws.join("new.txt").exists());
+    let secret = fs
+        .resolve(s.outside.join("secret").to_str().expect("utf-8"), None)
+        .await
+        .expect("resolve");
+    let req = EditRequest {
+        old: "outside".into(),
+        new: "x".into(),
+        replace_all: false,
+    };
+    assert_eq!(
+        code(fs.edit_text(&secret, &req, None, None).await),
+        ErrorCode::FsSandboxDenied
+    );
+    assert_eq!(
+        fs.read_text(&secret, 100).await.expect("reads are free").0,
+        "outside\n"
+    );
+}
+
+#[tokio::test]
+async fn workspace_write_lands_inside_only() {
+    let s = setup();
+    let fs = fenced(&s, SandboxMode::WorkspaceWrite);
+    let nested = fs.resolve("a/b/c.txt", None).await.expect("resolve");
+    fs.write_text(&nested, "deep", None, None)
+        .await
+        .expect("nested write");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("a/b/c.txt")).expect("read"),
+        "deep"
+    );
+    let tmp = fs
+        .resolve(s.temp.join("x/t.txt").to_str().expect("utf-8"), None)
+        .await
+        .expect("resolve");
+    fs.write_text(&tmp, "t", None, None)
+        .await
+        .expect("the temp dir is writable");
+
+    std::os::unix::fs::symlink(&s.outside, s.ws.join("link")).expect("link");
+    for path in [
+        s.outside.join("new").to_string_lossy().into_owned(),
+        "../outside/new".to_owned(),
+        "../sibling.txt".to_owned(),
+        "link/new".to_owned(),
+        "link/newdir/deep.txt".to_owned(),
+        "link/secret".to_owned(),
+    ] {
+        let t = fs.resolve(&path, None).await.expect("resolve");
+        assert_eq!(
+            code(fs.write_text(&t, "x", None, None).await),
+            ErrorCode::FsSandboxDenied,
+            "{path}"
+        );
+    }
+    assert!(!s.outside.join("new").exists() && !s.outside.join("newdir").exists());
+    assert_eq!(
+        std::fs::read_to_string(s.outside.join("secret")).expect("read"),
+        "outside\n"
+    );
+
+    // Protected paths stay read-only, and a missing one cannot be created.
+    for p in [
+        ".git/hooks/pre-commit",
+        ".git/config",
+        ".dsh/config.toml",
+        ".bashrc",
+        ".mcp.json",
+    ] {
+        let t = fs.resolve(p, None).await.expect("resolve");
+        assert_eq!(
+            code(fs.write_text(&t, "x", None, None).await),
+            ErrorCode::FsSandboxDenied,
+            "{p}"
+        );
+    }
+    assert!(!s.ws.join(".git").exists() && !s.ws.join(".dsh").exists());
+    // A per-call policy wins for that call only.
+    let outside = fs
+        .resolve(s.outside.join("granted").to_str().expect("utf-8"), None)
+        .await
+        .expect("resolve");
+    let full = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, &s.ws);
+    fs.write_text(&outside, "ok", None, Some(&full))
+        .await
+        .expect("danger-full-access");
+    assert_eq!(
+        code(fs.write_text(&outside, "again", None, None).await),
+        ErrorCode::FsSandboxDenied
+    );
+    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &s.ws);
+    assert_eq!(
+        code(fs.write_text(&nested, "x", None, Some(&ro)).await),
+        ErrorCode::FsSandboxDenied
+    );
+    let root = fs.resolve(".", None).await.expect("resolve");
+    assert_eq!(
+        code(fs.write_text(&root, "x", None, None).await),
+        ErrorCode::FsNotRegularFile
+    );
+}
+
+#[test]
+fn a_symlink_swap_race_never_reaches_outside() {
+    let s = setup();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
+    let fs = Arc::new(fenced(&s, SandboxMode::WorkspaceWrite));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (stop, ws, outside) = (stop.clone(), s.ws.clone(), s.outside.clone());
+        std::thread::spawn(move || {
+            let victim = ws.join("victim");
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::remove_file(&victim);
+                let _ = std::fs::write(&victim, "inside");
+                let _ = std::fs::remove_file(&victim);
+                let _ = std::os::unix::fs::symlink(outside.join("secret"), &victim);
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let (mut written, mut denied) = (0, 0);
+    rt.block_on(async {
+        for i in 0..10_000 {
+            let t = match fs.resolve("victim", None).await {
+                Ok(t) => t,
+                Err(_) => continue,
+            };
+            match fs.write_text(&t, &format!("write {i}"), None, None).await {
+                Ok(_) => written += 1,
+                Err(_) => denied += 1,
+            }
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().expect("flipper");
+    assert_eq!(
+        std::fs::read_to_string(s.outside.join("secret")).expect("read"),
+        "outside\n"
+    );
+    assert!(flips > 100, "the race did not run ({flips} flips)");
+    assert!(written + denied > 0);
+}
+
+#[test]
+fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
+    if let Some(path) = std::env::var_os("DSH_TEST_FS_WRITER") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(async {
+            let path = PathBuf::from(path);
+            let fs = LocalFs::new(path.parent().expect("parent"));
+            let t = fs
+                .resolve(path.to_str().expect("utf-8"), None)
+                .await
+                .expect("resolve");
+            let big = "N".repeat(4 << 20);
+            loop {
+                fs.write_text(&t, &big, None, None).await.expect("write");
+                println!("wrote");
+            }
+        });
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = std::fs::canonicalize(dir.path())
+        .expect("canonical")
+        .join("file");
+    let old = "O".repeat(4 << 20);
+    std::fs::write(&target, &old).expect("write");
+    for delay in [5u64, 20, 60] {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "a_writer_killed_mid_write_leaves_old_or_new_never_a_mix",
+                "--nocapture",
+            ])
+            .env("DSH_TEST_FS_WRITER", &target)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        let now = std::fs::read_to_string(&target).expect("read");
+        assert!(
+            now == old || now.bytes().all(|b| b == b'N') && now.len() == 4 << 20,
+            "a mix after {delay} ms"
+        );
+        // Whatever staging the killed writer left is hidden (dot-prefixed) and not the file.
+        for e in std::fs::read_dir(target.parent().expect("dir"))
+            .expect("list")
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(name == "file" || name.starts_with(".file."), "{name}");
+        }
+    }
+}
