@@ -27,6 +27,7 @@ use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 
+mod lines;
 mod local;
 mod publish;
 mod sandboxed;
@@ -162,6 +163,34 @@ pub struct EditOutcome {
     pub replaced: usize,
 }
 
+/// What a window of lines is cut to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineLimits {
+    /// The first line to return (1-based).
+    pub offset: u64,
+    /// At most this many lines.
+    pub limit: u64,
+    /// Characters kept of one line; a longer one is cut and marked.
+    pub max_line_chars: usize,
+    /// Bytes of the returned lines together (text plus one per line break); the window
+    /// stops before the line that would pass it.
+    pub max_bytes: usize,
+}
+
+/// A window of a text file's lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinesWindow {
+    /// `(line number, text)`, the text without its line break (and without a `\r`
+    /// before it), cut to the character limit with `... (line truncated to N chars)`.
+    pub lines: Vec<(u64, String)>,
+    /// Lines in the whole file (a final line break does not start another line).
+    pub total_lines: u64,
+    /// Whether the byte limit stopped the window early.
+    pub truncated_by_bytes: bool,
+    /// The file's version when it was opened.
+    pub version: FsVersion,
+}
+
 /// The filesystem seam. See the [crate docs](crate).
 #[async_trait]
 pub trait FileSystem: Send + Sync {
@@ -211,6 +240,18 @@ pub trait FileSystem: Send + Sync {
         target: &FsTarget,
         max_bytes: u64,
     ) -> Result<(String, FsVersion), HarnessError>;
+
+    /// A window of lines of a text file, streamed: memory follows the window, not the
+    /// file (a line is buffered only up to its character limit).
+    ///
+    /// # Errors
+    /// As [`read_text`](Self::read_text) (`FS_NOT_TEXT` for invalid UTF-8 anywhere in the
+    /// file), and `FS_NOT_FOUND` for an offset past the last line.
+    async fn read_lines(
+        &self,
+        target: &FsTarget,
+        limits: LineLimits,
+    ) -> Result<LinesWindow, HarnessError>;
 
     /// The children of a directory, sorted by name.
     ///

@@ -346,6 +346,15 @@ impl FileSystem for LocalFs {
         .await
     }
 
+    async fn read_lines(
+        &self,
+        target: &FsTarget,
+        limits: crate::LineLimits,
+    ) -> Result<crate::LinesWindow, HarnessError> {
+        let t = target.clone();
+        blocking(move || crate::lines::read_lines(&t.key, &t.display, limits)).await
+    }
+
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {
         let t = target.clone();
         blocking(move || {

@@ -190,6 +190,14 @@ impl FileSystem for SandboxedFs {
         self.local.read_text(target, max_bytes).await
     }
 
+    async fn read_lines(
+        &self,
+        target: &FsTarget,
+        limits: crate::LineLimits,
+    ) -> Result<crate::LinesWindow, HarnessError> {
+        self.local.read_lines(target, limits).await
+    }
+
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {
         self.local.list_dir(target).await
     }

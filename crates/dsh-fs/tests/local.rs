@@ -387,3 +387,81 @@ async fn two_edits_from_one_version_one_wins_one_is_stale() {
         assert!(now == "A" || now == "B", "{now}");
     }
 }
+
+fn limits(offset: u64, limit: u64) -> dsh_fs::LineLimits {
+    dsh_fs::LineLimits {
+        offset,
+        limit,
+        max_line_chars: 10,
+        max_bytes: 60,
+    }
+}
+
+#[tokio::test]
+async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line() {
+    let (_d, root, fs) = setup();
+    std::fs::write(
+        root.join("w"),
+        "one\r\ntwo\nthree-is-much-longer-than-ten\nfour\n",
+    )
+    .expect("write");
+    let t = fs.resolve("w", None).await.expect("resolve");
+    let w = fs.read_lines(&t, limits(1, 10)).await.expect("window");
+    assert_eq!(w.total_lines, 4, "a final line break opens no line");
+    assert_eq!(
+        w.lines[0],
+        (1, "one".to_owned()),
+        "the \\r before the break goes"
+    );
+    assert_eq!(
+        w.lines[2],
+        (3, "three-is-m... (line truncated to 10 chars)".to_owned())
+    );
+    let w = fs.read_lines(&t, limits(2, 1)).await.expect("window");
+    assert_eq!(w.lines, [(2, "two".to_owned())]);
+    std::fs::write(root.join("many"), "0123456789\n".repeat(20)).expect("write");
+    let m = fs.resolve("many", None).await.expect("resolve");
+    let w = fs.read_lines(&m, limits(1, 20)).await.expect("window");
+    assert!(w.truncated_by_bytes);
+    assert_eq!((w.lines.len(), w.total_lines), (5, 20));
+    assert_eq!(
+        code(fs.read_lines(&m, limits(21, 1)).await),
+        ErrorCode::FsNotFound
+    );
+    std::fs::write(root.join("empty"), "").expect("write");
+    let e = fs.resolve("empty", None).await.expect("resolve");
+    assert_eq!(
+        fs.read_lines(&e, limits(1, 5))
+            .await
+            .expect("empty")
+            .total_lines,
+        0
+    );
+    std::fs::write(
+        root.join("late-bad"),
+        [b"ok\n".repeat(5000).as_slice(), b"\xff\n"].concat(),
+    )
+    .expect("write");
+    let b = fs.resolve("late-bad", None).await.expect("resolve");
+    assert_eq!(
+        code(fs.read_lines(&b, limits(1, 1)).await),
+        ErrorCode::FsNotText
+    );
+    // A multi-byte character split across read chunks is decoded whole.
+    let text = format!("{}é\n", "a".repeat(64 * 1024 - 1));
+    std::fs::write(root.join("split"), &text).expect("write");
+    let s = fs.resolve("split", None).await.expect("resolve");
+    let w = fs
+        .read_lines(
+            &s,
+            dsh_fs::LineLimits {
+                offset: 1,
+                limit: 1,
+                max_line_chars: 100_000,
+                max_bytes: 1 << 20,
+            },
+        )
+        .await
+        .expect("split");
+    assert!(w.lines[0].1.ends_with('é'));
+}
