@@ -190,6 +190,15 @@ impl LocalSandbox {
         self
     }
 
+    /// The private temp directory confined commands get as `TMPDIR` under
+    /// workspace-write, made now if it is not yet (for the file tools, which allow it too).
+    ///
+    /// # Errors
+    /// `IO_FAILED` when it cannot be made.
+    pub fn private_temp_dir(&self) -> Result<PathBuf, HarnessError> {
+        Ok(self.area()?.temp.clone())
+    }
+
     /// Every runner of this platform and whether it works here (probing what was not yet).
     pub fn runners(&self) -> Vec<RunnerStatus> {
         let mut out = Vec::new();

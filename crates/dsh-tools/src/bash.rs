@@ -12,14 +12,11 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use dsh_approval::ApprovalRequest;
-use dsh_core::journal::Journal;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::escalation::{
-    approve_escalation, denial_marker, escalation_hint, validate_escalation_args, wider_modes,
-    ApprovalOutcome, EscalationRequest, Subject,
+    denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
 };
-use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_sandbox::SandboxMode;
 use dsh_shell::render::render_result_with;
 use dsh_shell::shell_env::ExecContext;
 use dsh_shell::ShellRequest;
@@ -139,55 +136,20 @@ impl Tool for BashTool {
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a = parse(args)?;
         let world = ctx.world;
-        let journal = ctx
-            .session
-            .map(|s| (&**s as &dyn Journal, s.header().cwd.clone()));
-        let standing: Option<SandboxPolicy> = match (&journal, world.sandbox()) {
-            (_, None) => None,
-            (Some((j, cwd)), Some(_)) => Some(world.policy().resolve(Some((*j, cwd)), None).await),
-            (None, Some(_)) => Some(world.policy().resolve(None, None).await),
-        };
-        let mut policy = standing.clone();
-        if let (Some(wanted), Some(why)) = (a.sandbox_permissions, a.justification.as_deref()) {
-            let Some(standing) = &standing else {
-                return Err(invalid(
-                    "sandbox_permissions is not available in this composition (no sandboxing executor to escalate)",
-                ));
-            };
-            let request = EscalationRequest {
-                effective: standing.mode,
-                requested: wanted.mode(),
-                justification: why.to_owned(),
-                subject: Subject::Command,
-                tool_name: "bash".into(),
-                call_id: ctx.call_id.to_string(),
-                has_session: ctx.session.is_some(),
-            };
-            let approver = |q: dsh_sandbox::escalation::ApprovalQuestion| async move {
-                let Some(session) = ctx.session else {
-                    return ApprovalOutcome::Unavailable;
-                };
-                world
-                    .approval()
-                    .request(
-                        &**session,
-                        ApprovalRequest {
-                            tool_name: q.tool_name,
-                            call_id: Some(q.call_id),
-                            reason: Some(q.reason),
-                            cancel: Some(ctx.cancel.clone()),
-                        },
-                    )
-                    .await
-                    .unwrap_or(ApprovalOutcome::Unavailable)
-            };
-            let granted = approve_escalation(&request, Some(approver)).await?;
-            policy = Some(standing.clone().with_mode(granted));
-        }
+        let journal_cwd = ctx.session.map(|s| s.header().cwd.clone());
+        let policy = crate::policy::call_policy(
+            ctx,
+            world.sandbox().is_some(),
+            a.sandbox_permissions.map(Escalation::mode),
+            a.justification.as_deref(),
+            Subject::Command,
+            "bash",
+        )
+        .await?;
         let base: Option<PathBuf> = policy
             .as_ref()
             .map(|p| p.workspace_root.clone())
-            .or_else(|| journal.as_ref().map(|(_, cwd)| dsh_sandbox::root_of(cwd)));
+            .or_else(|| journal_cwd.as_deref().map(dsh_sandbox::root_of));
         let workdir = match (a.workdir.as_deref(), &base) {
             (Some(w), Some(b)) if !w.starts_with('/') => Some(b.join(w)),
             (Some(w), _) => Some(PathBuf::from(w)),

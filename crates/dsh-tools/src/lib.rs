@@ -29,7 +29,9 @@ use dsh_store::session::Session;
 use serde_json::Value;
 
 pub mod bash;
+pub mod files;
 mod pipeline;
+mod policy;
 mod world;
 
 pub use world::{World, WorldBuilder};

@@ -1,10 +1,12 @@
 //! [`World`]: one provider per seam, the shared services, and the tools.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_approval::ApprovalService;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{ErrorCode, HarnessError, SessionId};
+use dsh_fs::{FileSystem, FsVersion};
 use dsh_process::Subprocess;
 use dsh_sandbox::{PolicyService, Sandbox};
 use dsh_shell::shell_env::ShellEnv;
@@ -24,10 +26,22 @@ pub struct World {
     pub(crate) approval: Arc<ApprovalService>,
     pub(crate) sessions: Arc<SessionLog>,
     pub(crate) shell_env: Arc<ShellEnv>,
+    pub(crate) fs: Option<Arc<dyn FileSystem>>,
+    /// What each session last saw of each file: the read-before-edit policy.
+    pub(crate) observations: std::sync::Mutex<HashMap<(SessionId, PathBuf), Observation>>,
     pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
     pub(crate) pre: Vec<Arc<dyn PreExecute>>,
     pub(crate) post: Vec<Arc<dyn PostExecute>>,
     pub(crate) guards: Vec<Guard>,
+}
+
+/// What a session last saw of a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Observation {
+    /// It was there, at this version.
+    Present(FsVersion),
+    /// It was not there.
+    Absent,
 }
 
 impl std::fmt::Debug for World {
@@ -75,6 +89,38 @@ impl World {
         &self.shell_env
     }
 
+    /// The filesystem seam, when the world has one.
+    pub fn fs(&self) -> Option<&Arc<dyn FileSystem>> {
+        self.fs.as_ref()
+    }
+
+    pub(crate) fn observe(
+        &self,
+        session: Option<&SessionId>,
+        key: &std::path::Path,
+        o: Observation,
+    ) {
+        if let Some(s) = session {
+            self.observations
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((s.clone(), key.to_path_buf()), o);
+        }
+    }
+
+    pub(crate) fn observed(
+        &self,
+        session: Option<&SessionId>,
+        key: &std::path::Path,
+    ) -> Option<Observation> {
+        let s = session?;
+        self.observations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(s.clone(), key.to_path_buf()))
+            .cloned()
+    }
+
     /// Every tool, by name.
     pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
@@ -100,6 +146,7 @@ pub struct WorldBuilder {
     approval: Option<Arc<ApprovalService>>,
     sessions: Option<Arc<SessionLog>>,
     shell_env: Option<Arc<ShellEnv>>,
+    fs: Option<Arc<dyn FileSystem>>,
     tools: BTreeMap<String, Arc<dyn Tool>>,
     pre: Vec<Arc<dyn PreExecute>>,
     post: Vec<Arc<dyn PostExecute>>,
@@ -186,6 +233,15 @@ impl WorldBuilder {
         Ok(self)
     }
 
+    /// Installs the filesystem provider.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn fs(mut self, p: Arc<dyn FileSystem>) -> Result<Self, HarnessError> {
+        install(&mut self.fs, p, "filesystem")?;
+        Ok(self)
+    }
+
     /// Registers a tool.
     ///
     /// # Errors
@@ -237,6 +293,8 @@ impl WorldBuilder {
             shell_env: self
                 .shell_env
                 .unwrap_or_else(|| Arc::new(ShellEnv::new(None))),
+            fs: self.fs,
+            observations: std::sync::Mutex::new(HashMap::new()),
             tools: self.tools,
             pre: self.pre,
             post: self.post,

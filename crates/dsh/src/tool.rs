@@ -18,6 +18,7 @@ use dsh_shell::shell_env::ShellEnv;
 use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
 use dsh_tools::bash::BashTool;
+use dsh_tools::files::{EditTool, ReadTool, WriteTool};
 use dsh_tools::{ToolCall, World, WorldBuilder};
 
 /// Exit status of `dsh tool` when the call's result is an error, or dsh itself failed.
@@ -25,7 +26,7 @@ const EXIT_ERROR: u8 = 1;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// The tool to call (`bash`).
+    /// The tool to call (`bash`, `read`, `write`, `edit`).
     #[arg(value_name = "NAME")]
     name: String,
     /// The arguments as a JSON object, or `-` to read them from stdin (default `{}`).
@@ -97,6 +98,11 @@ pub fn world(
     let sandbox = Arc::new(LocalSandbox::new());
     let shell =
         LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let files = dsh_fs::SandboxedFs::new(
+        dsh_fs::LocalFs::new(workspace),
+        dsh_sandbox::SandboxPolicy::for_workspace(SandboxMode::ReadOnly, workspace),
+    )
+    .with_temp_dir(sandbox.private_temp_dir()?);
     let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
     if !answers.is_empty() {
         approval.add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
@@ -114,7 +120,11 @@ pub fn world(
         .approval(approval)?
         .sessions(sessions)?
         .shell_env(Arc::new(ShellEnv::new(Some(state.to_path_buf()))))?
+        .fs(Arc::new(files))?
         .tool(Arc::new(BashTool))?
+        .tool(Arc::new(ReadTool))?
+        .tool(Arc::new(WriteTool))?
+        .tool(Arc::new(EditTool))?
         .build()
 }
 
@@ -162,6 +172,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
             .with_source(e)
         })?,
     };
+    let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
     if !cwd.is_dir() {
         return Err(HarnessError::new(
             ErrorCode::ProcessCwdInvalid,

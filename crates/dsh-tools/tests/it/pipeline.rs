@@ -6,27 +6,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer};
+use dsh_approval::ApprovalOutcome;
 use dsh_core::journal::EventKind;
-use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, PolicyService, SandboxMode};
-use dsh_shell::bash::LocalBash;
-use dsh_store::session::{Session, SessionLog};
-use dsh_store::SqliteStorage;
-use dsh_tools::bash::BashTool;
 use dsh_tools::{
-    CallContext, CallView, PostDecision, PostExecute, PreDecision, PreExecute, Tool, ToolCall,
-    ToolOutput, ToolResult, World, WorldBuilder,
+    CallContext, CallView, PostDecision, PostExecute, PreDecision, PreExecute, Tool, ToolOutput,
+    ToolResult, World, WorldBuilder,
 };
+
+use crate::support::{call, code, fixture};
 use serde_json::{json, Value};
 
 /// Echoes its `text` argument; counts its runs and finalizer calls; sleeps `sleep_ms`
 /// first, ignoring cancellation (an uncooperative body).
 #[derive(Default)]
-struct Echo {
-    runs: AtomicUsize,
-    finals: AtomicUsize,
+pub struct Echo {
+    pub runs: AtomicUsize,
+    pub finals: AtomicUsize,
 }
 
 #[async_trait]
@@ -85,69 +82,6 @@ impl PostExecute for Post {
     ) -> Result<PostDecision, HarnessError> {
         Ok(self.0.clone())
     }
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    world: World,
-    echo: Arc<Echo>,
-    session: Arc<Session>,
-    answers: Arc<ScriptedAnswerer>,
-}
-
-async fn fixture(
-    customize: impl FnOnce(WorldBuilder) -> WorldBuilder,
-    answers: Vec<ApprovalOutcome>,
-) -> Fixture {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
-    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
-    let session = sessions.create(&ws).await.expect("session");
-    let subprocess = Arc::new(LocalSubprocess::new());
-    let sandbox = Arc::new(LocalSandbox::new());
-    let shell =
-        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
-    let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
-    let answers = Arc::new(ScriptedAnswerer::new(answers));
-    approval.add_answerer(answers.clone());
-    let echo = Arc::new(Echo::default());
-    let builder = WorldBuilder::new()
-        .subprocess(subprocess)
-        .and_then(|b| b.shell(Arc::new(shell)))
-        .and_then(|b| b.sandbox(sandbox))
-        .and_then(|b| {
-            b.policy(PolicyService::new(
-                SandboxMode::ReadOnly,
-                Network::Deny,
-                &ws,
-            ))
-        })
-        .and_then(|b| b.approval(approval))
-        .and_then(|b| b.sessions(sessions))
-        .and_then(|b| b.tool(echo.clone()))
-        .and_then(|b| b.tool(Arc::new(BashTool)))
-        .expect("builder");
-    let world = customize(builder).build().expect("world");
-    Fixture {
-        _dir: dir,
-        world,
-        echo,
-        session,
-        answers,
-    }
-}
-
-fn call(name: &str, args: Value) -> ToolCall {
-    ToolCall {
-        call_id: CallId::new(format!("c{}", dsh_core::spill::random_hex(6))),
-        name: name.into(),
-        arguments: args.to_string(),
-    }
-}
-
-fn code(r: &ToolResult) -> Option<&str> {
-    r.error.as_ref().map(|e| e.code.as_str())
 }
 
 #[tokio::test]

@@ -1,0 +1,525 @@
+//! The file tools: `read`, `write`, `edit`, over the World's filesystem seam.
+//!
+//! Read before you write: a session that read a file (even part of it) may replace it at
+//! the version it saw; a file it never saw can only be created (never overwritten), and
+//! it cannot be edited at all (`FS_NOT_OBSERVED`, with the way out in the message). A file
+//! that changed since it was read is `FS_STALE_VERSION` ("re-read the file, then retry").
+//! `write` and `edit` run under the call's sandbox policy, and take `sandbox_permissions`
+//! and `justification` for one approved escalation, exactly like `bash`; a refusal shows
+//! the pinned denial marker and the escalation hint.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_fs::{EditRequest, FileSystem, FsKind, FsTarget, LineLimits, WriteIntent};
+use dsh_sandbox::escalation::{denial_marker, escalation_hint, Subject};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::world::Observation;
+use crate::{CallContext, Tool, ToolOutput, World};
+
+/// Lines per `read`: the default and the most.
+pub const READ_LIMIT: u64 = 2000;
+/// Characters kept of one line.
+pub const READ_MAX_LINE_CHARS: usize = 2000;
+/// Bytes of the lines of one `read`.
+pub const READ_MAX_BYTES: usize = 51_200;
+/// The largest text `write` accepts.
+pub const WRITE_MAX_BYTES: usize = 16 << 20;
+
+const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
+
+fn invalid(msg: impl Into<String>) -> HarnessError {
+    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(args: &Value) -> Result<T, HarnessError> {
+    if !args.is_object() {
+        return Err(invalid("invalid arguments: expected a JSON object"));
+    }
+    serde_json::from_value(args.clone()).map_err(|e| invalid(format!("invalid arguments: {e}")))
+}
+
+fn fs_of(world: &World) -> Result<&std::sync::Arc<dyn FileSystem>, HarnessError> {
+    world.fs().ok_or_else(|| {
+        HarnessError::config_invalid(
+            "this World has no filesystem provider; the file tools need one",
+        )
+    })
+}
+
+fn check_path(path: &str) -> Result<(), HarnessError> {
+    if path.trim().is_empty() {
+        return Err(invalid("file_path must be a non-empty string"));
+    }
+    Ok(())
+}
+
+/// Where relative paths resolve: the policy's workspace for a confined mutation, else
+/// the session's working directory (canonicalised when `..` is involved).
+fn base_dir(ctx: &CallContext<'_>, policy: Option<&SandboxPolicy>, path: &str) -> Option<PathBuf> {
+    if let Some(p) = policy {
+        return Some(p.workspace_root.clone());
+    }
+    let cwd = ctx.session.map(|s| s.header().cwd.clone())?;
+    let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
+    Some(if dotdot(&cwd) || dotdot(Path::new(path)) {
+        dsh_sandbox::canonical_path(&cwd)
+    } else {
+        cwd
+    })
+}
+
+fn envelope(path: &Path, body: &str) -> String {
+    format!(
+        "<path>{}</path>\n<type>file</type>\n<content>\n{body}\n</content>",
+        path.display()
+    )
+}
+
+/// The model-facing form of a failed write or edit.
+fn remediate(e: HarnessError, mode: Option<SandboxMode>) -> HarnessError {
+    match e.code() {
+        ErrorCode::FsSandboxDenied => HarnessError::new(
+            ErrorCode::FsSandboxDenied,
+            format!(
+                "{}\n{}",
+                denial_marker(mode.unwrap_or(SandboxMode::ReadOnly)),
+                escalation_hint(Subject::Operation)
+            ),
+        ),
+        ErrorCode::FsStaleVersion => HarnessError::new(
+            ErrorCode::FsStaleVersion,
+            format!("{} — re-read the file, then retry", e.message()),
+        ),
+        ErrorCode::FsNotObserved => HarnessError::new(
+            ErrorCode::FsNotObserved,
+            format!("{} — read the file, then retry", e.message()),
+        ),
+        _ => e,
+    }
+}
+
+/// What the session last saw of the file `key`: this process's memory, else the last
+/// successful `read`/`write`/`edit` result for it in the session log (so a resumed
+/// session, or one `dsh tool` call after another, keeps its reads).
+async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
+    let session = ctx.session?;
+    if let Some(o) = ctx.world.observed(Some(session.id()), key) {
+        return Some(o);
+    }
+    let key = key.to_string_lossy();
+    let events = session.events().await;
+    events.iter().rev().find_map(|e| {
+        let meta = e.data.get("meta")?;
+        let ok = e.kind == dsh_core::journal::EventKind::ToolResult && e.data["isError"] == false;
+        (ok && meta.get("key").and_then(Value::as_str) == Some(&key))
+            .then(|| meta.get("version").and_then(Value::as_str))
+            .flatten()
+            .map(|v| Observation::Present(dsh_fs::FsVersion::from_token(v)))
+    })
+}
+
+/// A wider mode a call may ask for.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+enum Escalation {
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Escalation {
+    fn mode(self) -> SandboxMode {
+        match self {
+            Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+            Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
+        }
+    }
+}
+
+fn schema_of<T: JsonSchema>(world: &World) -> Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| json!({"type": "object"}));
+    let confined = world.fs().is_some_and(|f| f.sandbox_mode().is_some());
+    if !confined {
+        if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+            props.remove("sandbox_permissions");
+            props.remove("justification");
+        }
+    }
+    v
+}
+
+/// The `read` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct ReadTool;
+
+/// The arguments of a `read` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ReadArgs {
+    /// The file, absolute or relative to the session's workspace.
+    file_path: String,
+    /// The first line to read (1-based). Default 1.
+    offset: Option<u64>,
+    /// How many lines (default and at most 2000).
+    limit: Option<u64>,
+}
+
+#[async_trait]
+impl Tool for ReadTool {
+    fn name(&self) -> &str {
+        "read"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Read a text file: its lines, numbered, from `offset` (default 1), at most `limit` \
+         (default and at most 2000). Prefer this to `cat`. Long lines are cut; a footer says \
+         how to continue. Reading a file is what allows `write` to replace it and `edit` to \
+         change it. Images go through `read_image`."
+            .into()
+    }
+
+    fn parameters(&self, world: &World) -> Value {
+        schema_of::<ReadArgs>(world)
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: ReadArgs = parse(args)?;
+        check_path(&a.file_path)?;
+        let offset = a.offset.unwrap_or(1);
+        let limit = a.limit.unwrap_or(READ_LIMIT);
+        if offset == 0 {
+            return Err(invalid("offset must be a positive integer"));
+        }
+        if limit == 0 {
+            return Err(invalid("limit must be a positive integer"));
+        }
+        if limit > READ_LIMIT {
+            return Err(invalid(format!(
+                "limit must be less than or equal to {READ_LIMIT}"
+            )));
+        }
+        let fs = fs_of(ctx.world)?;
+        let base = base_dir(ctx, None, &a.file_path);
+        let target = fs.resolve(&a.file_path, base.as_deref()).await?;
+        let session = ctx.session.map(|s| s.id());
+        let d = target.display().display().to_string();
+        let Some(info) = fs.stat(&target).await? else {
+            ctx.world
+                .observe(session, target.key(), Observation::Absent);
+            return Err(HarnessError::new(
+                ErrorCode::FsNotFound,
+                format!("cannot read \"{d}\": not found"),
+            ));
+        };
+        if info.kind != FsKind::File {
+            return Err(HarnessError::new(
+                ErrorCode::FsNotRegularFile,
+                format!("cannot read \"{d}\": not a regular file"),
+            ));
+        }
+        let ext = target
+            .display()
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        if ext
+            .as_deref()
+            .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e))
+        {
+            return Err(HarnessError::new(
+                ErrorCode::FsNotText,
+                format!("cannot read \"{d}\": it is an image; use read_image to see it"),
+            ));
+        }
+        let w = fs
+            .read_lines(
+                &target,
+                LineLimits {
+                    offset,
+                    limit,
+                    max_line_chars: READ_MAX_LINE_CHARS,
+                    max_bytes: READ_MAX_BYTES,
+                },
+            )
+            .await?;
+        ctx.world.observe(
+            session,
+            target.key(),
+            Observation::Present(w.version.clone()),
+        );
+        let end = w.lines.last().map_or(offset - 1, |(n, _)| *n);
+        let footer = if w.truncated_by_bytes {
+            format!(
+                "(Output capped. Showing lines {offset}-{end}. Use offset={} to continue.)",
+                end + 1
+            )
+        } else if end < w.total_lines {
+            format!(
+                "(Showing lines {offset}-{end} of {}. Use offset={} to continue.)",
+                w.total_lines,
+                end + 1
+            )
+        } else {
+            format!("(End of file - total {} lines)", w.total_lines)
+        };
+        let body = if w.lines.is_empty() {
+            footer
+        } else {
+            let lines: Vec<String> = w.lines.iter().map(|(n, t)| format!("{n}: {t}")).collect();
+            format!("{}\n\n{footer}", lines.join("\n"))
+        };
+        Ok(ToolOutput {
+            text: envelope(target.display(), &body),
+            meta: Some(json!({
+                "path": target.display(),
+                "key": target.key(),
+                "offset": offset,
+                "lines": w.lines.len(),
+                "totalLines": w.total_lines,
+                "version": w.version.as_str(),
+            })),
+        })
+    }
+}
+
+/// The `write` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct WriteTool;
+
+/// The arguments of a `write` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// The file, absolute or relative to the session's workspace.
+    file_path: String,
+    /// The whole new content.
+    content: String,
+    /// A wider sandbox mode for this one operation; needs `justification`, and the user is
+    /// asked.
+    sandbox_permissions: Option<Escalation>,
+    /// Why the wider mode is needed, in one sentence the user will read.
+    justification: Option<String>,
+}
+
+async fn target_and_policy(
+    ctx: &CallContext<'_>,
+    path: &str,
+    requested: Option<Escalation>,
+    justification: Option<&str>,
+    tool: &str,
+) -> Result<(FsTarget, Option<SandboxPolicy>), HarnessError> {
+    let fs = fs_of(ctx.world)?;
+    let confined = fs.sandbox_mode().is_some();
+    let policy = crate::policy::call_policy(
+        ctx,
+        confined,
+        requested.map(Escalation::mode),
+        justification,
+        Subject::Operation,
+        tool,
+    )
+    .await?;
+    let base = base_dir(ctx, policy.as_ref(), path);
+    let target = fs.resolve(path, base.as_deref()).await?;
+    Ok((target, policy))
+}
+
+#[async_trait]
+impl Tool for WriteTool {
+    fn name(&self) -> &str {
+        "write"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Create a file, or replace one you have read, with `content` (parent directories are \
+         made). The write is atomic: the file holds the old or the new content, never a mix. \
+         A file you have not read in this session cannot be overwritten."
+            .into()
+    }
+
+    fn parameters(&self, world: &World) -> Value {
+        schema_of::<WriteArgs>(world)
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: WriteArgs = parse(args)?;
+        check_path(&a.file_path)?;
+        if a.content.len() > WRITE_MAX_BYTES {
+            return Err(invalid(format!(
+                "content is {} bytes; the limit is {WRITE_MAX_BYTES}",
+                a.content.len()
+            )));
+        }
+        let (target, policy) = target_and_policy(
+            ctx,
+            &a.file_path,
+            a.sandbox_permissions,
+            a.justification.as_deref(),
+            "write",
+        )
+        .await?;
+        let session = ctx.session.map(|s| s.id());
+        let intent = match observation(ctx, target.key()).await {
+            Some(Observation::Present(v)) => WriteIntent::ReplaceIfVersion(v),
+            _ => WriteIntent::CreateIfAbsent,
+        };
+        let fs = fs_of(ctx.world)?;
+        let out = fs
+            .write_text(&target, &a.content, Some(intent), policy.as_ref())
+            .await
+            .map_err(|e| remediate(e, policy.as_ref().map(|p| p.mode)))?;
+        ctx.world.observe(
+            session,
+            target.key(),
+            Observation::Present(out.version.clone()),
+        );
+        let what = if out.created {
+            "Created file"
+        } else {
+            "Updated file"
+        };
+        Ok(ToolOutput {
+            text: envelope(target.display(), what),
+            meta: Some(json!({
+                "path": target.display(),
+                "key": target.key(),
+                "operation": if out.created { "create" } else { "update" },
+                "version": out.version.as_str(),
+                "diff": out.before.as_deref().map(|b| line_diff(b, &out.after)),
+            })),
+        })
+    }
+}
+
+/// The `edit` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct EditTool;
+
+/// The arguments of an `edit` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct EditArgs {
+    /// The file, absolute or relative to the session's workspace.
+    file_path: String,
+    /// The exact text to replace (it must occur exactly once unless `replace_all`).
+    old_string: String,
+    /// The text to put there instead (literal).
+    new_string: String,
+    /// Replace every occurrence. Default false.
+    replace_all: Option<bool>,
+    /// A wider sandbox mode for this one operation; needs `justification`, and the user is
+    /// asked.
+    sandbox_permissions: Option<Escalation>,
+    /// Why the wider mode is needed, in one sentence the user will read.
+    justification: Option<String>,
+}
+
+#[async_trait]
+impl Tool for EditTool {
+    fn name(&self) -> &str {
+        "edit"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Replace `old_string` with `new_string` in a file you have read (exactly one \
+         occurrence unless `replace_all`). The match is literal; CRLF files stay CRLF. If \
+         the file changed since you read it, read it again."
+            .into()
+    }
+
+    fn parameters(&self, world: &World) -> Value {
+        schema_of::<EditArgs>(world)
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: EditArgs = parse(args)?;
+        check_path(&a.file_path)?;
+        if a.old_string.is_empty() {
+            return Err(invalid("old_string must be a non-empty string"));
+        }
+        if a.old_string == a.new_string {
+            return Err(invalid("old_string and new_string must differ"));
+        }
+        let (target, policy) = target_and_policy(
+            ctx,
+            &a.file_path,
+            a.sandbox_permissions,
+            a.justification.as_deref(),
+            "edit",
+        )
+        .await?;
+        let session = ctx.session.map(|s| s.id());
+        let d = target.display().display().to_string();
+        let expected = match observation(ctx, target.key()).await {
+            Some(Observation::Present(v)) => v,
+            Some(Observation::Absent) => {
+                return Err(HarnessError::new(
+                    ErrorCode::FsNotFound,
+                    format!("cannot edit \"{d}\": not found"),
+                ))
+            }
+            None => {
+                return Err(remediate(
+                    HarnessError::new(
+                        ErrorCode::FsNotObserved,
+                        format!("edit requires reading \"{d}\" first"),
+                    ),
+                    None,
+                ))
+            }
+        };
+        let all = a.replace_all.unwrap_or(false);
+        let req = EditRequest {
+            old: a.old_string,
+            new: a.new_string,
+            replace_all: all,
+        };
+        let fs = fs_of(ctx.world)?;
+        let out = fs
+            .edit_text(&target, &req, Some(&expected), policy.as_ref())
+            .await
+            .map_err(|e| remediate(e, policy.as_ref().map(|p| p.mode)))?;
+        ctx.world.observe(
+            session,
+            target.key(),
+            Observation::Present(out.version.clone()),
+        );
+        let text = if all {
+            format!("The file {d} has been updated. All occurrences were successfully replaced.")
+        } else {
+            format!("The file {d} has been updated successfully.")
+        };
+        Ok(ToolOutput {
+            text,
+            meta: Some(json!({
+                "path": target.display(),
+                "key": target.key(),
+                "replaced": out.replaced,
+                "version": out.version.as_str(),
+                "diff": line_diff(&out.before, &out.after),
+            })),
+        })
+    }
+}
+
+/// A one-hunk summary of a change: the lines removed and added between the common head
+/// and tail of `before` and `after`.
+fn line_diff(before: &str, after: &str) -> Value {
+    let b: Vec<&str> = before.lines().collect();
+    let a: Vec<&str> = after.lines().collect();
+    let head = b.iter().zip(&a).take_while(|(x, y)| x == y).count();
+    let tail = b[head..]
+        .iter()
+        .rev()
+        .zip(a[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    json!({
+        "firstLine": head + 1,
+        "removed": b.len() - head - tail,
+        "added": a.len() - head - tail,
+    })
+}

@@ -1,0 +1,89 @@
+//! The sandbox policy of one call, with the one approved escalation a tool may ask for;
+//! shared by `bash`, `write` and `edit`.
+
+use dsh_approval::ApprovalRequest;
+use dsh_core::journal::Journal;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_sandbox::escalation::{
+    approve_escalation, validate_escalation_args, ApprovalOutcome, ApprovalQuestion,
+    EscalationRequest, Subject,
+};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+
+use crate::CallContext;
+
+/// The policy this call runs under: the session's standing policy, or, when the model
+/// asked for `requested` with a `justification` and the user allowed it once, the same
+/// policy in that mode. `None` when the capability does not confine (`confined` false).
+///
+/// # Errors
+/// `ESCALATION_INVALID` (unpaired or blank arguments, a mode not strictly wider),
+/// `INVALID_ARGS` (an escalation where nothing confines), the approval errors
+/// (`APPROVAL_REJECTED`, `APPROVAL_CANCELLED`, `APPROVAL_UNAVAILABLE`). Nothing ran.
+pub(crate) async fn call_policy(
+    ctx: &CallContext<'_>,
+    confined: bool,
+    requested: Option<SandboxMode>,
+    justification: Option<&str>,
+    subject: Subject,
+    tool_name: &str,
+) -> Result<Option<SandboxPolicy>, HarnessError> {
+    validate_escalation_args(requested, justification)?;
+    let world = ctx.world;
+    let standing = if confined {
+        Some(match ctx.session {
+            Some(s) => {
+                let cwd = s.header().cwd.clone();
+                world
+                    .policy()
+                    .resolve(Some((&**s as &dyn Journal, &cwd)), None)
+                    .await
+            }
+            None => world.policy().resolve(None, None).await,
+        })
+    } else {
+        None
+    };
+    let (Some(wanted), Some(why)) = (requested, justification) else {
+        return Ok(standing);
+    };
+    let Some(standing) = standing else {
+        let what = match subject {
+            Subject::Command => "executor",
+            Subject::Operation => "filesystem",
+        };
+        return Err(HarnessError::new(
+            ErrorCode::InvalidArgs,
+            format!("sandbox_permissions is not available in this composition (no sandboxing {what} to escalate)"),
+        ));
+    };
+    let request = EscalationRequest {
+        effective: standing.mode,
+        requested: wanted,
+        justification: why.to_owned(),
+        subject,
+        tool_name: tool_name.to_owned(),
+        call_id: ctx.call_id.to_string(),
+        has_session: ctx.session.is_some(),
+    };
+    let approver = |q: ApprovalQuestion| async move {
+        let Some(session) = ctx.session else {
+            return ApprovalOutcome::Unavailable;
+        };
+        world
+            .approval()
+            .request(
+                &**session,
+                ApprovalRequest {
+                    tool_name: q.tool_name,
+                    call_id: Some(q.call_id),
+                    reason: Some(q.reason),
+                    cancel: Some(ctx.cancel.clone()),
+                },
+            )
+            .await
+            .unwrap_or(ApprovalOutcome::Unavailable)
+    };
+    let granted = approve_escalation(&request, Some(approver)).await?;
+    Ok(Some(standing.with_mode(granted)))
+}

@@ -1,0 +1,235 @@
+//! `read`, `write` and `edit` through the whole pipeline, in a read-only session over
+//! the sandboxed filesystem.
+
+use dsh_approval::ApprovalOutcome;
+use dsh_core::CancelToken;
+use serde_json::json;
+
+use crate::support::{call, code, fixture};
+
+#[tokio::test]
+async fn read_renders_the_envelope_and_its_footers() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    std::fs::write(ws.join("f.txt"), "a\r\nb\nc\n").expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "f.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    let path = ws.join("f.txt");
+    assert_eq!(
+        r.text,
+        format!("<path>{}</path>\n<type>file</type>\n<content>\n1: a\n2: b\n3: c\n\n(End of file - total 3 lines)\n</content>", path.display())
+    );
+    let r = f
+        .world
+        .call(
+            s,
+            call(
+                "read",
+                json!({"file_path": "f.txt", "offset": 2, "limit": 1}),
+            ),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(
+        r.text
+            .contains("2: b\n\n(Showing lines 2-2 of 3. Use offset=3 to continue.)"),
+        "{}",
+        r.text
+    );
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "f.txt", "limit": 2001})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "Error: limit must be less than or equal to 2000");
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "f.txt", "offset": 0})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "Error: offset must be a positive integer");
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "f.txt", "offset": 9})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(code(&r), Some("FS_NOT_FOUND"));
+    std::fs::write(ws.join("pic.PNG"), b"\x89PNG").expect("write");
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "pic.PNG"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(r.text.contains("use read_image"), "{}", r.text);
+    std::fs::write(ws.join("bin"), b"a\0b").expect("write");
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "bin"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(code(&r), Some("FS_NOT_TEXT"));
+}
+
+#[tokio::test]
+async fn writes_need_a_read_and_the_sandbox_needs_an_approved_escalation() {
+    let f = fixture(
+        |b| b,
+        vec![
+            ApprovalOutcome::AllowedOnce,
+            ApprovalOutcome::AllowedOnce,
+            ApprovalOutcome::Rejected,
+        ],
+    )
+    .await;
+    let ws = f.session.header().cwd.clone();
+    std::fs::write(ws.join("f.txt"), "old\n").expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let write = |content: &str| json!({"file_path": "f.txt", "content": content});
+    let escalated = |content: &str| json!({"file_path": "f.txt", "content": content, "sandbox_permissions": "workspace-write", "justification": "the task rewrites f"});
+    // Read-only: denied with the marker and the hint.
+    let r = f
+        .world
+        .call(s, call("write", write("new\n")), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("FS_SANDBOX_DENIED"));
+    assert!(r.text.starts_with("Error: [sandbox: file access denied under read-only mode]\n[sandbox: escalation available — retry this exact operation once"), "{}", r.text);
+    // Escalated but unread: only creation is allowed, and this file exists.
+    let r = f
+        .world
+        .call(s, call("write", escalated("new\n")), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("FS_NOT_OBSERVED"));
+    assert!(
+        r.text.ends_with("— read the file, then retry"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).expect("read"),
+        "old\n"
+    );
+    // Read, then the escalated write replaces it.
+    f.world
+        .call(
+            s,
+            call("read", json!({"file_path": "f.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    let r = f
+        .world
+        .call(s, call("write", escalated("new\n")), CancelToken::new())
+        .await;
+    assert!(
+        r.text.ends_with("<content>\nUpdated file\n</content>"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).expect("read"),
+        "new\n"
+    );
+    // Rejected: nothing is written.
+    let r = f
+        .world
+        .call(s, call("write", escalated("third\n")), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("APPROVAL_REJECTED"));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).expect("read"),
+        "new\n"
+    );
+}
+
+#[tokio::test]
+async fn edits_need_a_read_keep_crlf_and_catch_stale_versions() {
+    let f = fixture(|b| b, vec![ApprovalOutcome::AllowedOnce; 4]).await;
+    let ws = f.session.header().cwd.clone();
+    std::fs::write(ws.join("e.txt"), "one\r\ntwo\r\n").expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let edit = |old: &str, new: &str| {
+        json!({"file_path": "e.txt", "old_string": old, "new_string": new,
+               "sandbox_permissions": "workspace-write", "justification": "fix the file"})
+    };
+    let r = f
+        .world
+        .call(s, call("edit", edit("one", "ONE")), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("FS_NOT_OBSERVED"), "{}", r.text);
+    f.world
+        .call(
+            s,
+            call("read", json!({"file_path": "e.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    let r = f
+        .world
+        .call(s, call("edit", edit("one", "ONE")), CancelToken::new())
+        .await;
+    assert_eq!(
+        r.text,
+        format!(
+            "The file {} has been updated successfully.",
+            ws.join("e.txt").display()
+        )
+    );
+    assert_eq!(
+        std::fs::read(ws.join("e.txt")).expect("read"),
+        b"ONE\r\ntwo\r\n"
+    );
+    // Our own edit refreshed the version: a second edit needs no new read.
+    let r = f
+        .world
+        .call(s, call("edit", edit("two", "TWO")), CancelToken::new())
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    std::fs::write(ws.join("e.txt"), "changed elsewhere\n").expect("write");
+    let r = f
+        .world
+        .call(s, call("edit", edit("TWO", "2")), CancelToken::new())
+        .await;
+    assert_eq!(code(&r), Some("FS_STALE_VERSION"));
+    assert!(
+        r.text.ends_with("— re-read the file, then retry"),
+        "{}",
+        r.text
+    );
+    let r = f
+        .world
+        .call(
+            s,
+            call(
+                "edit",
+                json!({"file_path": "e.txt", "old_string": "x", "new_string": "x"}),
+            ),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "Error: old_string and new_string must differ");
+}

@@ -1,0 +1,5 @@
+//! The tools crate with real processes, sandboxes, files and SQLite.
+
+mod files;
+mod pipeline;
+mod support;
