@@ -110,6 +110,14 @@ pub enum ErrorCode {
     FsEditNotFound,
     /// The file operation was cancelled; nothing was changed. `as_str()`: `FS_ABORTED`.
     FsAborted,
+    /// The search pattern (regex or glob) does not parse; the message quotes the parser. `as_str()`: `SEARCH_INVALID_PATTERN`.
+    SearchInvalidPattern,
+    /// The search could not run (the root is missing, an I/O error). `as_str()`: `SEARCH_FAILED`.
+    SearchFailed,
+    /// The search was cancelled. `as_str()`: `SEARCH_ABORTED`.
+    SearchAborted,
+    /// The search matched more than can be handled at once; narrow the pattern or the path. `as_str()`: `SEARCH_RAW_OUTPUT_OVERFLOW`.
+    SearchRawOutputOverflow,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -156,6 +164,10 @@ impl ErrorCode {
         ErrorCode::FsAmbiguousEdit,
         ErrorCode::FsEditNotFound,
         ErrorCode::FsAborted,
+        ErrorCode::SearchInvalidPattern,
+        ErrorCode::SearchFailed,
+        ErrorCode::SearchAborted,
+        ErrorCode::SearchRawOutputOverflow,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -198,6 +210,10 @@ impl ErrorCode {
             ErrorCode::FsAmbiguousEdit => "FS_AMBIGUOUS_EDIT",
             ErrorCode::FsEditNotFound => "FS_EDIT_NOT_FOUND",
             ErrorCode::FsAborted => "FS_ABORTED",
+            ErrorCode::SearchInvalidPattern => "SEARCH_INVALID_PATTERN",
+            ErrorCode::SearchFailed => "SEARCH_FAILED",
+            ErrorCode::SearchAborted => "SEARCH_ABORTED",
+            ErrorCode::SearchRawOutputOverflow => "SEARCH_RAW_OUTPUT_OVERFLOW",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -349,6 +365,13 @@ mod tests {
                 (ErrorCode::FsAmbiguousEdit, "FS_AMBIGUOUS_EDIT"),
                 (ErrorCode::FsEditNotFound, "FS_EDIT_NOT_FOUND"),
                 (ErrorCode::FsAborted, "FS_ABORTED"),
+                (ErrorCode::SearchInvalidPattern, "SEARCH_INVALID_PATTERN"),
+                (ErrorCode::SearchFailed, "SEARCH_FAILED"),
+                (ErrorCode::SearchAborted, "SEARCH_ABORTED"),
+                (
+                    ErrorCode::SearchRawOutputOverflow,
+                    "SEARCH_RAW_OUTPUT_OVERFLOW"
+                ),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

@@ -32,6 +32,7 @@ pub mod bash;
 pub mod files;
 mod pipeline;
 mod policy;
+pub mod search;
 mod world;
 
 pub use world::{World, WorldBuilder};

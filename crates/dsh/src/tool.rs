@@ -19,6 +19,7 @@ use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
 use dsh_tools::bash::BashTool;
 use dsh_tools::files::{EditTool, ReadTool, WriteTool};
+use dsh_tools::search::{GlobTool, GrepTool};
 use dsh_tools::{ToolCall, World, WorldBuilder};
 
 /// Exit status of `dsh tool` when the call's result is an error, or dsh itself failed.
@@ -26,7 +27,7 @@ const EXIT_ERROR: u8 = 1;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// The tool to call (`bash`, `read`, `write`, `edit`).
+    /// The tool to call (`bash`, `read`, `write`, `edit`, `glob`, `grep`).
     #[arg(value_name = "NAME")]
     name: String,
     /// The arguments as a JSON object, or `-` to read them from stdin (default `{}`).
@@ -125,6 +126,8 @@ pub fn world(
         .tool(Arc::new(ReadTool))?
         .tool(Arc::new(WriteTool))?
         .tool(Arc::new(EditTool))?
+        .tool(Arc::new(GlobTool))?
+        .tool(Arc::new(GrepTool))?
         .build()
 }
 

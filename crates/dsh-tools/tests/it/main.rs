@@ -2,4 +2,5 @@
 
 mod files;
 mod pipeline;
+mod search;
 mod support;

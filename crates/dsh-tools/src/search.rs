@@ -1,0 +1,406 @@
+//! `glob` and `grep`, in process on the ripgrep crates (`ignore`, `globset`,
+//! `grep-searcher`, `grep-regex`): no `rg` binary, no shell, nothing a pattern can inject.
+//!
+//! Both walk from `path` (default: the session's workspace) honouring `.gitignore`,
+//! `.ignore` and the global git excludes, and never enter a VCS directory (`.git`, `.svn`,
+//! `.hg`, `.bzr`, `.jj`, `.sl`). `glob` lists hidden files too, oldest modification first,
+//! at most 100; `grep` skips hidden files and binary files and returns at most 250
+//! matches, each line cut at 2000 bytes on a character boundary. Paths under the
+//! workspace are shown relative to it. Searches are reads: they are not confined.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
+use globset::{GlobBuilder, GlobMatcher};
+use grep_regex::RegexMatcher;
+use grep_searcher::{sinks::Lossy, BinaryDetection, SearcherBuilder};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{CallContext, Tool, ToolOutput, World};
+
+/// Paths `glob` shows.
+pub const GLOB_MAX_RESULTS: usize = 100;
+/// Matches `grep` shows.
+pub const GREP_MAX_MATCHES: usize = 250;
+/// Bytes of a matched line `grep` shows.
+pub const GREP_MAX_LINE_BYTES: usize = 2000;
+/// The most paths or matches a search may find before it asks to be narrowed.
+pub const SEARCH_MAX_FOUND: usize = 1_000_000;
+
+const VCS_DIRS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
+
+fn invalid(msg: impl Into<String>) -> HarnessError {
+    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(args: &Value) -> Result<T, HarnessError> {
+    if !args.is_object() {
+        return Err(invalid("invalid arguments: expected a JSON object"));
+    }
+    serde_json::from_value(args.clone()).map_err(|e| invalid(format!("invalid arguments: {e}")))
+}
+
+/// The workspace of the call and the root to search.
+fn roots(ctx: &CallContext<'_>, path: Option<&str>) -> Result<(PathBuf, PathBuf), HarnessError> {
+    let cwd = ctx
+        .session
+        .map(|s| s.header().cwd.clone())
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let cwd = dsh_sandbox::root_of(&cwd);
+    let root = match path {
+        Some(p) if p.trim().is_empty() => {
+            return Err(invalid("path must be a non-empty string when given"))
+        }
+        Some(p) => dsh_sandbox::root_of(&cwd.join(p)),
+        None => cwd.clone(),
+    };
+    if !root.exists() {
+        return Err(HarnessError::new(
+            ErrorCode::SearchFailed,
+            format!("cannot search \"{}\": not found", root.display()),
+        ));
+    }
+    Ok((cwd, root))
+}
+
+/// `path` relative to the workspace when it is inside it (`.` for the workspace itself).
+fn shown(cwd: &Path, path: &Path) -> String {
+    match path.strip_prefix(cwd) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// A walker from `root` that never enters VCS directories.
+fn walker(root: &Path, hidden: bool) -> ignore::Walk {
+    ignore::WalkBuilder::new(root)
+        .hidden(!hidden)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .ignore(true)
+        .parents(true)
+        .require_git(false)
+        .filter_entry(|e| !VCS_DIRS.iter().any(|v| e.file_name() == *v))
+        .build()
+}
+
+fn glob_matcher(pattern: &str, what: &str) -> Result<GlobMatcher, HarnessError> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            HarnessError::new(
+                ErrorCode::SearchInvalidPattern,
+                format!("{what} pattern rejected: {e}"),
+            )
+        })
+}
+
+/// Whether `rel` (relative to the root) matches as ripgrep's `--glob` would: a pattern
+/// without `/` matches the file name at any depth, one with `/` the relative path.
+fn glob_hit(m: &GlobMatcher, pattern: &str, rel: &Path) -> bool {
+    if pattern.contains('/') {
+        m.is_match(rel)
+    } else {
+        rel.file_name().is_some_and(|n| m.is_match(n))
+    }
+}
+
+fn aborted() -> HarnessError {
+    HarnessError::new(ErrorCode::SearchAborted, "the search was cancelled")
+}
+
+fn overflow(what: &str) -> HarnessError {
+    HarnessError::new(
+        ErrorCode::SearchRawOutputOverflow,
+        format!(
+            "{what} found more than {SEARCH_MAX_FOUND} results; narrow the pattern or the path"
+        ),
+    )
+}
+
+/// The `glob` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct GlobTool;
+
+/// The arguments of a `glob` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct GlobArgs {
+    /// The glob, e.g. `**/*.rs` or `*.md` (without `/` it matches file names at any depth).
+    pattern: String,
+    /// Where to search (default: the workspace).
+    path: Option<String>,
+}
+
+fn glob_blocking(
+    cwd: PathBuf,
+    root: PathBuf,
+    pattern: String,
+    cancel: CancelToken,
+) -> Result<ToolOutput, HarnessError> {
+    let m = glob_matcher(&pattern, "glob")?;
+    let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
+    for entry in walker(&root, true) {
+        if cancel.is_cancelled() {
+            return Err(aborted());
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let rel = entry.path().strip_prefix(&root).unwrap_or(entry.path());
+        if glob_hit(&m, &pattern, rel) {
+            if found.len() >= SEARCH_MAX_FOUND {
+                return Err(overflow("glob"));
+            }
+            let mtime = entry
+                .metadata()
+                .ok()
+                .and_then(|md| md.modified().ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push((mtime, entry.into_path()));
+        }
+    }
+    found.sort();
+    let total = found.len();
+    let paths: Vec<String> = found
+        .iter()
+        .take(GLOB_MAX_RESULTS)
+        .map(|(_, p)| shown(&cwd, p))
+        .collect();
+    let text = if total == 0 {
+        "No files found".to_owned()
+    } else if total > GLOB_MAX_RESULTS {
+        format!(
+            "{}\n\n(Showing {GLOB_MAX_RESULTS} of {total} paths. The complete result could not be saved; narrow pattern or path to see more.)",
+            paths.join("\n")
+        )
+    } else {
+        paths.join("\n")
+    };
+    Ok(ToolOutput {
+        text,
+        meta: Some(json!({"root": shown(&cwd, &root), "total": total, "shown": paths.len()})),
+    })
+}
+
+#[async_trait]
+impl Tool for GlobTool {
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Find files by name pattern (`**/*.rs`, `src/**/mod.rs`, `*.md`), honouring \
+         .gitignore, hidden files included, oldest first, at most 100."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        serde_json::to_value(schemars::schema_for!(GlobArgs))
+            .unwrap_or_else(|_| json!({"type": "object"}))
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: GlobArgs = parse(args)?;
+        if a.pattern.trim().is_empty() {
+            return Err(invalid("pattern must be a non-empty string"));
+        }
+        let (cwd, root) = roots(ctx, a.path.as_deref())?;
+        let cancel = ctx.cancel.clone();
+        tokio::task::spawn_blocking(move || glob_blocking(cwd, root, a.pattern, cancel))
+            .await
+            .map_err(|e| HarnessError::new(ErrorCode::SearchFailed, format!("glob failed: {e}")))?
+    }
+}
+
+/// The `grep` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct GrepTool;
+
+/// The arguments of a `grep` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct GrepArgs {
+    /// A regular expression (Rust regex syntax, like ripgrep).
+    pattern: String,
+    /// Where to search (default: the workspace).
+    path: Option<String>,
+    /// Only files matching this glob (`*.rs`, `*.{ts,tsx}`).
+    include: Option<String>,
+}
+
+/// Rejects what ripgrep's `--glob` would read differently: blank, negated, comma lists.
+fn check_include(include: &str) -> Result<(), HarnessError> {
+    if include.trim().is_empty() {
+        return Err(invalid("include must be a non-empty string when given"));
+    }
+    if include.starts_with('!') {
+        return Err(invalid("include must not be negated (a leading \"!\")"));
+    }
+    let mut depth = 0i32;
+    for c in include.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                return Err(invalid(
+                    "include must be one glob; use {a,b} for alternatives, not a comma list",
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Cuts `line` to at most `max` bytes on a character boundary.
+fn cut(line: &str, max: usize) -> String {
+    if line.len() <= max {
+        return line.to_owned();
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} (line truncated)", &line[..end])
+}
+
+fn grep_blocking(
+    cwd: PathBuf,
+    root: PathBuf,
+    pattern: String,
+    include: Option<String>,
+    cancel: CancelToken,
+) -> Result<ToolOutput, HarnessError> {
+    let matcher = RegexMatcher::new_line_matcher(&pattern).map_err(|e| {
+        HarnessError::new(
+            ErrorCode::SearchInvalidPattern,
+            format!("grep pattern rejected: {e}"),
+        )
+    })?;
+    let inc = include
+        .as_deref()
+        .map(|i| glob_matcher(i, "include").map(|m| (m, i.to_owned())))
+        .transpose()?;
+    let mut searcher = SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(0))
+        .line_number(true)
+        .build();
+    let mut kept: Vec<(String, u64, String)> = Vec::new();
+    let mut seen = 0usize;
+    for entry in walker(&root, false) {
+        if cancel.is_cancelled() {
+            return Err(aborted());
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let rel = entry
+            .path()
+            .strip_prefix(&root)
+            .unwrap_or(entry.path())
+            .to_path_buf();
+        if let Some((m, p)) = &inc {
+            if !glob_hit(m, p, &rel) {
+                continue;
+            }
+        }
+        let path = shown(&cwd, entry.path());
+        let result = searcher.search_path(
+            &matcher,
+            entry.path(),
+            Lossy(|number, line| {
+                seen += 1;
+                if kept.len() < GREP_MAX_MATCHES {
+                    let line = line.trim_end_matches('\n').trim_end_matches('\r');
+                    kept.push((path.clone(), number, cut(line, GREP_MAX_LINE_BYTES)));
+                }
+                Ok(seen < SEARCH_MAX_FOUND)
+            }),
+        );
+        // An unreadable file is skipped, as ripgrep does.
+        let _ = result;
+        if seen >= SEARCH_MAX_FOUND {
+            return Err(overflow("grep"));
+        }
+    }
+    if kept.is_empty() {
+        return Ok(ToolOutput {
+            text: "No matches found".into(),
+            meta: Some(json!({"matches": 0})),
+        });
+    }
+    let head = if seen > kept.len() {
+        format!("Found {} of {seen} matches", kept.len())
+    } else if seen == 1 {
+        "Found 1 match".to_owned()
+    } else {
+        format!("Found {seen} matches")
+    };
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for (path, n, line) in &kept {
+        let row = format!("Line {n}: {line}");
+        match groups.iter_mut().find(|(p, _)| p == path) {
+            Some((_, rows)) => rows.push(row),
+            None => groups.push((path.clone(), vec![row])),
+        }
+    }
+    let body: Vec<String> = groups
+        .iter()
+        .map(|(p, rows)| format!("{p}\n{}", rows.join("\n")))
+        .collect();
+    let mut text = format!("{head}\n\n{}", body.join("\n\n"));
+    if seen > kept.len() {
+        text.push_str(&format!(
+            "\n\n(Showing {} of {seen} matches. The complete result could not be saved; narrow pattern or path to see more.)",
+            kept.len()
+        ));
+    }
+    Ok(ToolOutput {
+        text,
+        meta: Some(json!({"matches": seen, "shown": kept.len()})),
+    })
+}
+
+#[async_trait]
+impl Tool for GrepTool {
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Search file contents with a regular expression (ripgrep syntax), honouring \
+         .gitignore and skipping hidden and binary files; `include` limits the files by glob. \
+         At most 250 matches, grouped by file, with line numbers."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        serde_json::to_value(schemars::schema_for!(GrepArgs))
+            .unwrap_or_else(|_| json!({"type": "object"}))
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: GrepArgs = parse(args)?;
+        if a.pattern.is_empty() {
+            return Err(invalid("pattern must be a non-empty string"));
+        }
+        if let Some(i) = &a.include {
+            check_include(i)?;
+        }
+        let (cwd, root) = roots(ctx, a.path.as_deref())?;
+        let cancel = ctx.cancel.clone();
+        tokio::task::spawn_blocking(move || grep_blocking(cwd, root, a.pattern, a.include, cancel))
+            .await
+            .map_err(|e| HarnessError::new(ErrorCode::SearchFailed, format!("grep failed: {e}")))?
+    }
+}
