@@ -190,6 +190,7 @@ impl Tool for BashTool {
             })),
         });
         Ok(ToolOutput {
+            image: None,
             text,
             meta: Some(meta),
         })

@@ -274,6 +274,7 @@ impl Tool for ReadTool {
             format!("{}\n\n{footer}", lines.join("\n"))
         };
         Ok(ToolOutput {
+            image: None,
             text: envelope(target.display(), &body),
             meta: Some(json!({
                 "path": target.display(),
@@ -383,6 +384,7 @@ impl Tool for WriteTool {
             "Updated file"
         };
         Ok(ToolOutput {
+            image: None,
             text: envelope(target.display(), what),
             meta: Some(json!({
                 "path": target.display(),
@@ -493,6 +495,7 @@ impl Tool for EditTool {
             format!("The file {d} has been updated successfully.")
         };
         Ok(ToolOutput {
+            image: None,
             text,
             meta: Some(json!({
                 "path": target.display(),

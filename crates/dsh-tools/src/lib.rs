@@ -30,6 +30,7 @@ use serde_json::Value;
 
 pub mod bash;
 pub mod files;
+pub mod image;
 mod pipeline;
 mod policy;
 pub mod search;
@@ -69,6 +70,17 @@ pub struct ToolResult {
     pub error: Option<ErrorInfo>,
     /// Structured facts for programs (not shown to the model).
     pub meta: Option<Value>,
+    /// An image the model sees beside the text (`read_image`).
+    pub image: Option<Image>,
+}
+
+/// An image content block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime_type: &'static str,
+    /// The image bytes.
+    pub data: Vec<u8>,
 }
 
 impl ToolResult {
@@ -79,6 +91,7 @@ impl ToolResult {
             is_error: false,
             error: None,
             meta: None,
+            image: None,
         }
     }
 
@@ -100,6 +113,7 @@ impl ToolResult {
                 code: e.code().as_str().to_owned(),
             }),
             meta: None,
+            image: None,
         }
     }
 }
@@ -111,6 +125,8 @@ pub struct ToolOutput {
     pub text: String,
     /// Structured facts for programs.
     pub meta: Option<Value>,
+    /// An image the model sees beside the text.
+    pub image: Option<Image>,
 }
 
 /// What a tool body may use.

@@ -84,6 +84,9 @@ impl World {
             if let Some(m) = &result.meta {
                 data["meta"] = m.clone();
             }
+            if let Some(img) = &result.image {
+                data["image"] = json!({"mimeType": img.mime_type, "bytes": img.data.len()});
+            }
             if let Err(e) = s.append(EventKind::ToolResult, data).await {
                 return ToolResult::from_error(&e);
             }
@@ -155,6 +158,7 @@ impl World {
                 is_error: false,
                 error: None,
                 meta: out.meta,
+                image: out.image,
             },
             Err(e) => ToolResult::from_error(&e),
         })

@@ -189,6 +189,7 @@ fn glob_blocking(
     Ok(ToolOutput {
         text,
         meta: Some(json!({"root": shown(&cwd, &root), "total": total, "shown": paths.len()})),
+        image: None,
     })
 }
 
@@ -335,6 +336,7 @@ fn grep_blocking(
     }
     if kept.is_empty() {
         return Ok(ToolOutput {
+            image: None,
             text: "No matches found".into(),
             meta: Some(json!({"matches": 0})),
         });
@@ -368,6 +370,7 @@ fn grep_blocking(
     Ok(ToolOutput {
         text,
         meta: Some(json!({"matches": seen, "shown": kept.len()})),
+        image: None,
     })
 }
 

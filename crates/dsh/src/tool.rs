@@ -19,6 +19,7 @@ use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
 use dsh_tools::bash::BashTool;
 use dsh_tools::files::{EditTool, ReadTool, WriteTool};
+use dsh_tools::image::ReadImageTool;
 use dsh_tools::search::{GlobTool, GrepTool};
 use dsh_tools::{ToolCall, World, WorldBuilder};
 
@@ -27,7 +28,7 @@ const EXIT_ERROR: u8 = 1;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// The tool to call (`bash`, `read`, `write`, `edit`, `glob`, `grep`).
+    /// The tool to call (`bash`, `read`, `write`, `edit`, `glob`, `grep`, `read_image`).
     #[arg(value_name = "NAME")]
     name: String,
     /// The arguments as a JSON object, or `-` to read them from stdin (default `{}`).
@@ -128,6 +129,7 @@ pub fn world(
         .tool(Arc::new(EditTool))?
         .tool(Arc::new(GlobTool))?
         .tool(Arc::new(GrepTool))?
+        .tool(Arc::new(ReadImageTool))?
         .build()
 }
 

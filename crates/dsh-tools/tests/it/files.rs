@@ -233,3 +233,74 @@ async fn edits_need_a_read_keep_crlf_and_catch_stale_versions() {
         .await;
     assert_eq!(r.text, "Error: old_string and new_string must differ");
 }
+
+#[tokio::test]
+async fn read_image_returns_the_image_and_refuses_what_is_not_one() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    let png = [b"\x89PNG\r\n\x1a\n".as_slice(), &[0u8; 32]].concat();
+    std::fs::write(ws.join("a.png"), &png).expect("write");
+    std::fs::write(ws.join("fake.png"), [0xFF, 0xD8, 0xFF, 0xE0, 0, 0]).expect("write");
+    std::fs::write(
+        ws.join("huge.gif"),
+        [b"GIF89a".as_slice(), &vec![0u8; 6 << 20]].concat(),
+    )
+    .expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    let r = f
+        .world
+        .call(
+            s,
+            call("read_image", json!({"file_path": "a.png"})),
+            CancelToken::new(),
+        )
+        .await;
+    let img = r.image.clone().expect("an image block");
+    assert_eq!((img.mime_type, img.data), ("image/png", png.clone()));
+    assert!(
+        r.text.contains("[image: image/png, 40 bytes]"),
+        "{}",
+        r.text
+    );
+    let r = f
+        .world
+        .call(
+            s,
+            call("read_image", json!({"file_path": "fake.png"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(r.text.contains("the file is image/jpeg"), "{}", r.text);
+    let r = f
+        .world
+        .call(
+            s,
+            call("read_image", json!({"file_path": "notes.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(
+        r.text.contains("only accepts PNG/JPEG/WebP/GIF"),
+        "{}",
+        r.text
+    );
+    let r = f
+        .world
+        .call(
+            s,
+            call("read_image", json!({"file_path": "huge.gif"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert_eq!(code(&r), Some("FS_TOO_LARGE"));
+    let logged = f.session.events().await;
+    let first = logged
+        .iter()
+        .find(|e| e.data.get("image").is_some())
+        .expect("logged");
+    assert_eq!(
+        first.data["image"]["bytes"], 40,
+        "the log records the image, not its bytes"
+    );
+}

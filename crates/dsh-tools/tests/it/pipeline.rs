@@ -46,6 +46,7 @@ impl Tool for Echo {
             return Err(HarnessError::invalid_argument("asked to fail"));
         }
         Ok(ToolOutput {
+            image: None,
             text: args
                 .get("text")
                 .and_then(Value::as_str)

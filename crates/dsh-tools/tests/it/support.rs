@@ -12,6 +12,7 @@ use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
 use dsh_tools::bash::BashTool;
 use dsh_tools::files::{EditTool, ReadTool, WriteTool};
+use dsh_tools::image::ReadImageTool;
 use dsh_tools::search::{GlobTool, GrepTool};
 use dsh_tools::{ToolCall, ToolResult, World, WorldBuilder};
 use serde_json::Value;
@@ -63,6 +64,7 @@ pub async fn fixture(
         .and_then(|b| b.tool(Arc::new(EditTool)))
         .and_then(|b| b.tool(Arc::new(GlobTool)))
         .and_then(|b| b.tool(Arc::new(GrepTool)))
+        .and_then(|b| b.tool(Arc::new(ReadImageTool)))
         .and_then(|b| {
             let fs = SandboxedFs::new(
                 LocalFs::new(&ws),

@@ -1,0 +1,134 @@
+//! The `read_image` tool: a PNG, JPEG, GIF or WebP file as an image content block.
+//!
+//! The extension must name one of those formats, and the file's own signature must agree
+//! with it (a `.png` that is a JPEG is refused, with what it really is). The file is read
+//! whole up to [`IMAGE_MAX_BYTES`] (`FS_TOO_LARGE` past it). The result is a short text
+//! envelope and the image itself, with its MIME type.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use dsh_core::{ErrorCode, HarnessError};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{CallContext, Image, Tool, ToolOutput, World};
+
+/// The largest image `read_image` returns.
+pub const IMAGE_MAX_BYTES: u64 = 5 << 20;
+
+/// The `read_image` tool. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct ReadImageTool;
+
+/// The arguments of a `read_image` call.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ReadImageArgs {
+    /// The image file (`.png`, `.jpg`, `.jpeg`, `.gif`, `.webp`), absolute or relative to
+    /// the session's workspace.
+    file_path: String,
+}
+
+/// The MIME type an extension promises.
+fn by_extension(path: &Path) -> Option<&'static str> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "png" => Some("image/png"),
+        "jpg" | "jpeg" => Some("image/jpeg"),
+        "gif" => Some("image/gif"),
+        "webp" => Some("image/webp"),
+        _ => None,
+    }
+}
+
+/// The MIME type the bytes themselves say.
+fn by_signature(b: &[u8]) -> Option<&'static str> {
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+#[async_trait]
+impl Tool for ReadImageTool {
+    fn name(&self) -> &str {
+        "read_image"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Look at an image file (PNG, JPEG, GIF, WebP; at most 5 MiB): it is returned as an \
+         image you can see."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        serde_json::to_value(schemars::schema_for!(ReadImageArgs))
+            .unwrap_or_else(|_| json!({"type": "object"}))
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        if !args.is_object() {
+            return Err(HarnessError::new(
+                ErrorCode::InvalidArgs,
+                "invalid arguments: expected a JSON object",
+            ));
+        }
+        let a: ReadImageArgs = serde_json::from_value(args.clone()).map_err(|e| {
+            HarnessError::new(ErrorCode::InvalidArgs, format!("invalid arguments: {e}"))
+        })?;
+        if a.file_path.trim().is_empty() {
+            return Err(HarnessError::new(
+                ErrorCode::InvalidArgs,
+                "file_path must be a non-empty string",
+            ));
+        }
+        let Some(promised) = by_extension(Path::new(&a.file_path)) else {
+            return Err(HarnessError::new(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "cannot read \"{}\": read_image only accepts PNG/JPEG/WebP/GIF paths",
+                    a.file_path
+                ),
+            ));
+        };
+        let fs = ctx.world.fs().ok_or_else(|| {
+            HarnessError::config_invalid(
+                "this World has no filesystem provider; read_image needs one",
+            )
+        })?;
+        let cwd = ctx.session.map(|s| s.header().cwd.clone());
+        let target = fs.resolve(&a.file_path, cwd.as_deref()).await?;
+        let (bytes, _) = fs.read_bytes(&target, IMAGE_MAX_BYTES).await?;
+        let d = target.display().display();
+        let actual = by_signature(&bytes).ok_or_else(|| {
+            HarnessError::new(
+                ErrorCode::FsNotText,
+                format!("cannot read \"{d}\": it is not a PNG, JPEG, GIF or WebP image"),
+            )
+        })?;
+        if actual != promised {
+            return Err(HarnessError::new(
+                ErrorCode::InvalidArgs,
+                format!("cannot read \"{d}\": its extension says {promised} but the file is {actual}; rename it"),
+            ));
+        }
+        Ok(ToolOutput {
+            text: format!(
+                "<path>{d}</path>\n<type>image</type>\n<content>\n[image: {actual}, {} bytes]\n</content>",
+                bytes.len()
+            ),
+            meta: Some(json!({"path": target.display(), "mimeType": actual, "bytes": bytes.len()})),
+            image: Some(Image {
+                mime_type: actual,
+                data: bytes,
+            }),
+        })
+    }
+}
