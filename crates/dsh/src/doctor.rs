@@ -283,7 +283,9 @@ fn openat2_check() -> Check {
         ok,
         detail: match probe {
             Ok(_) => "available (kernel-checked path containment for the file tools)".into(),
-            Err(e) => format!("unavailable ({e}): the file tools fall back to re-resolving"),
+            Err(e) => format!(
+                "unavailable ({e}): the sandboxed file tools refuse writes under workspace-write"
+            ),
         },
         fix: (!ok).then(|| "Linux 5.6+ without a seccomp profile that blocks openat2".into()),
     }

@@ -304,3 +304,40 @@ async fn read_image_returns_the_image_and_refuses_what_is_not_one() {
         "the log records the image, not its bytes"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_edits_from_one_read_one_wins_one_is_stale() {
+    let f = std::sync::Arc::new(fixture(|b| b, vec![ApprovalOutcome::AllowedOnce; 2]).await);
+    let ws = f.session.header().cwd.clone();
+    std::fs::write(ws.join("c.txt"), "base\n").expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    f.world
+        .call(
+            s,
+            call("read", json!({"file_path": "c.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    let edit = |new: &'static str| {
+        let f = f.clone();
+        tokio::spawn(async move {
+            let args = json!({"file_path": "c.txt", "old_string": "base", "new_string": new,
+                              "sandbox_permissions": "workspace-write", "justification": "race"});
+            f.world
+                .call(Some(&f.session), call("edit", args), CancelToken::new())
+                .await
+        })
+    };
+    let (a, b) = (edit("A"), edit("B"));
+    let (a, b) = (a.await.expect("a"), b.await.expect("b"));
+    let codes = [code(&a), code(&b)];
+    assert_eq!(
+        codes.iter().filter(|c| c.is_none()).count(),
+        1,
+        "{a:?} {b:?}"
+    );
+    assert!(codes.contains(&Some("FS_STALE_VERSION")), "{a:?} {b:?}");
+    let now = std::fs::read_to_string(ws.join("c.txt")).expect("read");
+    assert!(now == "A\n" || now == "B\n", "{now}");
+}
