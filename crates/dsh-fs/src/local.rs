@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -95,18 +95,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Lexical absolute form: `cwd.join(path)` with `.` and `..` folded.
 pub(crate) fn lexical(cwd: &Path, path: &Path) -> PathBuf {
-    let joined = cwd.join(path);
-    let mut out = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
+    dsh_sandbox::fold_dots(&cwd.join(path))
 }
 
 /// Checks a model-supplied path string.

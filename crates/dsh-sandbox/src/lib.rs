@@ -238,11 +238,15 @@ pub fn canonical_path(p: &Path) -> PathBuf {
 /// A workspace root: canonicalised first (so `link/..` follows the link), then made
 /// absolute with `.` and `..` folded (for a path that does not exist).
 pub fn root_of(path: &Path) -> PathBuf {
-    use std::path::Component;
     let p = canonical_path(path);
-    let p = std::path::absolute(&p).unwrap_or(p);
+    fold_dots(&std::path::absolute(&p).unwrap_or(p))
+}
+
+/// `path` with `.` and `..` folded lexically (no filesystem lookup).
+pub fn fold_dots(path: &Path) -> PathBuf {
+    use std::path::Component;
     let mut out = PathBuf::new();
-    for c in p.components() {
+    for c in path.components() {
         match c {
             Component::ParentDir => {
                 out.pop();

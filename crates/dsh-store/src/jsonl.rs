@@ -5,14 +5,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
 use serde_json::{json, Value};
 
-use crate::worker::Worker;
+use crate::worker::{OpenUnits, UnitHandle, Worker};
 use crate::{Storage, Unit, UnitData, UnitSpec};
 
 /// One file per unit, `<root>/<unit>.jsonl`: a header line
@@ -27,6 +26,12 @@ use crate::{Storage, Unit, UnitData, UnitSpec};
 pub struct JsonlStorage {
     worker: Arc<Worker<State>>,
     root: PathBuf,
+}
+
+impl OpenUnits for State {
+    fn release(&mut self, name: &str) {
+        self.open.remove(name);
+    }
 }
 
 struct State {
@@ -177,9 +182,7 @@ impl Storage for JsonlStorage {
             })
             .await?;
         Ok(Arc::new(JsonlUnit {
-            worker: self.worker.clone(),
-            spec,
-            closed: AtomicBool::new(false),
+            h: UnitHandle::new(self.worker.clone(), spec),
         }))
     }
 
@@ -211,40 +214,15 @@ impl Storage for JsonlStorage {
 }
 
 struct JsonlUnit {
-    worker: Arc<Worker<State>>,
-    spec: UnitSpec,
-    closed: AtomicBool,
-}
-
-impl Drop for JsonlUnit {
-    /// A unit dropped without `close` is closed: its name can be opened again.
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            let name = self.spec.name.clone();
-            self.worker.post(move |st| {
-                st.open.remove(&name);
-            });
-        }
-    }
+    h: UnitHandle<State>,
 }
 
 impl JsonlUnit {
-    fn check(&self, table: Option<&str>) -> Result<(), HarnessError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(crate::closed());
-        }
-        match table {
-            Some(t) if !self.spec.tables.iter().any(|x| x == t) => {
-                Err(crate::undeclared(&self.spec.name, t))
-            }
-            _ => Ok(()),
-        }
-    }
-
     /// Appends one line, writing the header first if the file is new.
     async fn append(&self, line: Value) -> Result<(), HarnessError> {
-        let spec = self.spec.clone();
-        self.worker
+        let spec = self.h.spec.clone();
+        self.h
+            .worker
             .run(move |st| {
                 let path = file_of(&st.root, &spec.name);
                 let slot = st.open.get_mut(&spec.name).ok_or_else(crate::closed)?;
@@ -283,9 +261,10 @@ impl JsonlUnit {
 #[async_trait]
 impl Unit for JsonlUnit {
     async fn load_all(&self) -> Result<UnitData, HarnessError> {
-        self.check(None)?;
-        let spec = self.spec.clone();
-        self.worker
+        self.h.check(None)?;
+        let spec = self.h.spec.clone();
+        self.h
+            .worker
             .run(move |st| {
                 let path = file_of(&st.root, &spec.name);
                 let mut data = UnitData {
@@ -326,34 +305,24 @@ impl Unit for JsonlUnit {
     }
 
     async fn put(&self, table: &str, key: &str, value: &Value) -> Result<(), HarnessError> {
-        self.check(Some(table))?;
+        self.h.check(Some(table))?;
         self.append(json!({"put": [table, key, value]})).await
     }
 
     async fn delete(&self, table: &str, key: &str) -> Result<(), HarnessError> {
-        self.check(Some(table))?;
+        self.h.check(Some(table))?;
         self.append(json!({"delete": [table, key]})).await
     }
 
     async fn set_global(&self, value: &Value) -> Result<(), HarnessError> {
-        self.check(None)?;
-        if !self.spec.has_global {
-            return Err(crate::no_global(&self.spec.name));
+        self.h.check(None)?;
+        if !self.h.spec.has_global {
+            return Err(crate::no_global(&self.h.spec.name));
         }
         self.append(json!({"global": value})).await
     }
 
     async fn close(&self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let name = self.spec.name.clone();
-        let _ = self
-            .worker
-            .run(move |st| {
-                st.open.remove(&name);
-                Ok(())
-            })
-            .await;
+        self.h.close().await;
     }
 }

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,7 +10,7 @@ use dsh_core::{ErrorCode, HarnessError};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
-use crate::worker::Worker;
+use crate::worker::{OpenUnits, UnitHandle, Worker};
 use crate::{Storage, Unit, UnitData, UnitSpec};
 
 /// The layout version stamped in `PRAGMA user_version`.
@@ -27,6 +26,12 @@ const LAYOUT_VERSION: i64 = 1;
 pub struct SqliteStorage {
     worker: Arc<Worker<State>>,
     path: PathBuf,
+}
+
+impl OpenUnits for State {
+    fn release(&mut self, name: &str) {
+        self.open.remove(name);
+    }
 }
 
 struct State {
@@ -188,9 +193,7 @@ impl Storage for SqliteStorage {
             })
             .await?;
         Ok(Arc::new(SqliteUnit {
-            worker: self.worker.clone(),
-            spec,
-            closed: AtomicBool::new(false),
+            h: UnitHandle::new(self.worker.clone(), spec),
         }))
     }
 
@@ -216,36 +219,10 @@ impl Storage for SqliteStorage {
 }
 
 struct SqliteUnit {
-    worker: Arc<Worker<State>>,
-    spec: UnitSpec,
-    closed: AtomicBool,
+    h: UnitHandle<State>,
 }
 
-impl Drop for SqliteUnit {
-    /// A unit dropped without `close` is closed: its name can be opened again.
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            let name = self.spec.name.clone();
-            self.worker.post(move |st| {
-                st.open.remove(&name);
-            });
-        }
-    }
-}
-
-impl SqliteUnit {
-    fn check(&self, table: Option<&str>) -> Result<(), HarnessError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(crate::closed());
-        }
-        match table {
-            Some(t) if !self.spec.tables.iter().any(|x| x == t) => {
-                Err(crate::undeclared(&self.spec.name, t))
-            }
-            _ => Ok(()),
-        }
-    }
-}
+impl SqliteUnit {}
 
 fn parse(unit: &str, what: &str, text: &str) -> Result<Value, HarnessError> {
     serde_json::from_str(text).map_err(|e| {
@@ -260,9 +237,10 @@ fn parse(unit: &str, what: &str, text: &str) -> Result<Value, HarnessError> {
 #[async_trait]
 impl Unit for SqliteUnit {
     async fn load_all(&self) -> Result<UnitData, HarnessError> {
-        self.check(None)?;
-        let spec = self.spec.clone();
-        self.worker
+        self.h.check(None)?;
+        let spec = self.h.spec.clone();
+        self.h
+            .worker
             .run(move |st| {
                 let mut data = UnitData::default();
                 for t in &spec.tables {
@@ -302,13 +280,14 @@ impl Unit for SqliteUnit {
     }
 
     async fn put(&self, table: &str, key: &str, value: &Value) -> Result<(), HarnessError> {
-        self.check(Some(table))?;
+        self.h.check(Some(table))?;
         let sql = format!(
             "INSERT INTO {}(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            table_name(&self.spec.name, table)
+            table_name(&self.h.spec.name, table)
         );
         let (key, text) = (key.to_owned(), value.to_string());
-        self.worker
+        self.h
+            .worker
             .run(move |st| {
                 st.conn
                     .prepare_cached(&sql)
@@ -320,13 +299,14 @@ impl Unit for SqliteUnit {
     }
 
     async fn delete(&self, table: &str, key: &str) -> Result<(), HarnessError> {
-        self.check(Some(table))?;
+        self.h.check(Some(table))?;
         let sql = format!(
             "DELETE FROM {} WHERE key = ?1",
-            table_name(&self.spec.name, table)
+            table_name(&self.h.spec.name, table)
         );
         let key = key.to_owned();
-        self.worker
+        self.h
+            .worker
             .run(move |st| {
                 st.conn
                     .prepare_cached(&sql)
@@ -338,12 +318,13 @@ impl Unit for SqliteUnit {
     }
 
     async fn set_global(&self, value: &Value) -> Result<(), HarnessError> {
-        self.check(None)?;
-        if !self.spec.has_global {
-            return Err(crate::no_global(&self.spec.name));
+        self.h.check(None)?;
+        if !self.h.spec.has_global {
+            return Err(crate::no_global(&self.h.spec.name));
         }
-        let (unit, text) = (self.spec.name.clone(), value.to_string());
-        self.worker
+        let (unit, text) = (self.h.spec.name.clone(), value.to_string());
+        self.h
+            .worker
             .run(move |st| {
                 st.conn
                     .prepare_cached(
@@ -358,16 +339,6 @@ impl Unit for SqliteUnit {
     }
 
     async fn close(&self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let name = self.spec.name.clone();
-        let _ = self
-            .worker
-            .run(move |st| {
-                st.open.remove(&name);
-                Ok(())
-            })
-            .await;
+        self.h.close().await;
     }
 }

@@ -76,3 +76,64 @@ impl<S: Send + 'static> Worker<S> {
         }
     }
 }
+
+/// A provider state that tracks which units are open.
+pub(crate) trait OpenUnits {
+    /// Forgets that `name` is open.
+    fn release(&mut self, name: &str);
+}
+
+/// What both providers' units share: the worker, the spec, and whether it is closed.
+pub(crate) struct UnitHandle<S: OpenUnits + Send + 'static> {
+    pub(crate) worker: std::sync::Arc<Worker<S>>,
+    pub(crate) spec: crate::UnitSpec,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl<S: OpenUnits + Send + 'static> UnitHandle<S> {
+    pub(crate) fn new(worker: std::sync::Arc<Worker<S>>, spec: crate::UnitSpec) -> Self {
+        UnitHandle {
+            worker,
+            spec,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// `STORAGE_CLOSED` after close; `INVALID_ARGUMENT` for an undeclared table.
+    pub(crate) fn check(&self, table: Option<&str>) -> Result<(), HarnessError> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(crate::closed());
+        }
+        match table {
+            Some(t) if !self.spec.tables.iter().any(|x| x == t) => {
+                Err(crate::undeclared(&self.spec.name, t))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Closes once; the name can be opened again.
+    pub(crate) async fn close(&self) {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let name = self.spec.name.clone();
+        let _ = self
+            .worker
+            .run(move |st| {
+                st.release(&name);
+                Ok(())
+            })
+            .await;
+    }
+}
+
+impl<S: OpenUnits + Send + 'static> Drop for UnitHandle<S> {
+    /// A unit dropped without `close` is closed: its name can be opened again.
+    fn drop(&mut self) {
+        if !self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            let name = self.spec.name.clone();
+            self.worker.post(move |st| st.release(&name));
+        }
+    }
+}

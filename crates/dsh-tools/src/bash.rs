@@ -16,7 +16,6 @@ use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::escalation::{
     denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
 };
-use dsh_sandbox::SandboxMode;
 use dsh_shell::render::render_result_with;
 use dsh_shell::shell_env::ExecContext;
 use dsh_shell::ShellRequest;
@@ -24,28 +23,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::policy::Escalation;
 use crate::{CallContext, Tool, ToolOutput, World};
 
 /// The `bash` tool. See the [module docs](self).
 #[derive(Debug, Default)]
 pub struct BashTool;
-
-/// A wider sandbox mode a call may ask for.
-#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum Escalation {
-    WorkspaceWrite,
-    DangerFullAccess,
-}
-
-impl Escalation {
-    fn mode(self) -> SandboxMode {
-        match self {
-            Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
-            Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
-        }
-    }
-}
 
 /// The arguments of a `bash` call.
 #[derive(Debug, Deserialize, JsonSchema)]

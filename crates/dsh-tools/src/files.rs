@@ -19,6 +19,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::policy::Escalation;
 use crate::world::Observation;
 use crate::{CallContext, Tool, ToolOutput, World};
 
@@ -122,23 +123,6 @@ async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
             .flatten()
             .map(|v| Observation::Present(dsh_fs::FsVersion::from_token(v)))
     })
-}
-
-/// A wider mode a call may ask for.
-#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-enum Escalation {
-    WorkspaceWrite,
-    DangerFullAccess,
-}
-
-impl Escalation {
-    fn mode(self) -> SandboxMode {
-        match self {
-            Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
-            Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
-        }
-    }
 }
 
 fn schema_of<T: JsonSchema>(world: &World) -> Value {

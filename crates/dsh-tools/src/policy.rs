@@ -9,6 +9,8 @@ use dsh_sandbox::escalation::{
     EscalationRequest, Subject,
 };
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use crate::CallContext;
 
@@ -86,4 +88,21 @@ pub(crate) async fn call_policy(
     };
     let granted = approve_escalation(&request, Some(approver)).await?;
     Ok(Some(standing.with_mode(granted)))
+}
+
+/// A wider sandbox mode a call may ask for (`sandbox_permissions`).
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Escalation {
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Escalation {
+    pub(crate) fn mode(self) -> SandboxMode {
+        match self {
+            Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+            Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
+        }
+    }
 }
