@@ -204,7 +204,11 @@ where
         )),
         ApprovalOutcome::Unavailable => Err(HarnessError::new(
             ErrorCode::ApprovalUnavailable,
-            format!("sandbox escalation to \"{mode}\" requires approval, but no approval channel is available"),
+            format!(
+                "sandbox escalation to \"{mode}\" requires approval, but no approval channel is \
+                 available (no terminal, or an MCP client without elicitation); to allow it \
+                 without asking, start the session with --mode {mode}"
+            ),
         )),
     }
 }
@@ -368,7 +372,9 @@ mod tests {
         );
         assert_eq!(
             run(ApprovalOutcome::Unavailable).message(),
-            "sandbox escalation to \"danger-full-access\" requires approval, but no approval channel is available"
+            "sandbox escalation to \"danger-full-access\" requires approval, but no approval channel is \
+             available (no terminal, or an MCP client without elicitation); to allow it without \
+             asking, start the session with --mode danger-full-access"
         );
     }
 }

@@ -197,7 +197,9 @@ impl World {
             }
             ApprovalOutcome::Cancelled => PreDecision::Deny(cancelled_text(name)),
             ApprovalOutcome::Unavailable => PreDecision::Deny(format!(
-                "tool \"{name}\" requires approval, but no approval channel is available"
+                "tool \"{name}\" requires approval, but no approval channel is available (no \
+                 terminal, or an MCP client without elicitation); set the approval policy to \
+                 never to refuse such calls without asking"
             )),
         })
     }

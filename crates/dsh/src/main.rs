@@ -8,10 +8,13 @@
 //! - `dsh tool NAME [JSON | -] [-C DIR] [--mode M] [--approval ask|never] [--session ID]`
 //!   runs one tool call through the pipeline in a session (see [`tool`]).
 //! - `dsh session list | show ID [--json]` prints the audit log (see [`session`]).
+//! - `dsh mcp [-C DIR] [--mode M] [--network N] [--approval P]` serves every tool over MCP
+//!   on stdio (see [`mcp`]).
 #![forbid(unsafe_code)]
 
 mod doctor;
 mod exec;
+mod mcp;
 mod orphans;
 mod session;
 mod tool;
@@ -49,6 +52,9 @@ enum Command {
     Tool(tool::ToolArgs),
     /// Read the session log: `dsh session list`, `dsh session show ID [--json]`.
     Session(session::SessionArgs),
+    /// Serve every tool over MCP on stdio (one connection, one session); add it to your
+    /// agent's MCP configuration as the command `dsh mcp -C <workspace>`.
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,5 +76,6 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::main(args),
         Command::Tool(args) => tool::main(args),
         Command::Session(args) => session::main(args),
+        Command::Mcp(args) => mcp::main(args),
     }
 }

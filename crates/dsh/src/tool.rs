@@ -87,14 +87,16 @@ pub async fn session_log(state: Option<&Path>) -> Result<Arc<SessionLog>, Harnes
     Ok(Arc::new(SessionLog::new(storage).await?))
 }
 
-/// The CLI's World: local subprocess, bash confined by the local sandbox (read-only
-/// unless the session says otherwise), approvals from `answers` then the terminal.
+/// The CLI's World: local subprocess, bash and the file tools confined by the local
+/// sandbox (read-only unless the session says otherwise), approvals from `answers`, then
+/// the terminal when `terminal`.
 pub fn world(
     sessions: Arc<SessionLog>,
     workspace: &Path,
     network: Network,
     answers: Vec<ApprovalOutcome>,
     state: &Path,
+    terminal: bool,
 ) -> Result<World, HarnessError> {
     let subprocess = Arc::new(LocalSubprocess::new());
     let sandbox = Arc::new(LocalSandbox::new());
@@ -109,7 +111,9 @@ pub fn world(
     if !answers.is_empty() {
         approval.add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
     }
-    approval.add_answerer(Arc::new(TerminalAnswerer));
+    if terminal {
+        approval.add_answerer(Arc::new(TerminalAnswerer));
+    }
     WorldBuilder::new()
         .subprocess(subprocess)?
         .shell(Arc::new(shell))?
@@ -204,6 +208,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         args.network,
         args.answer.clone(),
         &state,
+        true,
     )?;
     if let Some(mode) = args.mode {
         if world

@@ -213,7 +213,9 @@ async fn ask_goes_to_approval_and_maps_every_outcome() {
         .await;
     assert_eq!(
         r.text,
-        "Error: tool \"echo\" requires approval, but no approval channel is available"
+        "Error: tool \"echo\" requires approval, but no approval channel is available (no \
+         terminal, or an MCP client without elicitation); set the approval policy to never to \
+         refuse such calls without asking"
     );
     assert_eq!(
         f.answers.questions()[0].reason.as_deref(),

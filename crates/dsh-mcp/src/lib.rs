@@ -1,0 +1,328 @@
+//! dsh over MCP: every tool of a [`World`] served to any agent, one session per
+//! connection, on the official Rust SDK (`rmcp`, pinned exactly).
+//!
+//! [`DshServer`] answers `tools/list` with each tool's name, description, JSON schema and
+//! honest annotations (read-only, destructive, idempotent, open-world hints), and
+//! `tools/call` by running the call through the World's pipeline in the connection's
+//! session: the result's text is a text block, an image (`read_image`) an image block; an
+//! error result is `isError` with its text and `{name, code}` in the structured content. A
+//! call to an unknown tool is a JSON-RPC error. A client's `notifications/cancelled`
+//! cancels the call, which kills its processes. A client that sent a progress token gets
+//! a progress notification every second while a call runs.
+//!
+//! Approvals (an escalation, a policy's `ask`) are asked of the client's user by
+//! elicitation ([`elicitation`] says how, for old and new protocol versions); a client
+//! without elicitation gets `unavailable` and the call fails closed, saying so.
+//!
+//! [`LineTransport`] frames the protocol on stdio: every line gets an answer, a message
+//! over 16 MiB a JSON-RPC error instead of silence. Nothing but protocol goes to stdout;
+//! diagnostics go to stderr.
+
+pub mod elicitation;
+mod transport;
+
+pub use elicitation::ElicitingAnswerer;
+pub use transport::{LineTransport, MAX_MESSAGE_BYTES};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_approval::ApprovalOutcome;
+use dsh_core::{CallId, CancelToken, HarnessError};
+use dsh_store::session::Session;
+use dsh_tools::{ToolCall, ToolResult, World};
+use elicitation::{Ask, Desk, Flight};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
+    Implementation, InputRequest, InputRequests, InputRequiredResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
+    ServerConfig, ServerRequest, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+/// The MCP server of one connection. See the [crate docs](crate).
+#[derive(Clone)]
+pub struct DshServer {
+    world: Arc<World>,
+    session: Arc<Session>,
+    desk: Arc<Desk>,
+    calls: Arc<AtomicU64>,
+}
+
+impl DshServer {
+    /// A server for `world`, logging every call in `session` (which must have an open
+    /// turn for approvals to be asked). Adds an [`ElicitingAnswerer`] to the world's
+    /// approval service, so give each connection its own world.
+    pub fn new(world: Arc<World>, session: Arc<Session>) -> DshServer {
+        let desk = Arc::new(Desk::default());
+        world
+            .approval()
+            .add_answerer(Arc::new(ElicitingAnswerer::new(desk.clone())));
+        DshServer {
+            world,
+            session,
+            desk,
+            calls: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}
+
+/// The annotations that are true of a tool.
+fn annotations(name: &str) -> ToolAnnotations {
+    let (read_only, destructive, idempotent, open_world) = match name {
+        "read" | "read_image" | "glob" | "grep" => (true, false, true, false),
+        "write" => (false, true, true, false),
+        "edit" => (false, true, false, false),
+        // A command can do anything the sandbox lets it, the network included.
+        _ => (false, true, false, true),
+    };
+    let mut a = ToolAnnotations::new();
+    a.read_only_hint = Some(read_only);
+    a.destructive_hint = Some(destructive);
+    a.idempotent_hint = Some(idempotent);
+    a.open_world_hint = Some(open_world);
+    a
+}
+
+/// Standard base64 (with padding) of `data`.
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+impl ServerHandler for DshServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        config.server_info = Implementation::new("dsh", env!("CARGO_PKG_VERSION"));
+        config.instructions = Some(
+            "dsh runs your commands and file operations in a sandbox the kernel enforces. \
+             Check the `[exit code: N]` marker of every bash result. A sandbox denial shows as \
+             `[sandbox: file access denied under <mode> mode]`; do not work around it."
+                .into(),
+        );
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self
+            .world
+            .schemas()
+            .into_iter()
+            .map(|(name, description, schema)| {
+                let schema = match schema {
+                    Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                let a = annotations(&name);
+                Tool::new(name, description, Arc::new(schema)).with_annotations(a)
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        if self.world.tool(&name).is_none() {
+            return Err(McpError::invalid_params(
+                format!("unknown tool \"{name}\""),
+                Some(json!({"code": "UNKNOWN_TOOL"})),
+            ));
+        }
+        let flight = match &request.request_state {
+            Some(state) => {
+                let Some((flight, reply)) = self.desk.resume(state, &name) else {
+                    return Err(McpError::invalid_params(
+                        "this requestState names no waiting call of this tool (it was answered, \
+                         expired, or belongs to another connection); call the tool again",
+                        Some(json!({"code": "MCP_REQUEST_STATE_UNKNOWN"})),
+                    ));
+                };
+                let response = request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|r| r.get(elicitation::INPUT_KEY));
+                let _ = reply.send(elicitation::outcome_of_response(response));
+                flight
+            }
+            None => {
+                let arguments = request
+                    .arguments
+                    .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
+                let call_id = format!("mcp-{}", self.calls.fetch_add(1, Ordering::Relaxed));
+                let asks = self.desk.route(&call_id);
+                let cancel = CancelToken::new();
+                let call = ToolCall {
+                    call_id: CallId::new(call_id.clone()),
+                    name: name.clone(),
+                    arguments,
+                };
+                let (world, session, token) =
+                    (self.world.clone(), self.session.clone(), cancel.clone());
+                let task =
+                    tokio::spawn(async move { world.call(Some(&session), call, token).await });
+                Flight {
+                    call_id,
+                    tool: name,
+                    task,
+                    asks,
+                    cancel,
+                }
+            }
+        };
+        self.drive(flight, &context).await
+    }
+}
+
+/// How a leg of a call ends.
+enum Leg {
+    Done(Result<ToolResult, tokio::task::JoinError>),
+    Park(Ask),
+}
+
+impl DshServer {
+    /// Runs `flight` until it ends or asks a question this leg cannot answer in place.
+    async fn drive(
+        &self,
+        mut flight: Flight,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let watch = {
+            let (ct, cancel) = (context.ct.clone(), flight.cancel.clone());
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                cancel.cancel("cancelled by the MCP client");
+            })
+        };
+        let progress = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let mut tick = 0u32;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tick += 1;
+                    let mut p = ProgressNotificationParam::new(token.clone(), f64::from(tick));
+                    p.message = Some(format!("running for {tick} s"));
+                    if peer.notify_progress(p).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        });
+        let leg = loop {
+            tokio::select! {
+                done = &mut flight.task => break Leg::Done(done),
+                Some(ask) = flight.asks.recv() => {
+                    let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
+                    let modern = context
+                        .protocol_version()
+                        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+                    if !can_elicit {
+                        let _ = ask.reply.send(ApprovalOutcome::Unavailable);
+                    } else if modern {
+                        break Leg::Park(ask);
+                    } else {
+                        let answer = tokio::select! {
+                            r = context.peer.send_request(ServerRequest::ElicitRequest(
+                                elicitation::request(&ask.question),
+                            )) => match r {
+                                Ok(ClientResult::ElicitResult(r)) => elicitation::outcome(&r),
+                                // No answer, or not an answer to this: nobody approved.
+                                _ => ApprovalOutcome::Unavailable,
+                            },
+                            () = context.ct.cancelled() => ApprovalOutcome::Cancelled,
+                        };
+                        let _ = ask.reply.send(answer);
+                    }
+                }
+            }
+        };
+        watch.abort();
+        if let Some(p) = progress {
+            p.abort();
+        }
+        match leg {
+            Leg::Park(ask) => {
+                let mut requests = InputRequests::new();
+                requests.insert(
+                    elicitation::INPUT_KEY.to_owned(),
+                    InputRequest::Elicitation(elicitation::request(&ask.question)),
+                );
+                let state = self.desk.park(flight, ask.reply);
+                Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+            }
+            Leg::Done(done) => {
+                self.desk.unroute(&flight.call_id);
+                let result = done.unwrap_or_else(|e| {
+                    ToolResult::from_error(&HarnessError::internal(format!(
+                        "the tool call failed unexpectedly: {e}"
+                    )))
+                });
+                Ok(to_mcp(&result).into())
+            }
+        }
+    }
+}
+
+/// A tool result as MCP content: text, then the image if any; an error carries its code.
+fn to_mcp(result: &ToolResult) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(result.text.clone())];
+    if let Some(img) = &result.image {
+        content.push(ContentBlock::image(base64(&img.data), img.mime_type));
+    }
+    let mut out = if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    if let Some(e) = &result.error {
+        out.structured_content = Some(json!({"error": {"name": e.name, "code": e.code}}));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_the_rfc_vectors() {
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), want);
+        }
+    }
+}

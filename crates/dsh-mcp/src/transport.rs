@@ -1,0 +1,367 @@
+//! Line-delimited JSON-RPC on a byte stream, with a size cap and an answer for every line.
+//!
+//! rmcp's own stdio framing drops a line longer than its cap, and a line that is not
+//! JSON, without a word to the client, which then waits forever. [`LineTransport`]
+//! answers instead: a line over [`MAX_MESSAGE_BYTES`] gets `-32600` (with the request's
+//! id when it can be read from the line's head, and `MCP_MESSAGE_TOO_LARGE` in the error
+//! data) and is skipped without being buffered whole; a line that is not JSON gets `-32700`
+//! with a null id; JSON that is not a JSON-RPC message gets `-32600`, except a malformed
+//! notification, which JSON-RPC forbids answering. Nothing but JSON-RPC is written.
+
+use std::sync::Arc;
+
+use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+/// The largest message read: 16 MiB. Larger data belongs in a file the tools can read.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// How much of an oversized line is kept to find its id.
+const HEAD_BYTES: usize = 4096;
+
+/// JSON-RPC over newline-delimited lines of `R` and `W`. See the [module docs](self).
+///
+/// `receive` is cancel-safe (the SDK polls it in a `select!`): a line read in part stays
+/// in `line` until the next call finishes it.
+pub struct LineTransport<R, W> {
+    reader: BufReader<R>,
+    writer: Arc<Mutex<W>>,
+    /// The line being read (its head only, once it is over the cap).
+    line: Vec<u8>,
+    /// The bytes of the line being read so far.
+    total: usize,
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + Sync + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// A transport reading requests from `reader` and writing answers to `writer`.
+    pub fn new(reader: R, writer: W) -> Self {
+        LineTransport {
+            reader: BufReader::with_capacity(1 << 16, reader),
+            writer: Arc::new(Mutex::new(writer)),
+            line: Vec::new(),
+            total: 0,
+        }
+    }
+
+    /// Reads one line into `self.line` (without its newline). `Ok(None)` at end of input;
+    /// `Ok(Some(n))` when the line had `n` bytes and more than [`MAX_MESSAGE_BYTES`] (only
+    /// its head is kept). Cancel-safe: the only await is `fill_buf`, and what a call
+    /// consumed is in `self.line` and `self.total` for the next one.
+    async fn read_line(&mut self) -> std::io::Result<Option<Option<usize>>> {
+        loop {
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                let total = std::mem::take(&mut self.total);
+                return Ok((total > 0 || !self.line.is_empty()).then(|| oversize(total)));
+            }
+            let (chunk, done) = match memchr(buf) {
+                Some(i) => (&buf[..i], i + 1),
+                None => (buf, buf.len()),
+            };
+            self.total += chunk.len();
+            let room = if self.total > MAX_MESSAGE_BYTES {
+                HEAD_BYTES
+            } else {
+                MAX_MESSAGE_BYTES + 1
+            };
+            let keep = room.saturating_sub(self.line.len()).min(chunk.len());
+            self.line.extend_from_slice(&chunk[..keep]);
+            if self.total > MAX_MESSAGE_BYTES {
+                self.line.truncate(HEAD_BYTES);
+            }
+            let found = done > chunk.len();
+            self.reader.consume(done);
+            if found {
+                return Ok(Some(oversize(std::mem::take(&mut self.total))));
+            }
+        }
+    }
+
+    /// Writes `message` as a line, in a task of its own so that a cancelled `receive`
+    /// cannot cut it in half.
+    fn answer(&self, message: Value) {
+        let mut bytes = message.to_string().into_bytes();
+        bytes.push(b'\n');
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            let mut w = writer.lock().await;
+            // A writer that fails means the client is gone; the next read ends the session.
+            let _ = w.write_all(&bytes).await;
+            let _ = w.flush().await;
+        });
+    }
+}
+
+fn oversize(total: usize) -> Option<usize> {
+    (total > MAX_MESSAGE_BYTES).then_some(total)
+}
+
+fn memchr(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+/// The top-level `"id"` of a JSON object whose text starts with `head`, if it is there.
+fn id_in_head(head: &[u8]) -> Option<Value> {
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < head.len() {
+        match head[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b'"' => {
+                let end = string_end(head, i)?;
+                let rest = head[end + 1..]
+                    .iter()
+                    .position(|b| !b.is_ascii_whitespace());
+                let after = rest.map(|r| end + 1 + r);
+                if depth == 1
+                    && &head[i..=end] == b"\"id\""
+                    && after.is_some_and(|a| head[a] == b':')
+                {
+                    return value_at(head, after? + 1);
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote closing the string that opens at `start`.
+fn string_end(s: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < s.len() {
+        match s[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The JSON string or number starting at (or after whitespace from) `at`.
+fn value_at(s: &[u8], at: usize) -> Option<Value> {
+    let start = at + s[at..].iter().position(|b| !b.is_ascii_whitespace())?;
+    let end = match s[start] {
+        b'"' => string_end(s, start)? + 1,
+        b'-' | b'0'..=b'9' => {
+            start
+                + s[start..]
+                    .iter()
+                    .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))?
+        }
+        _ => return None,
+    };
+    serde_json::from_slice(&s[start..end]).ok()
+}
+
+fn error(id: Value, code: i64, message: String, data: Option<Value>) -> Value {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        e["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": e})
+}
+
+impl<Role, R, W> Transport<Role> for LineTransport<R, W>
+where
+    Role: ServiceRole,
+    R: AsyncRead + Unpin + Send + Sync + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<Role>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = self.writer.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            let mut w = writer.lock().await;
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<Role>> {
+        loop {
+            let read = self.read_line().await;
+            // The line is complete (or input ended): take it, so the next call starts afresh.
+            let line = std::mem::take(&mut self.line);
+            let oversized = match read {
+                Ok(Some(o)) => o,
+                Ok(None) | Err(_) => return None,
+            };
+            if let Some(total) = oversized {
+                let id = id_in_head(&line).unwrap_or(Value::Null);
+                let message = format!(
+                    "the message is {total} bytes; dsh mcp reads messages of at most {} MiB: \
+                     put large data in a file and pass its path",
+                    MAX_MESSAGE_BYTES >> 20
+                );
+                self.answer(error(
+                    id,
+                    -32600,
+                    message,
+                    Some(json!({"code": "MCP_MESSAGE_TOO_LARGE"})),
+                ));
+                continue;
+            }
+            let line = line.strip_suffix(b"\r").unwrap_or(&line);
+            let line = line
+                .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+                .unwrap_or(line);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<RxJsonRpcMessage<Role>>(line) {
+                Ok(message) => return Some(message),
+                Err(e) => {
+                    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+                        self.answer(error(
+                            Value::Null,
+                            -32700,
+                            format!("parse error: {e}"),
+                            None,
+                        ));
+                        continue;
+                    };
+                    let id = value.get("id").cloned();
+                    match id {
+                        // A malformed notification is ignored: JSON-RPC 2.0 §4.1 forbids
+                        // answering one.
+                        None if value.get("method").is_some() => continue,
+                        id => {
+                            let message = format!("invalid request: {e}");
+                            self.answer(error(id.unwrap_or(Value::Null), -32600, message, None));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.writer.lock().await.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_is_found_at_the_top_level_only() {
+        assert_eq!(
+            id_in_head(br#"{"jsonrpc":"2.0","id":7,"method":"x"#),
+            Some(json!(7))
+        );
+        assert_eq!(
+            id_in_head(br#"{"params":{"id":1},"id":"a\"b","#),
+            Some(json!("a\"b"))
+        );
+        assert_eq!(
+            id_in_head(br#"{"method":"tools/call","params":{"id":3,"x":"#),
+            None
+        );
+        assert_eq!(id_in_head(br#"{ "id" : -12 ,"#), Some(json!(-12)));
+        assert_eq!(id_in_head(br#"{"id":null,"#), None);
+    }
+
+    fn transport(
+        input: &'static [u8],
+    ) -> (
+        LineTransport<&'static [u8], tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+    ) {
+        let (w, r) = tokio::io::duplex(1 << 20);
+        (LineTransport::new(input, w), r)
+    }
+
+    async fn answers(mut out: tokio::io::DuplexStream) -> Vec<Value> {
+        let mut s = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut out, &mut s)
+            .await
+            .expect("read");
+        s.lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_bad_line_is_answered_and_good_ones_pass() {
+        let input: &'static [u8] = Box::leak(
+            format!(
+                "{{not json\n\n{{\"jsonrpc\":\"2.0\",\"id\":4}}\n\
+                 {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/who-knows\"}}\n\
+                 {{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{{\"name\":\"{}\"}}}}\n\
+                 {{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}}\r\n",
+                "x".repeat(MAX_MESSAGE_BYTES)
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        let (mut t, out) = transport(input);
+        // Notifications, known or not, are the SDK's to handle (it ignores unknown ones).
+        for want in ["notifications/who-knows", "ping"] {
+            let got = Transport::<rmcp::RoleServer>::receive(&mut t)
+                .await
+                .expect("a message");
+            let got = serde_json::to_string(&got).expect("json");
+            assert!(got.contains(want), "{got}");
+        }
+        assert!(Transport::<rmcp::RoleServer>::receive(&mut t)
+            .await
+            .is_none());
+        drop(t);
+        let a = answers(out).await;
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert_eq!(
+            (a[0]["id"].clone(), a[0]["error"]["code"].clone()),
+            (Value::Null, json!(-32700))
+        );
+        assert_eq!(
+            (a[1]["id"].clone(), a[1]["error"]["code"].clone()),
+            (json!(4), json!(-32600))
+        );
+        assert_eq!(
+            (a[2]["id"].clone(), a[2]["error"]["code"].clone()),
+            (json!(9), json!(-32600))
+        );
+        assert_eq!(a[2]["error"]["data"]["code"], "MCP_MESSAGE_TOO_LARGE");
+    }
+
+    #[tokio::test]
+    async fn a_receive_cancelled_mid_line_loses_nothing() {
+        let (mut input, r) = tokio::io::duplex(1 << 16);
+        let (w, _out) = tokio::io::duplex(1 << 16);
+        let mut t = LineTransport::new(r, w);
+        input
+            .write_all(br#"{"jsonrpc":"2.0","id":1,"#)
+            .await
+            .expect("write");
+        let wait = std::time::Duration::from_millis(50);
+        let cut = tokio::time::timeout(wait, Transport::<rmcp::RoleServer>::receive(&mut t)).await;
+        assert!(cut.is_err(), "half a line is not a message");
+        input
+            .write_all(b"\"method\":\"ping\"}\n")
+            .await
+            .expect("write");
+        let whole = std::time::Duration::from_secs(5);
+        let got = tokio::time::timeout(whole, Transport::<rmcp::RoleServer>::receive(&mut t)).await;
+        let got = got.expect("the line was not lost").expect("the ping");
+        let got = serde_json::to_string(&got).expect("json");
+        assert!(got.contains("ping") && got.contains("\"id\":1"), "{got}");
+    }
+}

@@ -1,0 +1,124 @@
+//! `dsh mcp`: serve every tool over MCP on stdio; one connection is one session.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use dsh_approval::ApprovalPolicy;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_mcp::DshServer;
+use dsh_sandbox::{Network, SandboxMode};
+use rmcp::ServiceExt;
+
+#[derive(Args, Debug)]
+pub struct McpArgs {
+    /// The workspace: the session's working directory (default: the current directory).
+    #[arg(short = 'C', value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// The session's sandbox mode (default read-only).
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    mode: Option<SandboxMode>,
+    /// Network in confined modes (deny or allow).
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    network: Network,
+    /// The session's approval policy (ask or never).
+    #[arg(long, value_name = "ask|never", value_parser = parse_policy)]
+    approval: Option<ApprovalPolicy>,
+    /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
+    #[arg(long, value_name = "DIR")]
+    state: Option<PathBuf>,
+}
+
+fn parse_mode(s: &str) -> Result<SandboxMode, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_network(s: &str) -> Result<Network, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
+    s.parse().map_err(|e: HarnessError| e.message().to_owned())
+}
+
+pub fn main(args: McpArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dsh mcp: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dsh mcp: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: McpArgs) -> Result<(), HarnessError> {
+    let cwd = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            HarnessError::new(
+                ErrorCode::ProcessCwdInvalid,
+                "the current directory is unusable; pass -C DIR",
+            )
+            .with_source(e)
+        })?,
+    };
+    let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+    if !cwd.is_dir() {
+        return Err(HarnessError::new(
+            ErrorCode::ProcessCwdInvalid,
+            format!("-C {}: not a directory", cwd.display()),
+        ));
+    }
+    let state = args
+        .state
+        .clone()
+        .unwrap_or_else(dsh_store::default_state_dir);
+    let sessions = crate::tool::session_log(Some(&state)).await?;
+    let session = sessions.create(&cwd).await?;
+    eprintln!("dsh mcp: session {} in {}", session.id(), cwd.display());
+    let world = Arc::new(crate::tool::world(
+        sessions,
+        &cwd,
+        args.network,
+        Vec::new(),
+        &state,
+        false,
+    )?);
+    if let Some(mode) = args.mode {
+        world.policy().set_mode(&*session, mode).await?;
+    }
+    if let Some(policy) = args.approval {
+        world.approval().set_policy(&*session, policy).await?;
+    }
+    session.begin_turn().await?;
+    let served = DshServer::new(world.clone(), session.clone())
+        .serve({
+            let (r, w) = rmcp::transport::stdio_pipes();
+            dsh_mcp::LineTransport::new(r, w)
+        })
+        .await;
+    let outcome = match served {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    // The client is gone: nothing the session started may outlive it.
+    world.subprocess().shutdown().await;
+    session.end_turn("completed").await?;
+    outcome.map_err(|e| HarnessError::internal(format!("the MCP connection failed: {e}")))
+}

@@ -1,0 +1,274 @@
+//! `dsh mcp` driven by a JSON-RPC client over its stdio, as an agent would: the
+//! handshake, the tool list, calls, errors, cancellation by disconnect, and nothing left
+//! running afterwards.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+    _dirs: tempfile::TempDir,
+    ws: std::path::PathBuf,
+}
+
+impl Client {
+    fn start() -> Client {
+        let dirs = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dirs.path()).expect("canonical");
+        let ws = root.join("ws");
+        std::fs::create_dir(&ws).expect("ws");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .args(["mcp", "-C", ws.to_str().expect("utf-8"), "--state"])
+            .arg(root.join("state"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn dsh mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut c = Client {
+            child,
+            stdin,
+            stdout,
+            next: 1,
+            _dirs: dirs,
+            ws,
+        };
+        let init = c.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "dsh", "{init}");
+        c.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        c
+    }
+
+    fn send(&mut self, m: &Value) {
+        writeln!(self.stdin, "{m}").expect("write");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// Sends a request and returns its response (skipping notifications).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).expect("read") > 0,
+                "dsh mcp closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line).expect("every stdout line is JSON-RPC");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    fn call(&mut self, name: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": args}))
+    }
+}
+
+fn text(r: &Value) -> &str {
+    r["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+fn alive_with(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .any(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains(marker)
+                && !stat.contains(") Z")
+        })
+}
+
+#[test]
+fn tools_are_listed_with_schemas_and_honest_annotations() {
+    let mut c = Client::start();
+    let list = c.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().expect("tools");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "read",
+            "read_image",
+            "write"
+        ]
+    );
+    let get = |n: &str| tools.iter().find(|t| t["name"] == n).expect("tool");
+    assert!(get("bash")["inputSchema"]["properties"]["command"].is_object());
+    assert!(get("bash")["inputSchema"]["properties"]["sandbox_permissions"].is_object());
+    assert_eq!(get("read")["annotations"]["readOnlyHint"], true);
+    assert_eq!(get("write")["annotations"]["destructiveHint"], true);
+}
+
+#[test]
+fn calls_return_text_errors_carry_codes_and_bad_input_is_refused() {
+    let mut c = Client::start();
+    let r = c.call(
+        "bash",
+        json!({"command": "echo hi", "description": "say hi"}),
+    );
+    assert_eq!(
+        (text(&r), &r["result"]["isError"]),
+        ("hi\n", &json!(false)),
+        "{r}"
+    );
+    let r = c.call("write", json!({"file_path": "f.txt", "content": "x"}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(
+        text(&r).contains("[sandbox: file access denied under read-only mode]"),
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"],
+        "FS_SANDBOX_DENIED"
+    );
+    assert!(!c.ws.join("f.txt").exists());
+    std::fs::write(c.ws.join("g.txt"), "needle\n").expect("write");
+    let r = c.call("grep", json!({"pattern": "needle"}));
+    assert!(text(&r).starts_with("Found 1 match"), "{r}");
+    let r = c.call("read", json!({"file_path": "g.txt"}));
+    assert!(text(&r).contains("1: needle"), "{r}");
+    // Without an elicitation channel an escalation fails closed, saying so.
+    let r = c.call(
+        "bash",
+        json!({"command": "touch e", "description": "x",
+        "sandbox_permissions": "workspace-write", "justification": "needs e"}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"], "APPROVAL_UNAVAILABLE",
+        "{r}"
+    );
+    assert!(!c.ws.join("e").exists());
+    let r = c.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": {"command": "touch e"},
+        "inputResponses": {"approval": {"action": "accept"}}, "requestState": "dsh-forged"}),
+    );
+    assert_eq!(
+        r["error"]["data"]["code"], "MCP_REQUEST_STATE_UNKNOWN",
+        "a forged retry runs nothing: {r}"
+    );
+    assert!(!c.ws.join("e").exists());
+    let r = c.call("nope", json!({}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = c.call("bash", json!({"command": 5}));
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"], "INVALID_ARGS",
+        "{r}"
+    );
+    let r = c.request("no/such/method", json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    writeln!(c.stdin, "{{not json").expect("write");
+    let mut line = String::new();
+    c.stdout.read_line(&mut line).expect("read");
+    let r: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(
+        (&r["id"], &r["error"]["code"]),
+        (&Value::Null, &json!(-32700)),
+        "{r}"
+    );
+    let r = c.request("ping", json!({}));
+    assert!(
+        r.get("result").is_some(),
+        "the server survives malformed JSON: {r}"
+    );
+    let big = "x".repeat(100 << 20);
+    let r = c.call("bash", json!({"command": big, "description": "huge"}));
+    assert_eq!(
+        r["error"]["code"], -32600,
+        "a 100 MB request gets an answer, with its id"
+    );
+    assert_eq!(r["error"]["data"]["code"], "MCP_MESSAGE_TOO_LARGE");
+    let r = c.request("ping", json!({}));
+    assert!(r.get("result").is_some());
+}
+
+#[test]
+fn many_calls_leak_nothing_and_large_output_keeps_its_tail_and_spill() {
+    let mut c = Client::start();
+    for i in 0..500 {
+        let r = c.call(
+            "bash",
+            json!({"command": format!("echo {i}"), "description": "echo"}),
+        );
+        assert_eq!(text(&r), format!("{i}\n"));
+    }
+    let marker = format!("1000.{}", std::process::id());
+    // Detached from the call's output, each returns at once and only the tree kill can
+    // catch it.
+    for _ in 0..200 {
+        let command = format!("setsid sleep {marker} >/dev/null 2>&1 & echo ok");
+        let r = c.call("bash", json!({"command": command, "description": "bg"}));
+        assert_eq!(text(&r), "ok\n");
+    }
+    // Holding the call's output, each makes the call wait out the grace (3 s), so a few.
+    for _ in 0..2 {
+        let r = c.call(
+            "bash",
+            json!({"command": format!("setsid sleep {marker} & echo ok"), "description": "bg"}),
+        );
+        assert!(text(&r).starts_with("ok\n"), "{r}");
+    }
+    assert!(
+        !alive_with(&format!("sleep {marker}")),
+        "a setsid sleep outlived its call"
+    );
+    let r = c.call("bash", json!({"command": "head -c 10000000 /dev/zero | tr '\\0' 'a'; echo; echo the-end", "description": "10 MB"}));
+    let t = text(&r);
+    assert!(t.contains("the-end"), "the tail is kept");
+    let spill = t
+        .split("[output truncated; full output: ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("a spill path");
+    let r = c.call("read", json!({"file_path": spill, "limit": 1}));
+    assert!(
+        text(&r).contains("1: aaaa"),
+        "the spill file is readable with read: {r}"
+    );
+}
+
+#[test]
+fn a_client_that_goes_away_mid_call_leaves_no_process_behind() {
+    let mut c = Client::start();
+    let marker = format!("1001.{}", std::process::id());
+    c.send(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}"), "description": "long"}}}));
+    for _ in 0..500 {
+        if alive_with(&format!("sleep {marker}")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(alive_with(&format!("sleep {marker}")), "the call started");
+    drop(c.stdin);
+    let status = c.child.wait().expect("dsh mcp exits when its client goes");
+    assert!(status.success() || status.code().is_some());
+    for _ in 0..500 {
+        if !alive_with(&format!("sleep {marker}")) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the sleep outlived the connection");
+}

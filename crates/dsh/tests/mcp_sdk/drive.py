@@ -1,0 +1,127 @@
+"""Drive `dsh mcp` through the official MCP Python SDK, as an agent's client would.
+
+Usage: python drive.py DSH_BINARY MODE SCRATCH_DIR
+MODE is the SDK's connect mode: `legacy` (the initialize handshake, elicitation as a
+server-to-client request) or `auto` (2026-07-28 when the server offers it, elicitation
+through InputRequiredResult and a retry). Exits non-zero, saying what failed.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters, types
+
+DSH, MODE, SCRATCH = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+TOOLS = {"bash", "edit", "glob", "grep", "read", "read_image", "write"}
+
+
+def server(ws: Path, *flags: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=DSH,
+        args=["mcp", "-C", str(ws), "--state", str(SCRATCH / "state"), *flags],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+
+
+def text(result: types.CallToolResult) -> str:
+    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+def code(result: types.CallToolResult) -> str | None:
+    sc = result.structured_content or {}
+    return (sc.get("error") or {}).get("code")
+
+
+def check(cond: bool, what: str, result=None) -> None:
+    if not cond:
+        raise AssertionError(f"[{MODE}] {what}" + (f": {result!r}" if result is not None else ""))
+
+
+def workspace(name: str) -> Path:
+    ws = SCRATCH / MODE / name
+    ws.mkdir(parents=True)
+    return ws.resolve()
+
+
+async def tools_and_file_work() -> None:
+    ws = workspace("write")
+    async with Client(server(ws, "--mode", "workspace-write"), mode=MODE) as c:
+        listed = (await c.list_tools()).tools
+        check({t.name for t in listed} == TOOLS, "the tool names", [t.name for t in listed])
+        for t in listed:
+            check(t.input_schema.get("type") == "object", f"{t.name} has an object schema", t.input_schema)
+            check(bool(t.description), f"{t.name} has a description")
+        bash = next(t for t in listed if t.name == "bash")
+        check("command" in bash.input_schema.get("required", []), "bash requires command", bash.input_schema)
+        check(next(t for t in listed if t.name == "read").annotations.read_only_hint is True, "read is read-only")
+
+        r = await c.call_tool("bash", {"command": "echo hi", "description": "say hi"})
+        check(not r.is_error and text(r) == "hi\n", "bash echo", r)
+        r = await c.call_tool("write", {"file_path": "notes.txt", "content": "alpha\nbeta\n"})
+        check(not r.is_error and (ws / "notes.txt").read_text() == "alpha\nbeta\n", "write", r)
+        r = await c.call_tool("read", {"file_path": "notes.txt"})
+        check(not r.is_error and "2: beta" in text(r), "read", r)
+        r = await c.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "gamma"})
+        check(not r.is_error and (ws / "notes.txt").read_text() == "alpha\ngamma\n", "edit", r)
+        r = await c.call_tool("grep", {"pattern": "gam+a"})
+        check(not r.is_error and "notes.txt" in text(r), "grep", r)
+        r = await c.call_tool("write", {"file_path": "/etc/dsh-mcp-test", "content": "x"})
+        check(r.is_error and "[sandbox: file access denied under workspace-write mode]" in text(r),
+              "a write outside the workspace is denied with the sandbox marker", r)
+        check(not Path("/etc/dsh-mcp-test").exists(), "nothing was written outside")
+
+
+async def escalations_are_elicited() -> None:
+    ws = workspace("escalate")
+    asked: list[str] = []
+    answers = ["accept", "decline"]
+
+    async def on_elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action=answers[len(asked) - 1], content={} if len(asked) == 1 else None)
+
+    async with Client(server(ws), mode=MODE, elicitation_callback=on_elicit) as c:
+        r = await c.call_tool("write", {"file_path": "denied.txt", "content": "x"})
+        check(r.is_error and "[sandbox: file access denied under read-only mode]" in text(r),
+              "a write under read-only is denied with the sandbox marker", r)
+        check(code(r) == "FS_SANDBOX_DENIED", "the denial carries its code", r)
+
+        def escalate(name: str) -> dict:
+            return {"command": f"touch {name}", "description": "make a file",
+                    "sandbox_permissions": "workspace-write", "justification": f"needs to create {name}"}
+
+        r = await c.call_tool("bash", escalate("once"))
+        check(not r.is_error and (ws / "once").exists(), "an accepted escalation runs in the wider mode", r)
+        check(len(asked) == 1 and "workspace-write" in asked[0] and "needs to create once" in asked[0],
+              "the user is told what, why and which mode", asked)
+        r = await c.call_tool("bash", escalate("never"))
+        check(r.is_error and code(r) == "APPROVAL_REJECTED" and not (ws / "never").exists(),
+              "a declined escalation runs nothing", r)
+        check(len(asked) == 2, "one question per escalation", asked)
+        r = await c.call_tool("bash", {"command": "touch plain", "description": "x"})
+        check("[sandbox: file access denied under read-only mode]" in text(r) and not (ws / "plain").exists(),
+              "an accepted escalation does not widen later calls", r)
+        r = await c.call_tool("bash", {"command": f"sleep 0.3; echo {c.protocol_version}", "description": "v"})
+        print(f"[{MODE}] protocol {text(r).strip()}: escalation accepted once, declined once")
+
+
+async def no_elicitation_fails_closed() -> None:
+    ws = workspace("closed")
+    async with Client(server(ws), mode=MODE) as c:
+        r = await c.call_tool("bash", {"command": "touch x", "description": "x",
+                                       "sandbox_permissions": "workspace-write", "justification": "x"})
+        check(r.is_error and code(r) == "APPROVAL_UNAVAILABLE", "no elicitation: unavailable", r)
+        check("--mode workspace-write" in text(r), "the message says how to allow it instead", r)
+        check(not (ws / "x").exists(), "nothing ran")
+
+
+async def main() -> None:
+    await tools_and_file_work()
+    await escalations_are_elicited()
+    await no_elicitation_fails_closed()
+    print(f"[{MODE}] ok")
+
+
+anyio.run(main)
