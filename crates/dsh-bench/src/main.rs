@@ -11,7 +11,10 @@
 //!   drain of the same command, and the bench process's peak RSS while capturing 64 MiB
 //!   and 1 GiB (it must not grow with output size);
 //! - the tools pipeline: a `bash` tool call of `true` with the session log in SQLite
-//!   against the bare confined `LocalBash::run` of `true` under the same policy.
+//!   against the bare confined `LocalBash::run` of `true` under the same policy;
+//! - MCP: the p50 and p95 latency of a `bash` call of `echo hi` over one `dsh mcp`
+//!   connection (read-only sandbox), beside `dsh exec -- echo hi`, and what the MCP layer
+//!   adds at p50 over the same call made in process through the pipeline.
 //!
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo);
 //! `DSH_BENCH_RUNS` sets N (default 300).
@@ -66,6 +69,7 @@ fn main() {
     let mut figures = spawn_latency(&dsh, runs);
     figures.extend(rt.block_on(capture_throughput()));
     figures.extend(rt.block_on(tool_pipeline(runs)));
+    figures.extend(rt.block_on(mcp_latency(&dsh, runs)));
 
     println!(
         "{:<34} {:>16} {:>16} {:>8}  {:<18} verdict",
@@ -347,17 +351,24 @@ fn peak_rss_kib() -> u64 {
 /// A `bash` tool call of `true` through the whole pipeline (session log in SQLite, policy,
 /// sandbox) against the bare confined `LocalBash::run` of the same command under the same
 /// policy, interleaved, in this process.
-async fn tool_pipeline(runs: usize) -> Vec<Figure> {
+/// A World with the `bash` tool, read-only sandbox, session log in SQLite, and an open
+/// turn; the temp dir holding its workspace goes with it.
+async fn bench_world() -> Option<(
+    tempfile::TempDir,
+    PathBuf,
+    dsh_tools::World,
+    Arc<dsh_store::session::Session>,
+    Arc<LocalBash>,
+)> {
     use dsh_approval::{ApprovalPolicy, ApprovalService};
-    use dsh_core::{CallId, CancelToken};
     use dsh_store::session::SessionLog;
     use dsh_store::SqliteStorage;
     use dsh_tools::bash::BashTool;
-    use dsh_tools::{ToolCall, WorldBuilder};
+    use dsh_tools::WorldBuilder;
 
     let Ok(dir) = tempfile::tempdir() else {
-        eprintln!("dsh-bench: no temp dir; the tool figure is skipped");
-        return Vec::new();
+        eprintln!("dsh-bench: no temp dir; the tool figures are skipped");
+        return None;
     };
     let ws = dsh_sandbox::canonical_path(dir.path());
     let built = async {
@@ -385,12 +396,152 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
             .build()?;
         Ok::<_, dsh_core::HarnessError>((world, session, shell))
     };
-    let (world, session, shell) = match built.await {
-        Ok(w) => w,
+    match built.await {
+        Ok((world, session, shell)) => Some((dir, ws, world, session, shell)),
         Err(e) => {
-            eprintln!("dsh-bench: cannot build the World ({e}); the tool figure is skipped");
+            eprintln!("dsh-bench: cannot build the World ({e}); its figures are skipped");
+            None
+        }
+    }
+}
+
+/// Sends one JSON-RPC request line and reads lines until its response.
+fn rpc(
+    stdin: &mut std::process::ChildStdin,
+    stdout: &mut std::io::BufReader<std::process::ChildStdout>,
+    id: u64,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    writeln!(stdin, "{req}").expect("write to dsh mcp");
+    loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "dsh mcp closed its stdout"
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON-RPC");
+        if v["id"] == id {
+            return v;
+        }
+    }
+}
+
+fn percentile(mut v: Vec<Duration>, p: usize) -> Duration {
+    v.sort();
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+/// MCP: `bash` `echo hi` over one `dsh mcp` connection (read-only), interleaved with
+/// `dsh exec -- echo hi` and with the same call made in process through the pipeline.
+async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
+    let Some((_dir, ws, world, session, _shell)) = bench_world().await else {
+        return Vec::new();
+    };
+    let mut child = match Command::new(dsh)
+        .arg("mcp")
+        .arg("-C")
+        .arg(&ws)
+        .arg("--state")
+        .arg(ws.join("state"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dsh-bench: cannot start dsh mcp ({e}); the MCP figures are skipped");
             return Vec::new();
         }
+    };
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Vec::new();
+    };
+    let mut stdout = std::io::BufReader::new(stdout);
+    let init = serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "dsh-bench", "version": "0"}});
+    rpc(&mut stdin, &mut stdout, 0, "initialize", init);
+    {
+        use std::io::Write;
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+        )
+        .expect("write");
+    }
+    let args = serde_json::json!({"name": "bash", "arguments": {"command": "echo hi", "description": "bench"}});
+    let mut call = |id: u64| {
+        let start = Instant::now();
+        let r = rpc(&mut stdin, &mut stdout, id, "tools/call", args.clone());
+        let took = start.elapsed();
+        assert_eq!(r["result"]["content"][0]["text"], "hi\n", "{r}");
+        took
+    };
+    let exec = [
+        dsh.as_os_str().to_owned(),
+        "exec".into(),
+        "--".into(),
+        "echo".into(),
+        "hi".into(),
+    ];
+    let exec_once = || {
+        let mut c = Command::new(&exec[0]);
+        c.args(&exec[1..]).stdout(Stdio::null()).current_dir(&ws);
+        time_once(&mut c)
+    };
+    let inproc = |i: usize| {
+        let call = dsh_tools::ToolCall {
+            call_id: dsh_core::CallId::new(format!("m{i}")),
+            name: "bash".into(),
+            arguments: r#"{"command": "echo hi", "description": "bench"}"#.into(),
+        };
+        let (world, session) = (&world, &session);
+        async move {
+            let start = Instant::now();
+            let r = world
+                .call(Some(session), call, dsh_core::CancelToken::new())
+                .await;
+            assert_eq!(r.text, "hi\n");
+            start.elapsed()
+        }
+    };
+    for i in 0..10 {
+        call(1 + i as u64);
+        exec_once();
+        inproc(i).await;
+    }
+    let (mut m, mut e, mut p) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        m.push(call(100 + i as u64));
+        e.push(exec_once());
+        p.push(inproc(100 + i).await);
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let (m50, m95) = (percentile(m.clone(), 50), percentile(m, 95));
+    let (e50, e95) = (percentile(e.clone(), 50), percentile(e, 95));
+    let p50 = percentile(p, 50);
+    let added = m50.saturating_sub(p50);
+    vec![
+        ratio_figure("mcp: bash echo hi, p50", m50, e50, "vs dsh exec p50", None),
+        ratio_figure("mcp: bash echo hi, p95", m95, e95, "vs dsh exec p95", None),
+        Figure {
+            name: "mcp layer over in-process call",
+            dsh: ms(m50),
+            baseline: ms(p50),
+            ratio: m50.as_secs_f64() / p50.as_secs_f64(),
+            target: "adds < 1 ms (p50)",
+            ok: added < Duration::from_millis(1),
+        },
+    ]
+}
+
+async fn tool_pipeline(runs: usize) -> Vec<Figure> {
+    let Some((_dir, ws, world, session, shell)) = bench_world().await else {
+        return Vec::new();
     };
     let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws);
     let bare = || async {
@@ -406,15 +557,17 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         start.elapsed()
     };
     let piped = |i: usize| {
-        let call = ToolCall {
-            call_id: CallId::new(format!("b{i}")),
+        let call = dsh_tools::ToolCall {
+            call_id: dsh_core::CallId::new(format!("b{i}")),
             name: "bash".into(),
             arguments: r#"{"command": "true", "description": "bench"}"#.into(),
         };
         let (world, session) = (&world, &session);
         async move {
             let start = Instant::now();
-            let r = world.call(Some(session), call, CancelToken::new()).await;
+            let r = world
+                .call(Some(session), call, dsh_core::CancelToken::new())
+                .await;
             assert!(!r.is_error, "{}", r.text);
             start.elapsed()
         }
