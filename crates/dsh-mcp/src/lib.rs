@@ -20,9 +20,11 @@
 
 pub mod elicitation;
 mod transport;
+pub mod workspace;
 
 pub use elicitation::ElicitingAnswerer;
 pub use transport::{LineTransport, MAX_MESSAGE_BYTES};
+pub use workspace::{Opened, Opener, Workspace};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,8 +32,7 @@ use std::time::Duration;
 
 use dsh_approval::ApprovalOutcome;
 use dsh_core::{CallId, CancelToken, HarnessError};
-use dsh_store::session::Session;
-use dsh_tools::{ToolCall, ToolResult, World};
+use dsh_tools::{ToolCall, ToolResult};
 use elicitation::{Ask, Desk, Flight};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
@@ -46,27 +47,46 @@ use serde_json::{json, Value};
 /// The MCP server of one connection. See the [crate docs](crate).
 #[derive(Clone)]
 pub struct DshServer {
-    world: Arc<World>,
-    session: Arc<Session>,
+    workspace: Workspace,
+    opener: Opener,
+    opened: Arc<tokio::sync::OnceCell<Opened>>,
     desk: Arc<Desk>,
     calls: Arc<AtomicU64>,
 }
 
 impl DshServer {
-    /// A server for `world`, logging every call in `session` (which must have an open
-    /// turn for approvals to be asked). Adds an [`ElicitingAnswerer`] to the world's
-    /// approval service, so give each connection its own world.
-    pub fn new(world: Arc<World>, session: Arc<Session>) -> DshServer {
-        let desk = Arc::new(Desk::default());
-        world
-            .approval()
-            .add_answerer(Arc::new(ElicitingAnswerer::new(desk.clone())));
+    /// A server that, at the connection's first tool request, settles its [`Workspace`]
+    /// and opens its World and session there with `opener` (the session's turn must be
+    /// open for approvals to be asked). The World gets an [`ElicitingAnswerer`], so
+    /// `opener` must make a World for this connection alone.
+    pub fn new(workspace: Workspace, opener: Opener) -> DshServer {
         DshServer {
-            world,
-            session,
-            desk,
+            workspace,
+            opener,
+            opened: Arc::new(tokio::sync::OnceCell::new()),
+            desk: Arc::new(Desk::default()),
             calls: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// The connection's World and session, once a tool request has opened them.
+    pub fn opened(&self) -> Option<Opened> {
+        self.opened.get().cloned()
+    }
+
+    async fn open(&self, context: &RequestContext<RoleServer>) -> Result<&Opened, McpError> {
+        self.opened
+            .get_or_try_init(|| async {
+                let dir = self.workspace.resolve(context).await;
+                let (world, session) = (self.opener)(dir).await?;
+                let answerer = ElicitingAnswerer::new(self.desk.clone());
+                world.approval().add_answerer(Arc::new(answerer));
+                Ok((world, session))
+            })
+            .await
+            .map_err(|e: HarnessError| {
+                McpError::internal_error(e.to_string(), Some(json!({"code": e.code().as_str()})))
+            })
     }
 }
 
@@ -125,10 +145,10 @@ impl ServerHandler for DshServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = self
-            .world
+        let (world, _) = self.open(&context).await?;
+        let tools = world
             .schemas()
             .into_iter()
             .map(|(name, description, schema)| {
@@ -149,7 +169,8 @@ impl ServerHandler for DshServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
-        if self.world.tool(&name).is_none() {
+        let (world, session) = self.open(&context).await?;
+        if world.tool(&name).is_none() {
             return Err(McpError::invalid_params(
                 format!("unknown tool \"{name}\""),
                 Some(json!({"code": "UNKNOWN_TOOL"})),
@@ -183,8 +204,7 @@ impl ServerHandler for DshServer {
                     name: name.clone(),
                     arguments,
                 };
-                let (world, session, token) =
-                    (self.world.clone(), self.session.clone(), cancel.clone());
+                let (world, session, token) = (world.clone(), session.clone(), cancel.clone());
                 let task =
                     tokio::spawn(async move { world.call(Some(&session), call, token).await });
                 Flight {

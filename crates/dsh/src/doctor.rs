@@ -127,24 +127,24 @@ async fn run(args: &DoctorArgs) -> ExitCode {
                 "name": c.name, "ok": c.ok, "detail": c.detail,
             })).collect::<Vec<Value>>(),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("dsh doctor: what this machine can enforce\n");
+        outln!("dsh doctor: what this machine can enforce\n");
         for c in &checks {
-            println!("  {} {:<16} {}", mark(c.ok), c.name, c.detail);
+            outln!("  {} {:<16} {}", mark(c.ok), c.name, c.detail);
             if let Some(fix) = &c.fix {
-                println!("      fix: {fix}");
+                outln!("      fix: {fix}");
             }
         }
-        println!("\n  modes (network denied):");
+        outln!("\n  modes (network denied):");
         for c in &choices {
             match c.get("error") {
-                Some(e) => println!(
+                Some(e) => outln!(
                     "    {:<16} unavailable: {}",
                     c["mode"].as_str().unwrap_or(""),
                     e.as_str().unwrap_or("")
                 ),
-                None => println!(
+                None => outln!(
                     "    {:<16} {} ({}{})",
                     c["mode"].as_str().unwrap_or(""),
                     c["runner"].as_str().unwrap_or(""),
@@ -156,14 +156,14 @@ async fn run(args: &DoctorArgs) -> ExitCode {
                 ),
             }
         }
-        println!("\n  self-test (the kernel must refuse each attempt):");
+        outln!("\n  self-test (the kernel must refuse each attempt):");
         if self_tests.is_empty() {
-            println!("    no runner to test");
+            outln!("    no runner to test");
         }
         for t in &self_tests {
-            println!("    {} {:<22} {}", mark(t.ok), t.name, t.detail);
+            outln!("    {} {:<22} {}", mark(t.ok), t.name, t.detail);
         }
-        println!(
+        outln!(
             "\n{}",
             if healthy {
                 "healthy: confined modes are enforced here"

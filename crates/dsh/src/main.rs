@@ -12,6 +12,13 @@
 //!   on stdio (see [`mcp`]).
 #![forbid(unsafe_code)]
 
+/// `println!` through [`emit`]: a closed stdout ends the process quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::emit(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod doctor;
 mod exec;
 mod mcp;
@@ -55,6 +62,20 @@ enum Command {
     /// Serve every tool over MCP on stdio (one connection, one session); add it to your
     /// agent's MCP configuration as the command `dsh mcp -C <workspace>`.
     Mcp(mcp::McpArgs),
+}
+
+/// Writes `text` to stdout. A reader that went away (`dsh session show ID | head`) ends
+/// the process quietly with status 0, as `grep` and `rg` do, instead of a panic.
+pub(crate) fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
 }
 
 fn main() -> ExitCode {

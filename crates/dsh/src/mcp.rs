@@ -7,13 +7,14 @@ use std::sync::Arc;
 use clap::Args;
 use dsh_approval::ApprovalPolicy;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_mcp::DshServer;
+use dsh_mcp::{DshServer, Opener, Workspace};
 use dsh_sandbox::{Network, SandboxMode};
 use rmcp::ServiceExt;
 
 #[derive(Args, Debug)]
 pub struct McpArgs {
-    /// The workspace: the session's working directory (default: the current directory).
+    /// The workspace: the session's working directory (default: the client's first MCP
+    /// root, else the current directory).
     #[arg(short = 'C', value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The session's sandbox mode (default read-only).
@@ -64,7 +65,8 @@ pub fn main(args: McpArgs) -> ExitCode {
 }
 
 async fn run(args: McpArgs) -> Result<(), HarnessError> {
-    let cwd = match &args.dir {
+    let explicit = args.dir.is_some();
+    let dir = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::current_dir().map_err(|e| {
             HarnessError::new(
@@ -74,11 +76,11 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             .with_source(e)
         })?,
     };
-    let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
-    if !cwd.is_dir() {
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    if !dir.is_dir() {
         return Err(HarnessError::new(
             ErrorCode::ProcessCwdInvalid,
-            format!("-C {}: not a directory", cwd.display()),
+            format!("-C {}: not a directory", dir.display()),
         ));
     }
     let state = args
@@ -86,24 +88,33 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         .clone()
         .unwrap_or_else(dsh_store::default_state_dir);
     let sessions = crate::tool::session_log(Some(&state)).await?;
-    let session = sessions.create(&cwd).await?;
-    eprintln!("dsh mcp: session {} in {}", session.id(), cwd.display());
-    let world = Arc::new(crate::tool::world(
-        sessions,
-        &cwd,
-        args.network,
-        Vec::new(),
-        &state,
-        false,
-    )?);
-    if let Some(mode) = args.mode {
-        world.policy().set_mode(&*session, mode).await?;
-    }
-    if let Some(policy) = args.approval {
-        world.approval().set_policy(&*session, policy).await?;
-    }
-    session.begin_turn().await?;
-    let served = DshServer::new(world.clone(), session.clone())
+    let (network, mode, approval) = (args.network, args.mode, args.approval);
+    let opener: Opener = Arc::new(move |cwd: PathBuf| {
+        let (sessions, state) = (sessions.clone(), state.clone());
+        Box::pin(async move {
+            let session = sessions.create(&cwd).await?;
+            eprintln!("dsh mcp: session {} in {}", session.id(), cwd.display());
+            let world = Arc::new(crate::tool::world(
+                sessions,
+                &cwd,
+                network,
+                Vec::new(),
+                &state,
+                false,
+            )?);
+            if let Some(mode) = mode {
+                world.policy().set_mode(&*session, mode).await?;
+            }
+            if let Some(policy) = approval {
+                world.approval().set_policy(&*session, policy).await?;
+            }
+            session.begin_turn().await?;
+            Ok((world, session))
+        })
+    });
+    let server = DshServer::new(Workspace { dir, explicit }, opener);
+    let served = server
+        .clone()
         .serve({
             let (r, w) = rmcp::transport::stdio_pipes();
             dsh_mcp::LineTransport::new(r, w)
@@ -117,8 +128,10 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
-    // The client is gone: nothing the session started may outlive it.
-    world.subprocess().shutdown().await;
-    session.end_turn("completed").await?;
+    if let Some((world, session)) = server.opened() {
+        // The client is gone: nothing the session started may outlive it.
+        world.subprocess().shutdown().await;
+        session.end_turn("completed").await?;
+    }
     outcome.map_err(|e| HarnessError::internal(format!("the MCP connection failed: {e}")))
 }

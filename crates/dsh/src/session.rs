@@ -61,12 +61,15 @@ async fn run(args: SessionArgs) -> Result<(), HarnessError> {
         SessionCommand::List { json } => {
             for h in log.list().await? {
                 if json {
-                    println!(
-                        "{}",
-                        json!({"id": h.id.as_str(), "created": h.created_ms, "cwd": h.cwd.to_string_lossy()})
-                    );
+                    let v = json!({"id": h.id.as_str(), "created": h.created_ms, "cwd": h.cwd.to_string_lossy()});
+                    crate::emit(&format!("{v}\n"));
                 } else {
-                    println!("{}  {}  {}", h.id, utc(h.created_ms), h.cwd.display());
+                    crate::emit(&format!(
+                        "{}  {}  {}\n",
+                        h.id,
+                        utc(h.created_ms),
+                        h.cwd.display()
+                    ));
                 }
             }
         }
@@ -74,9 +77,9 @@ async fn run(args: SessionArgs) -> Result<(), HarnessError> {
             let session = log.open(&SessionId::new(id)).await?;
             for e in session.events().await {
                 if json {
-                    println!("{}", e.to_json());
+                    crate::emit(&format!("{}\n", e.to_json()));
                 } else {
-                    println!("{}", line(&e));
+                    crate::emit(&format!("{}\n", line(&e)));
                 }
             }
         }
@@ -114,8 +117,23 @@ fn line(e: &Event) -> String {
         e.seq,
         utc(e.time_ms),
         e.kind.as_str(),
-        detail.trim_end()
+        shorten(detail.trim_end(), DETAIL_CHARS)
     )
+}
+
+/// How much of an event's detail a line shows; `--json` has it all.
+const DETAIL_CHARS: usize = 240;
+
+/// `s` if it has at most `max` characters, else its first `max` and how much was left out.
+fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!(
+            "{}… ({} bytes in all; --json shows them)",
+            &s[..cut],
+            s.len()
+        ),
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS` UTC for milliseconds since the epoch.
@@ -143,7 +161,16 @@ fn utc(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use super::{shorten, utc};
+
+    #[test]
+    fn long_details_are_shortened_on_a_char_boundary() {
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(
+            shorten("aé€z", 2),
+            "aé… (7 bytes in all; --json shows them)"
+        );
+    }
 
     #[test]
     fn utc_renders_known_instants() {

@@ -250,9 +250,9 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
     };
     session.end_turn(reason).await?;
     if result.text.ends_with('\n') {
-        print!("{}", result.text);
+        crate::emit(&result.text);
     } else {
-        println!("{}", result.text);
+        crate::emit(&format!("{}\n", result.text));
     }
     Ok(if result.is_error { EXIT_ERROR } else { 0 })
 }

@@ -14,6 +14,7 @@ struct Client {
     next: u64,
     _dirs: tempfile::TempDir,
     ws: std::path::PathBuf,
+    state: std::path::PathBuf,
 }
 
 impl Client {
@@ -39,6 +40,7 @@ impl Client {
             next: 1,
             _dirs: dirs,
             ws,
+            state: root.join("state"),
         };
         let init = c.request(
             "initialize",
@@ -118,6 +120,35 @@ fn tools_are_listed_with_schemas_and_honest_annotations() {
     assert!(get("bash")["inputSchema"]["properties"]["sandbox_permissions"].is_object());
     assert_eq!(get("read")["annotations"]["readOnlyHint"], true);
     assert_eq!(get("write")["annotations"]["destructiveHint"], true);
+    c.call(
+        "bash",
+        json!({"command": "echo logged", "description": "x"}),
+    );
+    // The connection was a session: once the client goes, `dsh session` shows it.
+    drop(c.stdin);
+    c.child.wait().expect("dsh mcp exits");
+    let dsh = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .args(args)
+            .arg("--state")
+            .arg(&c.state)
+            .output();
+        String::from_utf8(out.expect("dsh session").stdout).expect("utf-8")
+    };
+    let list = dsh(&["session", "list"]);
+    let id = list.split_whitespace().next().expect("one session");
+    assert!(list.contains(c.ws.to_str().expect("utf-8")), "{list}");
+    let events: Vec<Value> = dsh(&["session", "show", "--json", id])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["turn/start", "tool/call", "tool/result", "turn/end"],
+        "{events:?}"
+    );
+    assert_eq!(events[2]["data"]["text"], "logged\n");
 }
 
 #[test]

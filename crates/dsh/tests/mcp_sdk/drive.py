@@ -17,11 +17,13 @@ DSH, MODE, SCRATCH = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 TOOLS = {"bash", "edit", "glob", "grep", "read", "read_image", "write"}
 
 
-def server(ws: Path, *flags: str) -> StdioServerParameters:
+def server(ws: Path | None, *flags: str, cwd: Path | None = None) -> StdioServerParameters:
+    where = ["-C", str(ws)] if ws is not None else []
     return StdioServerParameters(
         command=DSH,
-        args=["mcp", "-C", str(ws), "--state", str(SCRATCH / "state"), *flags],
+        args=["mcp", *where, "--state", str(SCRATCH / "state"), *flags],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        cwd=cwd,
     )
 
 
@@ -117,7 +119,24 @@ async def no_elicitation_fails_closed() -> None:
         check(not (ws / "x").exists(), "nothing ran")
 
 
+async def the_workspace_is_the_first_root() -> None:
+    root, started_in = workspace("root"), workspace("started-in")
+
+    async def roots(context):
+        return types.ListRootsResult(roots=[types.Root(uri=root.as_uri())])
+
+    async with Client(server(None, cwd=started_in), mode=MODE, list_roots_callback=roots) as c:
+        r = await c.call_tool("bash", {"command": "pwd", "description": "where"})
+        # Roots are deprecated from 2026-07-28: there the server's directory is the workspace.
+        want = started_in if c.protocol_version >= "2026-07-28" else root
+        check(text(r) == f"{want}\n", f"the workspace is {want}", r)
+    async with Client(server(started_in, cwd=SCRATCH), mode=MODE, list_roots_callback=roots) as c:
+        r = await c.call_tool("bash", {"command": "pwd", "description": "where"})
+        check(text(r) == f"{started_in}\n", "-C wins over the roots", r)
+
+
 async def main() -> None:
+    await the_workspace_is_the_first_root()
     await tools_and_file_work()
     await escalations_are_elicited()
     await no_elicitation_fails_closed()
