@@ -303,3 +303,76 @@ fn a_client_that_goes_away_mid_call_leaves_no_process_behind() {
     }
     panic!("the sleep outlived the connection");
 }
+
+#[test]
+fn a_cancelled_call_stops_its_processes_and_long_calls_report_progress() {
+    let mut c = Client::start();
+    let marker = format!("1002.{}", std::process::id());
+    c.send(&json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}"), "description": "long"}}}));
+    for _ in 0..500 {
+        if alive_with(&format!("sleep {marker}")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(alive_with(&format!("sleep {marker}")), "the call started");
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77}}));
+    let gone = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        !alive_with(&format!("sleep {marker}"))
+    });
+    assert!(gone, "a cancelled call's process is killed");
+    assert!(
+        c.request("ping", json!({})).get("result").is_some(),
+        "the connection lives on"
+    );
+
+    // A progress token gets a notification each second of a long call.
+    c.send(
+        &json!({"jsonrpc": "2.0", "id": 78, "method": "tools/call", "params": {
+        "_meta": {"progressToken": "p-1"},
+        "name": "bash", "arguments": {"command": "sleep 2.5; echo done", "description": "slow"}}}),
+    );
+    let mut progress = 0;
+    loop {
+        let mut line = String::new();
+        assert!(c.stdout.read_line(&mut line).expect("read") > 0);
+        let v: Value = serde_json::from_str(&line).expect("json");
+        if v["method"] == "notifications/progress" {
+            assert_eq!(v["params"]["progressToken"], "p-1");
+            progress += 1;
+        } else if v["id"] == 78 {
+            assert_eq!(text(&v), "done\n");
+            break;
+        }
+    }
+    assert!(progress >= 2, "{progress} progress notifications in 2.5 s");
+}
+
+#[test]
+fn read_image_returns_an_image_block() {
+    let mut c = Client::start();
+    // The smallest valid PNG: one transparent pixel.
+    let png: &[u8] = &[
+        0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, b'I', b'H', b'D', b'R', 0,
+        0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89, 0, 0, 0, 0x0d, b'I', b'D',
+        b'A', b'T', 0x78, 0x9c, 0x63, 0, 1, 0, 0, 5, 0, 1, 0x0d, 0x0a, 0x2d, 0xb4, 0, 0, 0, 0,
+        b'I', b'E', b'N', b'D', 0xae, 0x42, 0x60, 0x82,
+    ];
+    std::fs::write(c.ws.join("dot.png"), png).expect("write");
+    let r = c.call("read_image", json!({"file_path": "dot.png"}));
+    let block = &r["result"]["content"][1];
+    assert_eq!(
+        (&block["type"], &block["mimeType"]),
+        (&json!("image"), &json!("image/png")),
+        "{r}"
+    );
+    assert!(
+        block["data"]
+            .as_str()
+            .expect("base64")
+            .starts_with("iVBORw0KGgo"),
+        "{r}"
+    );
+}
