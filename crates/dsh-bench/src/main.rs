@@ -492,22 +492,7 @@ async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         c.args(&exec[1..]).stdout(Stdio::null()).current_dir(&ws);
         time_once(&mut c)
     };
-    let inproc = |i: usize| {
-        let call = dsh_tools::ToolCall {
-            call_id: dsh_core::CallId::new(format!("m{i}")),
-            name: "bash".into(),
-            arguments: r#"{"command": "echo hi", "description": "bench"}"#.into(),
-        };
-        let (world, session) = (&world, &session);
-        async move {
-            let start = Instant::now();
-            let r = world
-                .call(Some(session), call, dsh_core::CancelToken::new())
-                .await;
-            assert_eq!(r.text, "hi\n");
-            start.elapsed()
-        }
-    };
+    let inproc = |i: usize| timed_call(&world, &session, format!("m{i}"), "echo hi");
     for i in 0..10 {
         call(1 + i as u64);
         exec_once();
@@ -539,6 +524,26 @@ async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
     ]
 }
 
+/// One `bash` tool call of `command` through the pipeline, timed; it must succeed.
+async fn timed_call(
+    world: &dsh_tools::World,
+    session: &Arc<dsh_store::session::Session>,
+    call_id: String,
+    command: &str,
+) -> Duration {
+    let call = dsh_tools::ToolCall {
+        call_id: dsh_core::CallId::new(call_id),
+        name: "bash".into(),
+        arguments: serde_json::json!({"command": command, "description": "bench"}).to_string(),
+    };
+    let start = Instant::now();
+    let r = world
+        .call(Some(session), call, dsh_core::CancelToken::new())
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    start.elapsed()
+}
+
 async fn tool_pipeline(runs: usize) -> Vec<Figure> {
     let Some((_dir, ws, world, session, shell)) = bench_world().await else {
         return Vec::new();
@@ -556,22 +561,7 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         assert_eq!(r.exit_code, Some(0));
         start.elapsed()
     };
-    let piped = |i: usize| {
-        let call = dsh_tools::ToolCall {
-            call_id: dsh_core::CallId::new(format!("b{i}")),
-            name: "bash".into(),
-            arguments: r#"{"command": "true", "description": "bench"}"#.into(),
-        };
-        let (world, session) = (&world, &session);
-        async move {
-            let start = Instant::now();
-            let r = world
-                .call(Some(session), call, dsh_core::CancelToken::new())
-                .await;
-            assert!(!r.is_error, "{}", r.text);
-            start.elapsed()
-        }
-    };
+    let piped = |i: usize| timed_call(&world, &session, format!("b{i}"), "true");
     for i in 0..10 {
         bare().await;
         piped(i).await;

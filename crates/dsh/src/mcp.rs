@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use dsh_approval::ApprovalPolicy;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::HarnessError;
 use dsh_mcp::{DshServer, Opener, Workspace};
 use dsh_sandbox::{Network, SandboxMode};
 use rmcp::ServiceExt;
@@ -66,23 +66,7 @@ pub fn main(args: McpArgs) -> ExitCode {
 
 async fn run(args: McpArgs) -> Result<(), HarnessError> {
     let explicit = args.dir.is_some();
-    let dir = match &args.dir {
-        Some(d) => d.clone(),
-        None => std::env::current_dir().map_err(|e| {
-            HarnessError::new(
-                ErrorCode::ProcessCwdInvalid,
-                "the current directory is unusable; pass -C DIR",
-            )
-            .with_source(e)
-        })?,
-    };
-    let dir = std::path::absolute(&dir).unwrap_or(dir);
-    if !dir.is_dir() {
-        return Err(HarnessError::new(
-            ErrorCode::ProcessCwdInvalid,
-            format!("-C {}: not a directory", dir.display()),
-        ));
-    }
+    let dir = crate::tool::workspace_dir(args.dir.as_deref())?;
     let state = args
         .state
         .clone()
@@ -102,12 +86,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
                 &state,
                 false,
             )?);
-            if let Some(mode) = mode {
-                world.policy().set_mode(&*session, mode).await?;
-            }
-            if let Some(policy) = approval {
-                world.approval().set_policy(&*session, policy).await?;
-            }
+            crate::tool::apply_flags(&world, &session, mode, approval).await?;
             session.begin_turn().await?;
             Ok((world, session))
         })

@@ -158,21 +158,10 @@ pub fn main(args: ToolArgs) -> ExitCode {
     }
 }
 
-async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
-    let raw = match args.json.as_deref() {
-        Some("-") => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| {
-                HarnessError::new(ErrorCode::IoFailed, "cannot read the arguments from stdin")
-                    .with_source(e)
-            })?;
-            s
-        }
-        Some(j) => j.to_owned(),
-        None => "{}".to_owned(),
-    };
-    let cwd = match &args.dir {
-        Some(d) => d.clone(),
+/// The workspace: `-C DIR`, else the current directory; absolute, and a directory.
+pub(crate) fn workspace_dir(dir: Option<&Path>) -> Result<PathBuf, HarnessError> {
+    let cwd = match dir {
+        Some(d) => d.to_path_buf(),
         None => std::env::current_dir().map_err(|e| {
             HarnessError::new(
                 ErrorCode::ProcessCwdInvalid,
@@ -188,6 +177,42 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
             format!("-C {}: not a directory", cwd.display()),
         ));
     }
+    Ok(cwd)
+}
+
+/// Applies `--mode` and `--approval` to `session`, logging a mode only when it changes it.
+pub(crate) async fn apply_flags(
+    world: &World,
+    session: &Session,
+    mode: Option<SandboxMode>,
+    approval: Option<ApprovalPolicy>,
+) -> Result<(), HarnessError> {
+    if let Some(mode) = mode {
+        let current = world.policy().override_of(session).await;
+        if current.unwrap_or(world.policy().default_mode()) != mode {
+            world.policy().set_mode(session, mode).await?;
+        }
+    }
+    if let Some(policy) = approval {
+        world.approval().set_policy(session, policy).await?;
+    }
+    Ok(())
+}
+
+async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
+    let raw = match args.json.as_deref() {
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| {
+                HarnessError::new(ErrorCode::IoFailed, "cannot read the arguments from stdin")
+                    .with_source(e)
+            })?;
+            s
+        }
+        Some(j) => j.to_owned(),
+        None => "{}".to_owned(),
+    };
+    let cwd = workspace_dir(args.dir.as_deref())?;
     let state = args
         .state
         .clone()
@@ -210,20 +235,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         &state,
         true,
     )?;
-    if let Some(mode) = args.mode {
-        if world
-            .policy()
-            .override_of(&*session)
-            .await
-            .unwrap_or(world.policy().default_mode())
-            != mode
-        {
-            world.policy().set_mode(&*session, mode).await?;
-        }
-    }
-    if let Some(policy) = args.approval {
-        world.approval().set_policy(&*session, policy).await?;
-    }
+    apply_flags(&world, &session, args.mode, args.approval).await?;
     session.begin_turn().await?;
     let interrupt = CancelToken::new();
     let watcher = {

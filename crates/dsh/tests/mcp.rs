@@ -97,6 +97,17 @@ fn alive_with(marker: &str) -> bool {
         })
 }
 
+/// Whether `cond` holds within 5 s (polled every 10 ms).
+fn within_5s(mut cond: impl FnMut() -> bool) -> bool {
+    (0..500).any(|_| {
+        let ok = cond();
+        if !ok {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        ok
+    })
+}
+
 #[test]
 fn tools_are_listed_with_schemas_and_honest_annotations() {
     let mut c = Client::start();
@@ -285,23 +296,17 @@ fn a_client_that_goes_away_mid_call_leaves_no_process_behind() {
     let marker = format!("1001.{}", std::process::id());
     c.send(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
         "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}"), "description": "long"}}}));
-    for _ in 0..500 {
-        if alive_with(&format!("sleep {marker}")) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(alive_with(&format!("sleep {marker}")), "the call started");
+    assert!(
+        within_5s(|| alive_with(&format!("sleep {marker}"))),
+        "the call started"
+    );
     drop(c.stdin);
     let status = c.child.wait().expect("dsh mcp exits when its client goes");
     assert!(status.success() || status.code().is_some());
-    for _ in 0..500 {
-        if !alive_with(&format!("sleep {marker}")) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("the sleep outlived the connection");
+    assert!(
+        within_5s(|| !alive_with(&format!("sleep {marker}"))),
+        "the sleep outlived the connection"
+    );
 }
 
 #[test]
@@ -310,19 +315,15 @@ fn a_cancelled_call_stops_its_processes_and_long_calls_report_progress() {
     let marker = format!("1002.{}", std::process::id());
     c.send(&json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
         "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}"), "description": "long"}}}));
-    for _ in 0..500 {
-        if alive_with(&format!("sleep {marker}")) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(alive_with(&format!("sleep {marker}")), "the call started");
+    assert!(
+        within_5s(|| alive_with(&format!("sleep {marker}"))),
+        "the call started"
+    );
     c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77}}));
-    let gone = (0..500).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        !alive_with(&format!("sleep {marker}"))
-    });
-    assert!(gone, "a cancelled call's process is killed");
+    assert!(
+        within_5s(|| !alive_with(&format!("sleep {marker}"))),
+        "a cancelled call's process is killed"
+    );
     assert!(
         c.request("ping", json!({})).get("result").is_some(),
         "the connection lives on"
