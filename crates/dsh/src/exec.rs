@@ -40,17 +40,17 @@ pub struct ExecArgs {
     /// Sandbox mode: read-only (no writes but /dev/null), workspace-write (the workspace,
     /// the --writable dirs and a private TMPDIR, minus protected paths such as .git/hooks),
     /// or danger-full-access (no sandbox).
-    #[arg(long, value_name = "MODE", default_value = "read-only", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", default_value = "read-only", value_parser = crate::tool::parse_flag::<SandboxMode>)]
     mode: SandboxMode,
     /// Network in a confined mode: deny (no socket reaches outside the sandbox) or allow.
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = crate::tool::parse_flag::<Network>)]
     network: Network,
     /// One more writable directory (workspace-write only); repeatable.
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
     /// Use this sandbox runner only (bwrap or landlock); default: the fastest that fully
     /// enforces the mode (see `dsh doctor`).
-    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    #[arg(long, value_name = "RUNNER", value_parser = crate::tool::parse_flag::<Runner>)]
     runner: Option<Runner>,
     /// Terminate the whole process tree after MS milliseconds (SIGTERM, then SIGKILL after
     /// the grace) and exit 124.
@@ -69,18 +69,6 @@ pub struct ExecArgs {
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     argv: Vec<OsString>,
-}
-
-fn parse_mode(s: &str) -> Result<SandboxMode, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_network(s: &str) -> Result<Network, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_runner(s: &str) -> Result<Runner, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
 }
 
 /// The confinement of the command, when its mode is confined.

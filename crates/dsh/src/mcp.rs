@@ -18,29 +18,17 @@ pub struct McpArgs {
     #[arg(short = 'C', value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The session's sandbox mode (default read-only).
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", value_parser = crate::tool::parse_flag::<SandboxMode>)]
     mode: Option<SandboxMode>,
     /// Network in confined modes (deny or allow).
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = crate::tool::parse_flag::<Network>)]
     network: Network,
     /// The session's approval policy (ask or never).
-    #[arg(long, value_name = "ask|never", value_parser = parse_policy)]
+    #[arg(long, value_name = "ask|never", value_parser = crate::tool::parse_flag::<ApprovalPolicy>)]
     approval: Option<ApprovalPolicy>,
     /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
-}
-
-fn parse_mode(s: &str) -> Result<SandboxMode, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_network(s: &str) -> Result<Network, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
 }
 
 pub fn main(args: McpArgs) -> ExitCode {

@@ -39,13 +39,13 @@ pub struct ToolArgs {
     dir: Option<PathBuf>,
     /// Set the session's sandbox mode first (read-only, workspace-write,
     /// danger-full-access); logged as a `sandbox/mode` event.
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", value_parser = parse_flag::<SandboxMode>)]
     mode: Option<SandboxMode>,
     /// Network in confined modes (deny or allow).
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_network)]
+    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_flag::<Network>)]
     network: Network,
     /// Set the session's approval policy first (ask or never); logged.
-    #[arg(long, value_name = "ask|never", value_parser = parse_policy)]
+    #[arg(long, value_name = "ask|never", value_parser = parse_flag::<ApprovalPolicy>)]
     approval: Option<ApprovalPolicy>,
     /// Answer the next approval request without asking (`allow` or `reject`); repeatable,
     /// used in order. Otherwise approvals are asked on the terminal, or unavailable without
@@ -60,15 +60,8 @@ pub struct ToolArgs {
     state: Option<PathBuf>,
 }
 
-fn parse_mode(s: &str) -> Result<SandboxMode, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_network(s: &str) -> Result<Network, String> {
-    s.parse().map_err(|e: HarnessError| e.message().to_owned())
-}
-
-fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
+/// A flag value parsed by its type's `FromStr`, the error being that type's message.
+pub(crate) fn parse_flag<T: std::str::FromStr<Err = HarnessError>>(s: &str) -> Result<T, String> {
     s.parse().map_err(|e: HarnessError| e.message().to_owned())
 }
 
