@@ -256,20 +256,35 @@ fn many_calls_leak_nothing_and_large_output_keeps_its_tail_and_spill() {
         assert_eq!(text(&r), format!("{i}\n"));
     }
     let marker = format!("1000.{}", std::process::id());
-    // Detached from the call's output, each returns at once and only the tree kill can
-    // catch it.
-    for _ in 0..200 {
+    // Detached from the call's output, a `setsid` sleep lets its call return at once: only
+    // the tree kill can catch it.
+    for _ in 0..100 {
         let command = format!("setsid sleep {marker} >/dev/null 2>&1 & echo ok");
         let r = c.call("bash", json!({"command": command, "description": "bg"}));
         assert_eq!(text(&r), "ok\n");
     }
-    // Holding the call's output, each makes the call wait out the grace (3 s), so a few.
-    for _ in 0..2 {
-        let r = c.call(
-            "bash",
-            json!({"command": format!("setsid sleep {marker} & echo ok"), "description": "bg"}),
+    // 200 calls that each leave `setsid sleep &` behind, holding the call's output, so each
+    // call waits out the grace (3 s) before its tree is killed: sent all at once, as an
+    // agent with parallel tool calls would, and answered all.
+    for id in 0..200u64 {
+        let command = format!("setsid sleep {marker} & echo ok");
+        c.send(
+            &json!({"jsonrpc": "2.0", "id": 10_000 + id, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": command, "description": "bg"}}}),
         );
-        assert!(text(&r).starts_with("ok\n"), "{r}");
+    }
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < 200 {
+        let mut line = String::new();
+        assert!(
+            c.stdout.read_line(&mut line).expect("read") > 0,
+            "dsh mcp closed stdout"
+        );
+        let v: Value = serde_json::from_str(&line).expect("json");
+        if let Some(id) = v["id"].as_u64().filter(|id| *id >= 10_000) {
+            assert!(text(&v).starts_with("ok\n"), "{v}");
+            answered.insert(id);
+        }
     }
     assert!(
         !alive_with(&format!("sleep {marker}")),
