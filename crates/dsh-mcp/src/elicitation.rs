@@ -109,6 +109,19 @@ impl Desk {
     }
 }
 
+impl Desk {
+    /// Cancels every parked call (its approval is `cancelled`) and waits for each to end,
+    /// so its outcome is in the session log before the session closes.
+    pub(crate) async fn cancel_parked(&self) {
+        let parked: Vec<_> = lock(&self.parked).drain().map(|(_, v)| v).collect();
+        for (flight, reply) in parked {
+            let _ = reply.send(ApprovalOutcome::Cancelled);
+            flight.cancel.cancel("the MCP client went away");
+            let _ = flight.task.await;
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

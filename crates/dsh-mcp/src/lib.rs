@@ -74,6 +74,12 @@ impl DshServer {
         self.opened.get().cloned()
     }
 
+    /// Ends the calls parked for an approval (it is `cancelled`); call it when the
+    /// connection is over, before closing the session.
+    pub async fn close(&self) {
+        self.desk.cancel_parked().await;
+    }
+
     async fn open(&self, context: &RequestContext<RoleServer>) -> Result<&Opened, McpError> {
         self.opened
             .get_or_try_init(|| async {

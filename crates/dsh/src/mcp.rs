@@ -95,6 +95,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
+    server.close().await;
     if let Some((world, session)) = server.opened() {
         // The client is gone: nothing the session started may outlive it.
         world.subprocess().shutdown().await;

@@ -6,6 +6,7 @@ server-to-client request) or `auto` (2026-07-28 when the server offers it, elici
 through InputRequiredResult and a retry). Exits non-zero, saying what failed.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -135,11 +136,43 @@ async def the_workspace_is_the_first_root() -> None:
         check(text(r) == f"{started_in}\n", "-C wins over the roots", r)
 
 
+async def a_client_gone_while_asked_cancels_the_call() -> None:
+    """2026-07-28 only: the call waits server-side for a retry that never comes."""
+    ws = workspace("gone")
+
+    async def on_elicit(context, params):
+        return types.ElicitResult(action="accept", content={})
+
+    async with Client(server(ws), mode=MODE, elicitation_callback=on_elicit) as c:
+        if c.protocol_version < "2026-07-28":
+            return
+        first = await c.session.call_tool(
+            "bash",
+            {"command": "touch parked", "description": "x", "sandbox_permissions": "workspace-write",
+             "justification": "x"},
+            allow_input_required=True,
+        )
+        check(isinstance(first, types.InputRequiredResult) and first.request_state,
+              "an escalation on 2026-07-28 is an InputRequiredResult", first)
+    check(not (ws / "parked").exists(), "a call whose client left runs nothing")
+    events = []
+    listed = await anyio.run_process([DSH, "session", "list", "--state", str(SCRATCH / "state")])
+    for line in listed.stdout.decode().splitlines():
+        sid, *_, cwd = line.split()
+        if cwd == str(ws):
+            shown = await anyio.run_process([DSH, "session", "show", "--json", "--state", str(SCRATCH / "state"), sid])
+            events = [json.loads(e) for e in shown.stdout.decode().splitlines()]
+    kinds = [(e["type"], e["data"].get("outcome") or (e["data"].get("error") or {}).get("code")) for e in events]
+    check(("approval/decided", "cancelled") in kinds and ("tool/result", "APPROVAL_CANCELLED") in kinds
+          and kinds[-1][0] == "turn/end", "the log says the approval was cancelled, then the turn ended", kinds)
+
+
 async def main() -> None:
     await the_workspace_is_the_first_root()
     await tools_and_file_work()
     await escalations_are_elicited()
     await no_elicitation_fails_closed()
+    await a_client_gone_while_asked_cancels_the_call()
     print(f"[{MODE}] ok")
 
 
