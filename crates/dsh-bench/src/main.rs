@@ -14,10 +14,14 @@
 //!   against the bare confined `LocalBash::run` of `true` under the same policy;
 //! - MCP: the p50 and p95 latency of a `bash` call of `echo hi` over one `dsh mcp`
 //!   connection (read-only sandbox), beside `dsh exec -- echo hi`, and what the MCP layer
-//!   adds at p50 over the same call made in process through the pipeline.
+//!   adds at p50 over the same call made in process through the pipeline;
+//! - files at scale: the `grep` tool over a generated 1 GiB tree against the `rg` binary on
+//!   the same tree (skipped, saying so, without `rg`), and the `edit` tool on a 100 MiB
+//!   file against `cp` of that file (median of 5 each, interleaved, caches warm).
 //!
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo);
-//! `DSH_BENCH_RUNS` sets N (default 300).
+//! `DSH_BENCH_RUNS` sets N (default 300); `DSH_BENCH_ONLY` runs only the named groups
+//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -66,10 +70,24 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut figures = spawn_latency(&dsh, runs);
-    figures.extend(rt.block_on(capture_throughput()));
-    figures.extend(rt.block_on(tool_pipeline(runs)));
-    figures.extend(rt.block_on(mcp_latency(&dsh, runs)));
+    let only = std::env::var("DSH_BENCH_ONLY").unwrap_or_default();
+    let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
+    let mut figures = Vec::new();
+    if wanted("spawn") {
+        figures.extend(spawn_latency(&dsh, runs));
+    }
+    if wanted("capture") {
+        figures.extend(rt.block_on(capture_throughput()));
+    }
+    if wanted("tool") {
+        figures.extend(rt.block_on(tool_pipeline(runs)));
+    }
+    if wanted("mcp") {
+        figures.extend(rt.block_on(mcp_latency(&dsh, runs)));
+    }
+    if wanted("files") {
+        figures.extend(rt.block_on(files_at_scale()));
+    }
 
     println!(
         "{:<34} {:>16} {:>16} {:>8}  {:<18} verdict",
@@ -351,9 +369,11 @@ fn peak_rss_kib() -> u64 {
 /// A `bash` tool call of `true` through the whole pipeline (session log in SQLite, policy,
 /// sandbox) against the bare confined `LocalBash::run` of the same command under the same
 /// policy, interleaved, in this process.
-/// A World with the `bash` tool, read-only sandbox, session log in SQLite, and an open
-/// turn; the temp dir holding its workspace goes with it.
-async fn bench_world() -> Option<(
+/// A World with the `bash`, `read`, `edit` and `grep` tools in sandbox `mode`, the session
+/// log in SQLite, and an open turn; the temp dir holding its workspace goes with it.
+async fn bench_world(
+    mode: SandboxMode,
+) -> Option<(
     tempfile::TempDir,
     PathBuf,
     dsh_tools::World,
@@ -364,6 +384,8 @@ async fn bench_world() -> Option<(
     use dsh_store::session::SessionLog;
     use dsh_store::SqliteStorage;
     use dsh_tools::bash::BashTool;
+    use dsh_tools::files::{EditTool, ReadTool};
+    use dsh_tools::search::GrepTool;
     use dsh_tools::WorldBuilder;
 
     let Ok(dir) = tempfile::tempdir() else {
@@ -381,18 +403,22 @@ async fn bench_world() -> Option<(
         let shell = Arc::new(
             LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly),
         );
+        let files = dsh_fs::SandboxedFs::new(
+            dsh_fs::LocalFs::new(&ws),
+            SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws),
+        );
         let world = WorldBuilder::new()
             .subprocess(subprocess)?
             .shell(shell.clone())?
             .sandbox(sandbox)?
-            .policy(dsh_sandbox::PolicyService::new(
-                SandboxMode::ReadOnly,
-                Network::Deny,
-                &ws,
-            ))?
+            .policy(dsh_sandbox::PolicyService::new(mode, Network::Deny, &ws))?
             .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
             .sessions(sessions)?
+            .fs(Arc::new(files))?
             .tool(Arc::new(BashTool))?
+            .tool(Arc::new(ReadTool))?
+            .tool(Arc::new(EditTool))?
+            .tool(Arc::new(GrepTool))?
             .build()?;
         Ok::<_, dsh_core::HarnessError>((world, session, shell))
     };
@@ -437,7 +463,7 @@ fn percentile(mut v: Vec<Duration>, p: usize) -> Duration {
 /// MCP: `bash` `echo hi` over one `dsh mcp` connection (read-only), interleaved with
 /// `dsh exec -- echo hi` and with the same call made in process through the pipeline.
 async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
-    let Some((_dir, ws, world, session, _shell)) = bench_world().await else {
+    let Some((_dir, ws, world, session, _shell)) = bench_world(SandboxMode::ReadOnly).await else {
         return Vec::new();
     };
     let mut child = match Command::new(dsh)
@@ -531,10 +557,22 @@ async fn timed_call(
     call_id: String,
     command: &str,
 ) -> Duration {
+    let args = serde_json::json!({"command": command, "description": "bench"});
+    timed_tool(world, session, call_id, "bash", args).await
+}
+
+/// One call of tool `name` through the pipeline, timed; it must succeed.
+async fn timed_tool(
+    world: &dsh_tools::World,
+    session: &Arc<dsh_store::session::Session>,
+    call_id: String,
+    name: &str,
+    args: serde_json::Value,
+) -> Duration {
     let call = dsh_tools::ToolCall {
         call_id: dsh_core::CallId::new(call_id),
-        name: "bash".into(),
-        arguments: serde_json::json!({"command": command, "description": "bench"}).to_string(),
+        name: name.into(),
+        arguments: args.to_string(),
     };
     let start = Instant::now();
     let r = world
@@ -545,7 +583,7 @@ async fn timed_call(
 }
 
 async fn tool_pipeline(runs: usize) -> Vec<Figure> {
-    let Some((_dir, ws, world, session, shell)) = bench_world().await else {
+    let Some((_dir, ws, world, session, shell)) = bench_world(SandboxMode::ReadOnly).await else {
         return Vec::new();
     };
     let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws);
@@ -579,4 +617,127 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         "<= 1.5x bare run()",
         Some(1.5),
     )]
+}
+
+/// Writes `files` files of `size` bytes of text lines under `root` (16 directories); every
+/// 97th file has one `NEEDLE<n>` line in its middle.
+fn write_tree(root: &Path, files: usize, size: usize) -> std::io::Result<()> {
+    use std::io::Write;
+    let line = b"the quick brown fox jumps over the lazy dog, again and again and again\n";
+    let mut block = Vec::with_capacity(size);
+    while block.len() + line.len() <= size {
+        block.extend_from_slice(line);
+    }
+    for i in 0..files {
+        let dir = root.join(format!("d{:02}", i % 16));
+        std::fs::create_dir_all(&dir)?;
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(dir.join(format!("f{i:04}.txt")))?);
+        let half = block.len() / 2 / line.len() * line.len();
+        f.write_all(&block[..half])?;
+        if i % 97 == 0 {
+            writeln!(f, "NEEDLE{i}")?;
+        }
+        f.write_all(&block[half..])?;
+        f.flush()?;
+    }
+    Ok(())
+}
+
+/// `grep` over 1 GiB against `rg`, and `edit` of 100 MiB against `cp`.
+async fn files_at_scale() -> Vec<Figure> {
+    let Some((_dir, ws, world, session, _shell)) = bench_world(SandboxMode::WorkspaceWrite).await
+    else {
+        return Vec::new();
+    };
+    let mut figures = Vec::new();
+    const RUNS: usize = 5;
+    let tree = ws.join("tree");
+    if let Err(e) = write_tree(&tree, 1024, 1 << 20) {
+        eprintln!("dsh-bench: cannot write the 1 GiB tree ({e}); the grep figure is skipped");
+    } else if Command::new("rg")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        eprintln!(
+            "dsh-bench: no `rg` binary (apt-get install ripgrep); the grep figure is skipped"
+        );
+    } else {
+        let grep_args = serde_json::json!({"pattern": "NEEDLE[0-9]+", "path": "tree"});
+        let rg = || {
+            let mut c = Command::new("rg");
+            c.args(["NEEDLE[0-9]+", "tree"])
+                .current_dir(&ws)
+                .stdout(Stdio::null());
+            time_once(&mut c)
+        };
+        let (mut ours, mut base) = (Vec::new(), Vec::new());
+        for i in 0..=RUNS {
+            let o = timed_tool(&world, &session, format!("g{i}"), "grep", grep_args.clone()).await;
+            let b = rg();
+            // The first round warms the page cache for both.
+            if i > 0 {
+                ours.push(o);
+                base.push(b);
+            }
+        }
+        let (o, b) = (median(ours), median(base));
+        figures.push(ratio_figure(
+            "grep: 1 GiB tree",
+            o,
+            b,
+            "<= 1.5x rg",
+            Some(1.5),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&tree);
+    let big = ws.join("big.txt");
+    let written = {
+        let mut content = vec![b'x'; 100 << 20];
+        for i in (99..content.len()).step_by(100) {
+            content[i] = b'\n';
+        }
+        let mid = content.len() / 2;
+        content[mid..mid + 8].copy_from_slice(b"MARK_A_\n");
+        std::fs::write(&big, &content)
+    };
+    if let Err(e) = written {
+        eprintln!("dsh-bench: cannot write the 100 MiB file ({e}); the edit figure is skipped");
+        return figures;
+    }
+    let cp = || {
+        let mut c = Command::new("cp");
+        c.args(["big.txt", "big.copy"]).current_dir(&ws);
+        time_once(&mut c)
+    };
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for i in 0..=RUNS {
+        // The edit tool edits only what this session has read.
+        let read = serde_json::json!({"file_path": "big.txt", "limit": 1});
+        timed_tool(&world, &session, format!("r{i}"), "read", read).await;
+        let (from, to) = if i % 2 == 0 {
+            ("MARK_A_", "MARK_B_")
+        } else {
+            ("MARK_B_", "MARK_A_")
+        };
+        let edit =
+            serde_json::json!({"file_path": "big.txt", "old_string": from, "new_string": to});
+        let o = timed_tool(&world, &session, format!("e{i}"), "edit", edit).await;
+        let b = cp();
+        if i > 0 {
+            ours.push(o);
+            base.push(b);
+        }
+    }
+    let (o, b) = (median(ours), median(base));
+    figures.push(ratio_figure(
+        "edit: 100 MiB file",
+        o,
+        b,
+        "<= 2x cp",
+        Some(2.0),
+    ));
+    figures
 }

@@ -315,5 +315,9 @@ pub(crate) fn os_error(verb: &str, display: &Path, e: std::io::Error) -> Harness
 
 /// `\r\n` → `\n` (a lone `\r` stays).
 pub(crate) fn to_lf(s: &str) -> String {
-    s.replace("\r\n", "\n")
+    if s.contains('\r') {
+        s.replace("\r\n", "\n")
+    } else {
+        s.to_owned()
+    }
 }

@@ -21,8 +21,8 @@ use crate::{
     fs_error, to_lf, EditOutcome, EditRequest, FsVersion, WriteIntent, WriteOutcome, BINARY_SAMPLE,
 };
 
-/// The largest file an edit reads whole.
-pub(crate) const EDIT_MAX_BYTES: u64 = 64 << 20;
+/// The largest file an edit reads whole (it holds about three copies while it works).
+pub(crate) const EDIT_MAX_BYTES: u64 = 256 << 20;
 
 pub(crate) fn version_of(st: &Stat) -> FsVersion {
     FsVersion(format!(
@@ -224,19 +224,20 @@ pub(crate) fn edit(
     } else {
         before.replacen(old.as_str(), &new, 1)
     };
-    let on_disk = if crlf {
-        after.replace('\n', "\r\n")
-    } else {
-        after.clone()
+    let on_disk: std::borrow::Cow<'_, str> = match (bom, crlf) {
+        ("", false) => after.as_str().into(),
+        (bom, false) => format!("{bom}{after}").into(),
+        (bom, true) => format!("{bom}{}", after.replace('\n', "\r\n")).into(),
     };
     publish(
         dir,
         name,
         display,
-        format!("{bom}{on_disk}").as_bytes(),
+        on_disk.as_bytes(),
         Some(st.st_mode & 0o777),
         false,
     )?;
+    drop(on_disk);
     let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
     Ok(EditOutcome {
         version: version_of(&st),

@@ -4,11 +4,15 @@
 //! Both walk from `path` (default: the session's workspace) honouring `.gitignore`,
 //! `.ignore` and the global git excludes, and never enter a VCS directory (`.git`, `.svn`,
 //! `.hg`, `.bzr`, `.jj`, `.sl`). `glob` lists hidden files too, oldest modification first,
-//! at most 100; `grep` skips hidden files and binary files and returns at most 250
-//! matches, each line cut at 2000 bytes on a character boundary. Paths under the
+//! at most 100; `grep` skips hidden files and binary files, searches files in parallel, and
+//! returns at most 250 matches (the first in path and line order, whichever thread found
+//! them), each line cut at 2000 bytes on a character boundary. Paths under the
 //! workspace are shown relative to it. Searches are reads: they are not confined.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -16,6 +20,7 @@ use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::RegexMatcher;
 use grep_searcher::{sinks::Lossy, BinaryDetection, SearcherBuilder};
+use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -79,16 +84,20 @@ fn shown(cwd: &Path, path: &Path) -> String {
 
 /// A walker from `root` that never enters VCS directories.
 fn walker(root: &Path, hidden: bool) -> ignore::Walk {
-    ignore::WalkBuilder::new(root)
-        .hidden(!hidden)
+    walk_builder(root, hidden).build()
+}
+
+fn walk_builder(root: &Path, hidden: bool) -> ignore::WalkBuilder {
+    let mut b = ignore::WalkBuilder::new(root);
+    b.hidden(!hidden)
         .git_ignore(true)
         .git_exclude(true)
         .git_global(true)
         .ignore(true)
         .parents(true)
         .require_git(false)
-        .filter_entry(|e| !VCS_DIRS.iter().any(|v| e.file_name() == *v))
-        .build()
+        .filter_entry(|e| !VCS_DIRS.iter().any(|v| e.file_name() == *v));
+    b
 }
 
 fn glob_matcher(pattern: &str, what: &str) -> Result<GlobMatcher, HarnessError> {
@@ -274,6 +283,21 @@ fn cut(line: &str, max: usize) -> String {
     format!("{} (line truncated)", &line[..end])
 }
 
+/// Keeps `line` under `key` if `key` is among the GREP_MAX_MATCHES smallest seen.
+fn keep_first(kept: &Mutex<BTreeMap<(String, u64), String>>, key: (String, u64), line: &str) {
+    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= GREP_MAX_MATCHES {
+        match kept.last_key_value() {
+            Some((last, _)) if *last > key => {
+                kept.pop_last();
+            }
+            _ => return,
+        }
+    }
+    let line = line.trim_end_matches('\n').trim_end_matches('\r');
+    kept.insert(key, cut(line, GREP_MAX_LINE_BYTES));
+}
+
 fn grep_blocking(
     cwd: PathBuf,
     root: PathBuf,
@@ -291,49 +315,64 @@ fn grep_blocking(
         .as_deref()
         .map(|i| glob_matcher(i, "include").map(|m| (m, i.to_owned())))
         .transpose()?;
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(0))
-        .line_number(true)
-        .build();
-    let mut kept: Vec<(String, u64, String)> = Vec::new();
-    let mut seen = 0usize;
-    for entry in walker(&root, false) {
-        if cancel.is_cancelled() {
-            return Err(aborted());
-        }
-        let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let rel = entry
-            .path()
-            .strip_prefix(&root)
-            .unwrap_or(entry.path())
-            .to_path_buf();
-        if let Some((m, p)) = &inc {
-            if !glob_hit(m, p, &rel) {
-                continue;
-            }
-        }
-        let path = shown(&cwd, entry.path());
-        let result = searcher.search_path(
-            &matcher,
-            entry.path(),
-            Lossy(|number, line| {
-                seen += 1;
-                if kept.len() < GREP_MAX_MATCHES {
-                    let line = line.trim_end_matches('\n').trim_end_matches('\r');
-                    kept.push((path.clone(), number, cut(line, GREP_MAX_LINE_BYTES)));
+    // Files are searched in parallel; the matches kept are the first GREP_MAX_MATCHES in
+    // (path, line) order, so the answer does not depend on which thread ran first.
+    let kept: Mutex<BTreeMap<(String, u64), String>> = Mutex::new(BTreeMap::new());
+    let seen = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    walk_builder(&root, false)
+        .threads(threads)
+        .build_parallel()
+        .run(|| {
+            let mut searcher = SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(0))
+                .line_number(true)
+                .build();
+            let (matcher, kept, seen, inc, root, cwd, cancel) =
+                (matcher.clone(), &kept, &seen, &inc, &root, &cwd, &cancel);
+            Box::new(move |entry| {
+                if cancel.is_cancelled() || seen.load(Ordering::Relaxed) >= SEARCH_MAX_FOUND {
+                    return WalkState::Quit;
                 }
-                Ok(seen < SEARCH_MAX_FOUND)
-            }),
-        );
-        // An unreadable file is skipped, as ripgrep does.
-        let _ = result;
-        if seen >= SEARCH_MAX_FOUND {
-            return Err(overflow("grep"));
-        }
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    return WalkState::Continue;
+                }
+                let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+                if let Some((m, p)) = inc {
+                    if !glob_hit(m, p, rel) {
+                        return WalkState::Continue;
+                    }
+                }
+                let path = shown(cwd, entry.path());
+                // An unreadable file is skipped, as ripgrep does.
+                let _ = searcher.search_path(
+                    &matcher,
+                    entry.path(),
+                    Lossy(|number, line| {
+                        let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
+                        keep_first(kept, (path.clone(), number), line);
+                        Ok(n < SEARCH_MAX_FOUND)
+                    }),
+                );
+                WalkState::Continue
+            })
+        });
+    if cancel.is_cancelled() {
+        return Err(aborted());
     }
+    let seen = seen.into_inner();
+    if seen >= SEARCH_MAX_FOUND {
+        return Err(overflow("grep"));
+    }
+    let kept: Vec<(String, u64, String)> = kept
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|((path, n), line)| (path, n, line))
+        .collect();
     if kept.is_empty() {
         return Ok(ToolOutput {
             image: None,

@@ -225,3 +225,41 @@ async fn grep_groups_matches_and_skips_ignored_hidden_and_binary_files() {
     );
     assert!(r.text.ends_with("(Showing 250 of 300 matches. The complete result could not be saved; narrow pattern or path to see more.)"));
 }
+
+#[tokio::test]
+async fn grep_over_the_cap_keeps_the_first_matches_in_path_order_whichever_thread_ran() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    // 40 files of 10 matches: 400 found, 250 shown, the same ones on every run.
+    for i in 0..40 {
+        let body: String = (0..10).map(|l| format!("hit {i} {l}\n")).collect();
+        std::fs::write(ws.join(format!("f{i:02}.txt")), body).expect("write");
+    }
+    f.session.begin_turn().await.expect("turn");
+    let mut first = None;
+    for _ in 0..5 {
+        let r = f
+            .world
+            .call(
+                Some(&f.session),
+                call("grep", json!({"pattern": "hit"})),
+                CancelToken::new(),
+            )
+            .await;
+        assert!(r.text.starts_with("Found 250 of 400 matches"), "{}", r.text);
+        assert!(
+            r.text.contains("f00.txt\nLine 1: hit 0 0\nLine 2: hit 0 1"),
+            "{}",
+            r.text
+        );
+        assert!(
+            r.text.contains("f24.txt\nLine 1: hit 24 0") && !r.text.contains("f25.txt"),
+            "{}",
+            r.text
+        );
+        match &first {
+            None => first = Some(r.text),
+            Some(t) => assert_eq!(t, &r.text, "the same answer every time"),
+        }
+    }
+}
