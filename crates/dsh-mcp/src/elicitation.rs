@@ -45,6 +45,8 @@ pub(crate) struct Ask {
 pub(crate) struct Flight {
     pub(crate) call_id: String,
     pub(crate) tool: String,
+    /// A hash of the call's arguments, which a retry must repeat.
+    pub(crate) arguments: u64,
     pub(crate) task: JoinHandle<ToolResult>,
     pub(crate) asks: mpsc::Receiver<Ask>,
     pub(crate) cancel: CancelToken,
@@ -54,17 +56,29 @@ pub(crate) struct Flight {
 /// and its [`ElicitingAnswerer`].
 #[derive(Default)]
 pub(crate) struct Desk {
-    /// Call id → where that call's questions go.
-    routes: Mutex<HashMap<String, mpsc::Sender<Ask>>>,
+    /// Call id → where that call's questions go, and its cancel token.
+    routes: Mutex<HashMap<String, (mpsc::Sender<Ask>, CancelToken)>>,
     /// requestState → a parked call and the reply its question waits for.
     parked: Mutex<HashMap<String, (Flight, oneshot::Sender<ApprovalOutcome>)>>,
+    /// Held (shared) by every running call; [`Desk::close`] takes it whole to wait for all.
+    active: Arc<tokio::sync::RwLock<()>>,
 }
 
+/// Held by a running call until it ends.
+pub(crate) type Running = tokio::sync::OwnedRwLockReadGuard<()>;
+
 impl Desk {
-    pub(crate) fn route(&self, call_id: &str) -> mpsc::Receiver<Ask> {
+    /// Registers a new call: where its questions go, and the guard its task holds while
+    /// it runs. `None` once the desk is closing.
+    pub(crate) fn route(
+        &self,
+        call_id: &str,
+        cancel: &CancelToken,
+    ) -> Option<(mpsc::Receiver<Ask>, Running)> {
+        let running = self.active.clone().try_read_owned().ok()?;
         let (tx, rx) = mpsc::channel(1);
-        lock(&self.routes).insert(call_id.to_owned(), tx);
-        rx
+        lock(&self.routes).insert(call_id.to_owned(), (tx, cancel.clone()));
+        Some((rx, running))
     }
 
     pub(crate) fn unroute(&self, call_id: &str) {
@@ -89,19 +103,23 @@ impl Desk {
                 flight
                     .cancel
                     .cancel("the MCP client did not answer the approval in time");
+                desk.unroute(&flight.call_id);
             }
         });
         state
     }
 
-    /// The call parked under `state`, if it is (still) there and is a call of `tool`.
+    /// The call parked under `state`, if it is (still) there and is a call of `tool` with
+    /// arguments hashing to `arguments` (when the retry repeats them).
     pub(crate) fn resume(
         &self,
         state: &str,
         tool: &str,
+        arguments: Option<u64>,
     ) -> Option<(Flight, oneshot::Sender<ApprovalOutcome>)> {
         let mut parked = lock(&self.parked);
-        if parked.get(state).is_some_and(|(f, _)| f.tool == tool) {
+        let same = |f: &Flight| f.tool == tool && arguments.is_none_or(|a| a == f.arguments);
+        if parked.get(state).is_some_and(|(f, _)| same(f)) {
             parked.remove(state)
         } else {
             None
@@ -110,15 +128,19 @@ impl Desk {
 }
 
 impl Desk {
-    /// Cancels every parked call (its approval is `cancelled`) and waits for each to end,
-    /// so its outcome is in the session log before the session closes.
-    pub(crate) async fn cancel_parked(&self) {
+    /// Ends the connection's calls: parked ones get `cancelled` for their approval, running
+    /// ones are cancelled (killing their processes); then waits, at most `limit`, for all
+    /// of them to end, so their outcomes are in the session log before it closes.
+    pub(crate) async fn close(&self, limit: std::time::Duration) {
         let parked: Vec<_> = lock(&self.parked).drain().map(|(_, v)| v).collect();
         for (flight, reply) in parked {
             let _ = reply.send(ApprovalOutcome::Cancelled);
             flight.cancel.cancel("the MCP client went away");
-            let _ = flight.task.await;
         }
+        for (_, cancel) in lock(&self.routes).values() {
+            cancel.cancel("the MCP client went away");
+        }
+        let _ = tokio::time::timeout(limit, self.active.write()).await;
     }
 }
 
@@ -142,7 +164,7 @@ impl Answerer for ElicitingAnswerer {
     async fn answer(&self, question: &Question) -> Option<ApprovalOutcome> {
         let route = lock(&self.desk.routes)
             .get(question.call_id.as_deref()?)
-            .cloned()?;
+            .map(|(tx, _)| tx.clone())?;
         let (reply, answer) = oneshot::channel();
         route
             .send(Ask {

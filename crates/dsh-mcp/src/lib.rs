@@ -35,12 +35,13 @@ use dsh_core::{CallId, CancelToken, HarnessError};
 use dsh_tools::{ToolCall, ToolResult};
 use elicitation::{Ask, Desk, Flight};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
-    Implementation, InputRequest, InputRequests, InputRequiredResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-    ServerConfig, ServerRequest, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ClientResult, ContentBlock, CustomRequest, CustomResult, Implementation, InputRequest,
+    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest,
+    Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
@@ -74,10 +75,11 @@ impl DshServer {
         self.opened.get().cloned()
     }
 
-    /// Ends the calls parked for an approval (it is `cancelled`); call it when the
-    /// connection is over, before closing the session.
+    /// Ends the connection's calls: a call parked for an approval gets `cancelled`, a
+    /// running one is cancelled (its processes killed); waits up to 10 s for them to be
+    /// logged. Call it when the connection is over, before closing the session.
     pub async fn close(&self) {
-        self.desk.cancel_parked().await;
+        self.desk.close(CLOSE_LIMIT).await;
     }
 
     async fn open(&self, context: &RequestContext<RoleServer>) -> Result<&Opened, McpError> {
@@ -94,6 +96,17 @@ impl DshServer {
                 McpError::internal_error(e.to_string(), Some(json!({"code": e.code().as_str()})))
             })
     }
+}
+
+/// How long [`DshServer::close`] waits for the calls it cancels.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
+/// A fingerprint of a call's arguments (a retry must repeat them).
+fn hash(arguments: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    arguments.hash(&mut h);
+    h.finish()
 }
 
 /// The annotations that are true of a tool.
@@ -148,6 +161,31 @@ impl ServerHandler for DshServer {
         config
     }
 
+    /// A known method whose params the SDK could not read arrives here: that is
+    /// `-32602`, not "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let known = ["tools/call", "tools/list", "initialize", "ping"];
+        if known.contains(&request.method.as_str()) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "invalid params for {}: check the request against the MCP schema \
+                     (tools/call needs a string `name` and an object `arguments`)",
+                    request.method
+                ),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("unknown method \"{}\"", request.method),
+            None,
+        ))
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -182,12 +220,18 @@ impl ServerHandler for DshServer {
                 Some(json!({"code": "UNKNOWN_TOOL"})),
             ));
         }
+        let arguments = request
+            .arguments
+            .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
         let flight = match &request.request_state {
             Some(state) => {
-                let Some((flight, reply)) = self.desk.resume(state, &name) else {
+                // A retry repeats the arguments, or leaves them out.
+                let repeated = (arguments != "{}").then(|| hash(&arguments));
+                let Some((flight, reply)) = self.desk.resume(state, &name, repeated) else {
                     return Err(McpError::invalid_params(
-                        "this requestState names no waiting call of this tool (it was answered, \
-                         expired, or belongs to another connection); call the tool again",
+                        "this requestState names no waiting call of this tool with these \
+                         arguments (it was answered, expired, or belongs to another \
+                         connection); call the tool again",
                         Some(json!({"code": "MCP_REQUEST_STATE_UNKNOWN"})),
                     ));
                 };
@@ -199,23 +243,30 @@ impl ServerHandler for DshServer {
                 flight
             }
             None => {
-                let arguments = request
-                    .arguments
-                    .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
                 let call_id = format!("mcp-{}", self.calls.fetch_add(1, Ordering::Relaxed));
-                let asks = self.desk.route(&call_id);
                 let cancel = CancelToken::new();
+                let Some((asks, running)) = self.desk.route(&call_id, &cancel) else {
+                    return Err(McpError::internal_error(
+                        "the connection is closing; no new calls",
+                        Some(json!({"code": "MCP_CLOSING"})),
+                    ));
+                };
+                let fingerprint = hash(&arguments);
                 let call = ToolCall {
                     call_id: CallId::new(call_id.clone()),
                     name: name.clone(),
                     arguments,
                 };
                 let (world, session, token) = (world.clone(), session.clone(), cancel.clone());
-                let task =
-                    tokio::spawn(async move { world.call(Some(&session), call, token).await });
+                let task = tokio::spawn(async move {
+                    let result = world.call(Some(&session), call, token).await;
+                    drop(running);
+                    result
+                });
                 Flight {
                     call_id,
                     tool: name,
+                    arguments: fingerprint,
                     task,
                     asks,
                     cancel,
@@ -263,8 +314,15 @@ impl DshServer {
         });
         let leg = loop {
             tokio::select! {
+                // A finished call wins over a question it left behind.
+                biased;
                 done = &mut flight.task => break Leg::Done(done),
                 Some(ask) = flight.asks.recv() => {
+                    // The call was cancelled, or stopped waiting: nobody to ask for.
+                    if ask.reply.is_closed() || context.ct.is_cancelled() {
+                        let _ = ask.reply.send(ApprovalOutcome::Cancelled);
+                        continue;
+                    }
                     let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
                     let modern = context
                         .protocol_version()
@@ -274,16 +332,7 @@ impl DshServer {
                     } else if modern {
                         break Leg::Park(ask);
                     } else {
-                        let answer = tokio::select! {
-                            r = context.peer.send_request(ServerRequest::ElicitRequest(
-                                elicitation::request(&ask.question),
-                            )) => match r {
-                                Ok(ClientResult::ElicitResult(r)) => elicitation::outcome(&r),
-                                // No answer, or not an answer to this: nobody approved.
-                                _ => ApprovalOutcome::Unavailable,
-                            },
-                            () = context.ct.cancelled() => ApprovalOutcome::Cancelled,
-                        };
+                        let answer = elicit(context, &ask).await;
                         let _ = ask.reply.send(answer);
                     }
                 }
@@ -312,6 +361,37 @@ impl DshServer {
                 });
                 Ok(to_mcp(&result).into())
             }
+        }
+    }
+}
+
+/// Asks the client (protocol before 2026-07-28) with an `elicitation/create` request. A
+/// client that does not answer within [`elicitation::PARK_LIMIT`], or a call cancelled
+/// meanwhile, withdraws the request (`notifications/cancelled`) and is `cancelled`.
+async fn elicit(context: &RequestContext<RoleServer>, ask: &Ask) -> ApprovalOutcome {
+    let request = ServerRequest::ElicitRequest(elicitation::request(&ask.question));
+    let options = PeerRequestOptions::with_timeout(elicitation::PARK_LIMIT);
+    let handle = match context
+        .peer
+        .send_request_with_option(request, options)
+        .await
+    {
+        Ok(h) => h,
+        Err(_) => return ApprovalOutcome::Unavailable,
+    };
+    let (peer, id) = (handle.peer.clone(), handle.id.clone());
+    tokio::select! {
+        r = handle.await_response() => match r {
+            Ok(ClientResult::ElicitResult(r)) => elicitation::outcome(&r),
+            Err(ServiceError::Timeout { .. }) => ApprovalOutcome::Cancelled,
+            // No answer, or not an answer to this: nobody approved.
+            _ => ApprovalOutcome::Unavailable,
+        },
+        () = context.ct.cancelled() => {
+            let cancel =
+                CancelledNotificationParam::new(Some(id), Some("the tool call was cancelled".into()));
+            let _ = peer.notify_cancelled(cancel).await;
+            ApprovalOutcome::Cancelled
         }
     }
 }

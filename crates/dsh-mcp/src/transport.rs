@@ -1,4 +1,5 @@
-//! Line-delimited JSON-RPC on a byte stream, with a size cap and an answer for every line.
+//! Line-delimited JSON-RPC on a byte stream, with a size cap and an answer for every bad
+//! request.
 //!
 //! rmcp's own stdio framing drops a line longer than its cap, and a line that is not
 //! JSON, without a word to the client, which then waits forever. [`LineTransport`]
@@ -6,10 +7,14 @@
 //! id when it can be read from the line's head, and `MCP_MESSAGE_TOO_LARGE` in the error
 //! data) and is skipped without being buffered whole; a line that is not JSON gets `-32700`
 //! with a null id; JSON that is not a JSON-RPC message gets `-32600`, except a malformed
-//! notification, which JSON-RPC forbids answering. Nothing but JSON-RPC is written.
+//! notification, which JSON-RPC forbids answering, and a malformed response, which reaches
+//! the SDK as an error response so that the request it answers fails rather than waits.
+//! Nothing but JSON-RPC is written, and every answer is written before end of input ends
+//! the session.
 
 use std::sync::Arc;
 
+use rmcp::model::{ErrorData, JsonRpcError, JsonRpcMessage, JsonRpcVersion2_0, RequestId};
 use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{json, Value};
@@ -33,6 +38,8 @@ pub struct LineTransport<R, W> {
     line: Vec<u8>,
     /// The bytes of the line being read so far.
     total: usize,
+    /// Answers being written (waited for at end of input, so none is lost).
+    answers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -47,6 +54,7 @@ where
             writer: Arc::new(Mutex::new(writer)),
             line: Vec::new(),
             total: 0,
+            answers: Vec::new(),
         }
     }
 
@@ -86,16 +94,26 @@ where
 
     /// Writes `message` as a line, in a task of its own so that a cancelled `receive`
     /// cannot cut it in half.
-    fn answer(&self, message: Value) {
+    fn answer(&mut self, message: Value) {
         let mut bytes = message.to_string().into_bytes();
         bytes.push(b'\n');
         let writer = self.writer.clone();
-        tokio::spawn(async move {
+        self.answers.retain(|h| !h.is_finished());
+        self.answers.push(tokio::spawn(async move {
             let mut w = writer.lock().await;
             // A writer that fails means the client is gone; the next read ends the session.
             let _ = w.write_all(&bytes).await;
             let _ = w.flush().await;
-        });
+        }));
+    }
+
+    /// Waits for the answers still being written. Cancel-safe: an answer written is
+    /// dropped from the list only once it is done.
+    async fn flush_answers(&mut self) {
+        while let Some(last) = self.answers.last_mut() {
+            let _ = last.await;
+            self.answers.pop();
+        }
     }
 }
 
@@ -201,7 +219,10 @@ where
             let line = std::mem::take(&mut self.line);
             let oversized = match read {
                 Ok(Some(o)) => o,
-                Ok(None) | Err(_) => return None,
+                Ok(None) | Err(_) => {
+                    self.flush_answers().await;
+                    return None;
+                }
             };
             if let Some(total) = oversized {
                 let id = id_in_head(&line).unwrap_or(Value::Null);
@@ -242,6 +263,24 @@ where
                         // A malformed notification is ignored: JSON-RPC 2.0 §4.1 forbids
                         // answering one.
                         None if value.get("method").is_some() => continue,
+                        // A malformed response to one of our requests must not be answered
+                        // (its id is ours): the request it answers fails instead.
+                        Some(id)
+                            if value.get("method").is_none()
+                                && (value.get("result").is_some()
+                                    || value.get("error").is_some()) =>
+                        {
+                            let Ok(id) = serde_json::from_value::<RequestId>(id) else {
+                                continue;
+                            };
+                            let error =
+                                ErrorData::internal_error(format!("malformed response: {e}"), None);
+                            return Some(JsonRpcMessage::Error(JsonRpcError {
+                                jsonrpc: JsonRpcVersion2_0,
+                                id: Some(id),
+                                error,
+                            }));
+                        }
                         id => {
                             let message = format!("invalid request: {e}");
                             self.answer(error(id.unwrap_or(Value::Null), -32600, message, None));
@@ -363,5 +402,23 @@ mod tests {
         let got = got.expect("the line was not lost").expect("the ping");
         let got = serde_json::to_string(&got).expect("json");
         assert!(got.contains("ping") && got.contains("\"id\":1"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_response_fails_its_request_and_is_not_answered() {
+        let (mut t, out) =
+            transport(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":\"E1\"}}\n");
+        let got = Transport::<rmcp::RoleServer>::receive(&mut t)
+            .await
+            .expect("an error");
+        match got {
+            JsonRpcMessage::Error(e) => assert_eq!(e.id, Some(RequestId::Number(3))),
+            other => panic!("{other:?}"),
+        }
+        assert!(Transport::<rmcp::RoleServer>::receive(&mut t)
+            .await
+            .is_none());
+        drop(t);
+        assert!(answers(out).await.is_empty(), "nothing is written back");
     }
 }

@@ -17,6 +17,9 @@ use dsh_tools::World;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
+/// How long the client's roots are waited for before the server's directory is used.
+const ROOTS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What an [`Opener`] returns: the connection's World and its session, whose turn is open.
 pub type Opened = (Arc<World>, Arc<Session>);
 
@@ -50,10 +53,15 @@ impl Workspace {
         }
         // Roots are deprecated from 2026-07-28, where this request is refused; the
         // fallback is then the server's directory.
+        // A client that does not answer soon is not waited for.
         #[allow(deprecated)]
-        let roots = context.peer.list_roots().await;
+        let roots = tokio::select! {
+            r = context.peer.list_roots() => r.ok(),
+            () = tokio::time::sleep(ROOTS_WAIT) => None,
+            () = context.ct.cancelled() => None,
+        };
         #[allow(deprecated)]
-        let first = roots.ok().and_then(|r| {
+        let first = roots.and_then(|r| {
             r.roots
                 .iter()
                 .filter_map(|root| file_uri_path(&root.uri))

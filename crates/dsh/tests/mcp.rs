@@ -97,6 +97,29 @@ fn alive_with(marker: &str) -> bool {
         })
 }
 
+/// `dsh session list` of `state`, and the events of its first session.
+fn session_events(state: &std::path::Path) -> (String, Vec<Value>) {
+    let dsh = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .args(args)
+            .arg("--state")
+            .arg(state)
+            .output();
+        String::from_utf8(out.expect("dsh session").stdout).expect("utf-8")
+    };
+    let list = dsh(&["session", "list"]);
+    let id = list
+        .split_whitespace()
+        .next()
+        .expect("one session")
+        .to_owned();
+    let events = dsh(&["session", "show", "--json", &id])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    (list, events)
+}
+
 /// Whether `cond` holds within 5 s (polled every 10 ms).
 fn within_5s(mut cond: impl FnMut() -> bool) -> bool {
     (0..500).any(|_| {
@@ -138,21 +161,8 @@ fn tools_are_listed_with_schemas_and_honest_annotations() {
     // The connection was a session: once the client goes, `dsh session` shows it.
     drop(c.stdin);
     c.child.wait().expect("dsh mcp exits");
-    let dsh = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
-            .args(args)
-            .arg("--state")
-            .arg(&c.state)
-            .output();
-        String::from_utf8(out.expect("dsh session").stdout).expect("utf-8")
-    };
-    let list = dsh(&["session", "list"]);
-    let id = list.split_whitespace().next().expect("one session");
+    let (list, events) = session_events(&c.state);
     assert!(list.contains(c.ws.to_str().expect("utf-8")), "{list}");
-    let events: Vec<Value> = dsh(&["session", "show", "--json", id])
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
         kinds,
@@ -211,6 +221,19 @@ fn calls_return_text_errors_carry_codes_and_bad_input_is_refused() {
         "a forged retry runs nothing: {r}"
     );
     assert!(!c.ws.join("e").exists());
+    let r = c.request("tools/call", json!({"arguments": {"command": "true"}}));
+    assert_eq!(
+        r["error"]["code"], -32602,
+        "a tools/call without a name: {r}"
+    );
+    let r = c.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": "echo hi"}),
+    );
+    assert_eq!(
+        r["error"]["code"], -32602,
+        "arguments that are not an object: {r}"
+    );
     let r = c.call("nope", json!({}));
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let r = c.call("bash", json!({"command": 5}));
@@ -321,6 +344,14 @@ fn a_client_that_goes_away_mid_call_leaves_no_process_behind() {
     assert!(
         within_5s(|| !alive_with(&format!("sleep {marker}"))),
         "the sleep outlived the connection"
+    );
+    // The cut-short call is in the log, before the turn ends.
+    let (_, events) = session_events(&c.state);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["turn/start", "tool/call", "tool/result", "turn/end"],
+        "{events:?}"
     );
 }
 
