@@ -155,9 +155,12 @@ pub struct EditRequest {
 pub struct EditOutcome {
     /// The version now on disk.
     pub version: FsVersion,
-    /// The text before, `\r\n` as `\n`.
+    /// The line (1-based) where `before` and `after` start.
+    pub first_line: usize,
+    /// The lines the replacements touched, before (`\r\n` as `\n`): from the start of the
+    /// line of the first occurrence to the end of the line of the last.
     pub before: String,
-    /// The text after, `\r\n` as `\n`.
+    /// The same lines after the edit.
     pub after: String,
     /// How many occurrences were replaced.
     pub replaced: usize,

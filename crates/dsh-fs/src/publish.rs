@@ -71,7 +71,8 @@ fn read_small(dir: &OwnedFd, name: &OsStr, max: u64) -> Option<Vec<u8>> {
     if !is_file(&st) || st.st_size as u64 > max {
         return None;
     }
-    let mut buf = Vec::new();
+    // Sized once from the file's size: growing by doubling would copy it again and again.
+    let mut buf = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0).saturating_add(1));
     std::fs::File::from(fd)
         .take(max + 1)
         .read_to_end(&mut buf)
@@ -128,7 +129,7 @@ pub(crate) fn write(
     };
     let mode = existing.as_ref().map(|st| st.st_mode & 0o777);
     let create_only = matches!(intent, Some(WriteIntent::CreateIfAbsent));
-    publish(dir, name, display, content.as_bytes(), mode, create_only)?;
+    publish(dir, name, display, &[content.as_bytes()], mode, create_only)?;
     let st = probe(dir, name, display, "write")?.ok_or_else(|| {
         fs_error(
             ErrorCode::FsIoError,
@@ -178,7 +179,7 @@ pub(crate) fn edit(
         ));
     }
     let bytes = read_small(dir, name, EDIT_MAX_BYTES).ok_or_else(stale)?;
-    if bytes.contains(&0) {
+    if memchr::memchr(0, &bytes).is_some() {
         return Err(fs_error(
             ErrorCode::FsNotText,
             format!("cannot edit \"{d}\": binary file"),
@@ -195,7 +196,13 @@ pub(crate) fn edit(
         None => ("", raw.as_str()),
     };
     let crlf = uses_crlf(body);
-    let before = to_lf(body);
+    // A text without `\r` is its own LF form: it is searched and written in place, never
+    // copied whole.
+    let before: std::borrow::Cow<'_, str> = if memchr::memchr(b'\r', body.as_bytes()).is_some() {
+        to_lf(body).into()
+    } else {
+        body.into()
+    };
     let old = to_lf(&req.old);
     let new = to_lf(&req.new);
     if old.is_empty() {
@@ -204,46 +211,85 @@ pub(crate) fn edit(
             "old_string must be a non-empty string".into(),
         ));
     }
-    let count = before.matches(old.as_str()).count();
-    if count == 0 {
+    let starts: Vec<usize> = memchr::memmem::find_iter(before.as_bytes(), old.as_bytes()).collect();
+    if starts.is_empty() {
         return Err(fs_error(
             ErrorCode::FsEditNotFound,
             format!("old_string was not found in \"{d}\""),
         ));
     }
-    if count > 1 && !req.replace_all {
+    if starts.len() > 1 && !req.replace_all {
         return Err(fs_error(
             ErrorCode::FsAmbiguousEdit,
             format!(
-                "old_string matched {count} times in \"{d}\"; provide a more specific old_string or set replace_all to true"
+                "old_string matched {} times in \"{d}\"; provide a more specific old_string or set replace_all to true",
+                starts.len()
             ),
         ));
     }
-    let after = if req.replace_all {
-        before.replace(old.as_str(), &new)
+    let used = if req.replace_all {
+        &starts[..]
     } else {
-        before.replacen(old.as_str(), &new, 1)
+        &starts[..1]
     };
-    let on_disk: std::borrow::Cow<'_, str> = match (bom, crlf) {
-        ("", false) => after.as_str().into(),
-        (bom, false) => format!("{bom}{after}").into(),
-        (bom, true) => format!("{bom}{}", after.replace('\n', "\r\n")).into(),
-    };
-    publish(
-        dir,
-        name,
-        display,
-        on_disk.as_bytes(),
-        Some(st.st_mode & 0o777),
-        false,
-    )?;
-    drop(on_disk);
+    // The new text, as pieces: what stays between the replacements, and the replacements.
+    let mut pieces: Vec<&str> = Vec::with_capacity(used.len() * 2 + 1);
+    let mut at = 0;
+    for &i in used {
+        pieces.push(&before[at..i]);
+        pieces.push(new.as_str());
+        at = i + old.len();
+    }
+    pieces.push(&before[at..]);
+    // The lines the replacements touch, before and after.
+    let first = used[0];
+    let last_end = used[used.len() - 1] + old.len();
+    let w_start = before[..first].rfind('\n').map_or(0, |i| i + 1);
+    let w_end = before[last_end..]
+        .find('\n')
+        .map_or(before.len(), |i| last_end + i + 1);
+    let first_line = memchr::memchr_iter(b'\n', &before.as_bytes()[..w_start]).count() + 1;
+    let mut after_window = String::new();
+    let mut at = w_start;
+    for &i in used {
+        after_window.push_str(&before[at..i]);
+        after_window.push_str(&new);
+        at = i + old.len();
+    }
+    after_window.push_str(&before[at..w_end]);
+    let mode = Some(st.st_mode & 0o777);
+    if crlf {
+        let after: String = pieces.concat().replace('\n', "\r\n");
+        publish(
+            dir,
+            name,
+            display,
+            &[bom.as_bytes(), after.as_bytes()],
+            mode,
+            false,
+        )?;
+    } else if matches!(before, std::borrow::Cow::Borrowed(_)) {
+        let mut parts: Vec<&[u8]> = vec![bom.as_bytes()];
+        parts.extend(pieces.iter().map(|p| p.as_bytes()));
+        publish(dir, name, display, &parts, mode, false)?;
+    } else {
+        publish(
+            dir,
+            name,
+            display,
+            &[bom.as_bytes(), pieces.concat().as_bytes()],
+            mode,
+            false,
+        )?;
+    }
+    let before_window = before[w_start..w_end].to_owned();
     let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
     Ok(EditOutcome {
         version: version_of(&st),
-        before,
-        after,
-        replaced: if req.replace_all { count } else { 1 },
+        first_line,
+        before: before_window,
+        after: after_window,
+        replaced: used.len(),
     })
 }
 
@@ -255,12 +301,12 @@ fn uses_crlf(text: &str) -> bool {
     crlf > lf
 }
 
-/// Publishes `bytes` as `name` in `dir`. See the [module docs](self).
+/// Publishes `parts`, one after the other, as `name` in `dir`. See the [module docs](self).
 fn publish(
     dir: &OwnedFd,
     name: &OsStr,
     display: &Path,
-    bytes: &[u8],
+    parts: &[&[u8]],
     mode: Option<u32>,
     create_only: bool,
 ) -> Result<(), HarnessError> {
@@ -291,8 +337,10 @@ fn publish(
         )
         .map_err(|e| io("write", display, e))?;
         let mut file = std::fs::File::from(fd);
-        file.write_all(bytes)
-            .map_err(|e| crate::os_error("write", display, e))?;
+        for part in parts {
+            file.write_all(part)
+                .map_err(|e| crate::os_error("write", display, e))?;
+        }
         file.sync_all()
             .map_err(|e| crate::os_error("write", display, e))?;
         if let Some(m) = mode {

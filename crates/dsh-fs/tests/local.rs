@@ -295,8 +295,9 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         .await
         .expect("edit");
     assert_eq!(
-        (out.before.as_str(), out.after.as_str()),
-        ("a\nold\nb\n", "a\nNEW $1\nb\n")
+        (out.first_line, out.before.as_str(), out.after.as_str()),
+        (2, "old\n", "NEW $1\n"),
+        "the lines the edit touched"
     );
     assert_eq!(
         std::fs::read(root.join("e")).expect("read"),
@@ -464,4 +465,37 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         .await
         .expect("split");
     assert!(w.lines[0].1.ends_with('é'));
+}
+
+#[tokio::test]
+async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_it_touched() {
+    let (_d, root, fs) = setup();
+    std::fs::write(root.join("p"), "\u{feff}a\nold x old\nb\nold\nz").expect("write");
+    let t = fs.resolve("p", None).await.expect("resolve");
+    let out = fs
+        .edit_text(&t, &edit("old", "NEW", true), None, None)
+        .await
+        .expect("edit");
+    assert_eq!(
+        std::fs::read_to_string(root.join("p")).expect("read"),
+        "\u{feff}a\nNEW x NEW\nb\nNEW\nz"
+    );
+    assert_eq!(
+        (
+            out.replaced,
+            out.first_line,
+            out.before.as_str(),
+            out.after.as_str()
+        ),
+        (3, 2, "old x old\nb\nold\n", "NEW x NEW\nb\nNEW\n")
+    );
+    // A last line without a newline is a line too.
+    let out = fs
+        .edit_text(&t, &edit("z", "end", false), None, None)
+        .await
+        .expect("edit");
+    assert_eq!(
+        (out.first_line, out.before.as_str(), out.after.as_str()),
+        (5, "z", "end")
+    );
 }

@@ -486,10 +486,19 @@ impl Tool for EditTool {
                 "key": target.key(),
                 "replaced": out.replaced,
                 "version": out.version.as_str(),
-                "diff": line_diff(&out.before, &out.after),
+                "diff": edit_diff(&out),
             })),
         })
     }
+}
+
+/// [`line_diff`] of the lines an edit touched, numbered as in the file.
+fn edit_diff(out: &dsh_fs::EditOutcome) -> Value {
+    let mut d = line_diff(&out.before, &out.after);
+    if let Some(n) = d["firstLine"].as_u64() {
+        d["firstLine"] = json!(n as usize + out.first_line - 1);
+    }
+    d
 }
 
 /// A one-hunk summary of a change: the lines removed and added between the common head

@@ -209,6 +209,12 @@ async fn edits_need_a_read_keep_crlf_and_catch_stale_versions() {
         .call(s, call("edit", edit("two", "TWO")), CancelToken::new())
         .await;
     assert!(!r.is_error, "{}", r.text);
+    let diff = &r.meta.as_ref().expect("meta")["diff"];
+    assert_eq!(
+        diff,
+        &json!({"firstLine": 2, "removed": 1, "added": 1}),
+        "line 2 changed"
+    );
     std::fs::write(ws.join("e.txt"), "changed elsewhere\n").expect("write");
     let r = f
         .world
