@@ -78,6 +78,27 @@ pub(crate) fn emit(text: &str) {
     }
 }
 
+/// Runs `work` on a two-worker tokio runtime. A runtime that cannot start, or an error
+/// from `work`, is printed as `dsh COMMAND: …` and becomes exit status `fail`.
+pub(crate) fn block_on<T>(
+    command: &str,
+    fail: u8,
+    work: impl std::future::Future<Output = Result<T, dsh_core::HarnessError>>,
+) -> Result<T, ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("dsh {command}: cannot start the async runtime: {e}");
+            ExitCode::from(fail)
+        })?;
+    runtime.block_on(work).map_err(|e| {
+        eprintln!("dsh {command}: {e}");
+        ExitCode::from(fail)
+    })
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(args) {

@@ -32,23 +32,9 @@ pub struct McpArgs {
 }
 
 pub fn main(args: McpArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("dsh mcp: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(run(args)) {
+    match crate::block_on("mcp", 1, run(args)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dsh mcp: {e}");
-            ExitCode::from(1)
-        }
+        Err(code) => code,
     }
 }
 

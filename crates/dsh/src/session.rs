@@ -36,22 +36,9 @@ enum SessionCommand {
 }
 
 pub fn main(args: SessionArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("dsh session: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(run(args)) {
+    match crate::block_on("session", 1, run(args)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dsh session: {e}");
-            ExitCode::from(1)
-        }
+        Err(code) => code,
     }
 }
 

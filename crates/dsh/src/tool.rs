@@ -131,23 +131,9 @@ pub fn world(
 }
 
 pub fn main(args: ToolArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("dsh tool: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_ERROR);
-        }
-    };
-    match runtime.block_on(run(args)) {
+    match crate::block_on("tool", EXIT_ERROR, run(args)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("dsh tool: {e}");
-            ExitCode::from(EXIT_ERROR)
-        }
+        Err(code) => code,
     }
 }
 
