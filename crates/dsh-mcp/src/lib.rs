@@ -53,6 +53,8 @@ pub struct DshServer {
     opened: Arc<tokio::sync::OnceCell<Opened>>,
     desk: Arc<Desk>,
     calls: Arc<AtomicU64>,
+    /// Calls that may run at once; more wait their turn.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl DshServer {
@@ -67,6 +69,7 @@ impl DshServer {
             opened: Arc::new(tokio::sync::OnceCell::new()),
             desk: Arc::new(Desk::default()),
             calls: Arc::new(AtomicU64::new(1)),
+            slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
         }
     }
 
@@ -100,6 +103,16 @@ impl DshServer {
 
 /// How long [`DshServer::close`] waits for the calls it cancels.
 const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How many calls may run at once: what the open-file limit allows at about 16
+/// descriptors a call (pipes, a reaper, spill files), between 4 and 64. Beyond it calls
+/// queue rather than fail with "too many open files".
+fn call_slots() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1024);
+    usize::try_from(soft.saturating_sub(64) / 16).map_or(64, |n| n.clamp(4, 64))
+}
 
 /// A fingerprint of a call's arguments (a retry must repeat them).
 fn hash(arguments: &str) -> u64 {
@@ -243,6 +256,16 @@ impl ServerHandler for DshServer {
                 flight
             }
             None => {
+                let slot = tokio::select! {
+                    slot = self.slots.clone().acquire_owned() => slot.ok(),
+                    () = context.ct.cancelled() => None,
+                };
+                let Some(slot) = slot else {
+                    return Err(McpError::internal_error(
+                        "the call was cancelled before it started",
+                        Some(json!({"code": "ABORTED_BEFORE_DISPATCH"})),
+                    ));
+                };
                 let call_id = format!("mcp-{}", self.calls.fetch_add(1, Ordering::Relaxed));
                 let cancel = CancelToken::new();
                 let Some((asks, running)) = self.desk.route(&call_id, &cancel) else {
@@ -260,7 +283,7 @@ impl ServerHandler for DshServer {
                 let (world, session, token) = (world.clone(), session.clone(), cancel.clone());
                 let task = tokio::spawn(async move {
                     let result = world.call(Some(&session), call, token).await;
-                    drop(running);
+                    drop((running, slot));
                     result
                 });
                 Flight {

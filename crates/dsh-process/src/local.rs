@@ -560,9 +560,20 @@ fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
                  large data on stdin or in a file"
             ),
         ),
+        Some(libc::EMFILE) | Some(libc::ENFILE) => (
+            ErrorCode::ProcessSpawnFailed,
+            format!(
+                "cannot start {shown}: too many open files ({e}); run fewer commands at \
+                 once, or raise the open-file limit (`ulimit -n`)"
+            ),
+        ),
+        Some(libc::EAGAIN) | Some(libc::ENOMEM) => (
+            ErrorCode::ProcessSpawnFailed,
+            format!("cannot start {shown}: out of processes or memory ({e}); retry when fewer commands run"),
+        ),
         _ => (
             ErrorCode::ProcessSpawnFailed,
-            format!("cannot start {shown}"),
+            format!("cannot start {shown}: {e}"),
         ),
     };
     HarnessError::new(code, what).with_source(e)
