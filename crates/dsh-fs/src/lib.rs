@@ -31,6 +31,7 @@ mod lines;
 mod local;
 mod publish;
 mod sandboxed;
+mod stream_edit;
 
 pub use local::LocalFs;
 pub use sandboxed::SandboxedFs;
@@ -278,7 +279,10 @@ pub trait FileSystem: Send + Sync {
     ) -> Result<WriteOutcome, HarnessError>;
 
     /// Replaces text in a file atomically, checking `expected` (when given) before
-    /// looking for the text. CRLF files stay CRLF; a UTF-8 BOM is kept.
+    /// looking for the text. CRLF files stay CRLF; a UTF-8 BOM is kept. An LF file is
+    /// streamed (memory follows the lines touched, not the file; the unchanged ranges are
+    /// copied by the kernel), and the file must not change while it is copied
+    /// (`FS_STALE_VERSION`).
     ///
     /// # Errors
     /// `FS_STALE_VERSION` (also for a missing file), `FS_NOT_REGULAR_FILE`,

@@ -9,14 +9,16 @@
 //! leaves the target as it was.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use dsh_core::{ErrorCode, HarnessError};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
+use crate::stream_edit::{self, NotText, Part};
 use crate::{
     fs_error, to_lf, EditOutcome, EditRequest, FsVersion, WriteIntent, WriteOutcome, BINARY_SAMPLE,
 };
@@ -129,7 +131,8 @@ pub(crate) fn write(
     };
     let mode = existing.as_ref().map(|st| st.st_mode & 0o777);
     let create_only = matches!(intent, Some(WriteIntent::CreateIfAbsent));
-    publish(dir, name, display, &[content.as_bytes()], mode, create_only)?;
+    let parts = [Part::Bytes(content.as_bytes())];
+    publish(dir, name, display, &parts, mode, create_only, &|| Ok(()))?;
     let st = probe(dir, name, display, "write")?.ok_or_else(|| {
         fs_error(
             ErrorCode::FsIoError,
@@ -177,6 +180,11 @@ pub(crate) fn edit(
                 st.st_size
             ),
         ));
+    }
+    if !req.old.is_empty() {
+        if let Some(out) = edit_streamed(dir, name, display, req, &st)? {
+            return Ok(out);
+        }
     }
     let bytes = read_small(dir, name, EDIT_MAX_BYTES).ok_or_else(stale)?;
     if memchr::memchr(0, &bytes).is_some() {
@@ -260,27 +268,12 @@ pub(crate) fn edit(
     let mode = Some(st.st_mode & 0o777);
     if crlf {
         let after: String = pieces.concat().replace('\n', "\r\n");
-        publish(
-            dir,
-            name,
-            display,
-            &[bom.as_bytes(), after.as_bytes()],
-            mode,
-            false,
-        )?;
-    } else if matches!(before, std::borrow::Cow::Borrowed(_)) {
-        let mut parts: Vec<&[u8]> = vec![bom.as_bytes()];
-        parts.extend(pieces.iter().map(|p| p.as_bytes()));
-        publish(dir, name, display, &parts, mode, false)?;
+        let parts = [Part::Bytes(bom.as_bytes()), Part::Bytes(after.as_bytes())];
+        publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
     } else {
-        publish(
-            dir,
-            name,
-            display,
-            &[bom.as_bytes(), pieces.concat().as_bytes()],
-            mode,
-            false,
-        )?;
+        let mut parts = vec![Part::Bytes(bom.as_bytes())];
+        parts.extend(pieces.iter().map(|p| Part::Bytes(p.as_bytes())));
+        publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
     }
     let before_window = before[w_start..w_end].to_owned();
     let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
@@ -293,6 +286,123 @@ pub(crate) fn edit(
     })
 }
 
+/// The edit of an LF text file, streamed (see [`stream_edit`]); `None` when the file needs
+/// the whole-file edit. Errors and bytes written are those of the whole-file edit.
+fn edit_streamed(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    req: &EditRequest,
+    st: &Stat,
+) -> Result<Option<EditOutcome>, HarnessError> {
+    let d = display.display();
+    let stale = || {
+        fs_error(
+            ErrorCode::FsStaleVersion,
+            format!("cannot edit \"{d}\": file changed since it was read"),
+        )
+    };
+    let failed = |e: std::io::Error| crate::os_error("edit", display, e);
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|_| stale())?;
+    let src = std::fs::File::from(fd);
+    let opened = rustix::fs::fstat(&src).map_err(|e| io("edit", display, e))?;
+    if version_of(&opened) != version_of(st) {
+        return Err(stale());
+    }
+    let size = opened.st_size as u64;
+    let mut head = [0u8; 3];
+    let bom = if size >= 3 && src.read_exact_at(&mut head, 0).is_ok() && head == *b"\xEF\xBB\xBF" {
+        3
+    } else {
+        0
+    };
+    let old = to_lf(&req.old);
+    let scan =
+        match stream_edit::scan(&src, old.as_bytes(), req.replace_all, bom).map_err(failed)? {
+            Err(NotText::Binary) => {
+                return Err(fs_error(
+                    ErrorCode::FsNotText,
+                    format!("cannot edit \"{d}\": binary file"),
+                ))
+            }
+            Err(NotText::InvalidUtf8) => {
+                return Err(fs_error(
+                    ErrorCode::FsNotText,
+                    format!("cannot edit \"{d}\": invalid UTF-8 text"),
+                ))
+            }
+            Ok(None) => return Ok(None),
+            Ok(Some(scan)) => scan,
+        };
+    if scan.count == 0 {
+        return Err(fs_error(
+            ErrorCode::FsEditNotFound,
+            format!("old_string was not found in \"{d}\""),
+        ));
+    }
+    if scan.count > 1 && !req.replace_all {
+        return Err(fs_error(
+            ErrorCode::FsAmbiguousEdit,
+            format!(
+                "old_string matched {} times in \"{d}\"; provide a more specific old_string or set replace_all to true",
+                scan.count
+            ),
+        ));
+    }
+    let new = to_lf(&req.new);
+    let len = old.len() as u64;
+    let starts = &scan.starts;
+    let last_end = starts[starts.len() - 1] + len;
+    let w_start = stream_edit::line_start(&src, starts[0]).map_err(failed)?;
+    let w_end = stream_edit::line_end(&src, last_end, size).map_err(failed)?;
+    let before = stream_edit::read_range(&src, w_start, w_end).map_err(failed)?;
+    let rel = |at: u64| usize::try_from(at - w_start).unwrap_or(0);
+    let mut after = String::with_capacity(before.len());
+    let mut parts = Vec::with_capacity(starts.len() * 2 + 1);
+    let mut at = 0;
+    for &start in starts {
+        if at >= w_start {
+            after.push_str(&before[rel(at)..rel(start)]);
+        } else {
+            after.push_str(&before[..rel(start)]);
+        }
+        after.push_str(&new);
+        parts.push(Part::Copy(&src, at, start - at));
+        parts.push(Part::Bytes(new.as_bytes()));
+        at = start + len;
+    }
+    after.push_str(&before[rel(at)..]);
+    parts.push(Part::Copy(&src, at, size - at));
+    // The copy reads the file as it is now: it must still be the version scanned.
+    let check = || match rustix::fs::fstat(&src) {
+        Ok(now) if version_of(&now) == version_of(&opened) => Ok(()),
+        _ => Err(stale()),
+    };
+    publish(
+        dir,
+        name,
+        display,
+        &parts,
+        Some(opened.st_mode & 0o777),
+        false,
+        &check,
+    )?;
+    let done = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
+    Ok(Some(EditOutcome {
+        version: version_of(&done),
+        first_line: scan.lines_before_first + 1,
+        before,
+        after,
+        replaced: starts.len(),
+    }))
+}
+
 /// CRLF when `\r\n` outnumbers lone `\n` in the first 4096 characters.
 fn uses_crlf(text: &str) -> bool {
     let head: String = text.chars().take(4096).collect();
@@ -301,14 +411,16 @@ fn uses_crlf(text: &str) -> bool {
     crlf > lf
 }
 
-/// Publishes `parts`, one after the other, as `name` in `dir`. See the [module docs](self).
+/// Publishes `parts`, one after the other, as `name` in `dir`, if `check` still passes
+/// once they are on disk. See the [module docs](self).
 fn publish(
     dir: &OwnedFd,
     name: &OsStr,
     display: &Path,
-    parts: &[&[u8]],
+    parts: &[Part<'_>],
     mode: Option<u32>,
     create_only: bool,
+    check: &dyn Fn() -> Result<(), HarnessError>,
 ) -> Result<(), HarnessError> {
     let d = display.display();
     let mut staging = OsString::from(".");
@@ -338,11 +450,12 @@ fn publish(
         .map_err(|e| io("write", display, e))?;
         let mut file = std::fs::File::from(fd);
         for part in parts {
-            file.write_all(part)
+            part.write_to(&mut file)
                 .map_err(|e| crate::os_error("write", display, e))?;
         }
         file.sync_all()
             .map_err(|e| crate::os_error("write", display, e))?;
+        check()?;
         if let Some(m) = mode {
             rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(m))
                 .map_err(|e| io("write", display, e))?;

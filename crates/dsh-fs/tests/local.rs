@@ -499,3 +499,58 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
         (5, "z", "end")
     );
 }
+
+#[tokio::test]
+async fn edits_of_large_lf_files_write_exactly_what_str_replace_gives() {
+    let (_d, root, fs) = setup();
+    // 3 MiB of lines with multi-byte characters; markers near the 1 MiB read boundaries.
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < 3 << 20 {
+        text.push_str(&format!("line {i} — été {}\n", "x".repeat(i % 90)));
+        i += 1;
+    }
+    for at in [(1 << 20) - 4, (2 << 20) + 1, 100] {
+        let at = (0..=at)
+            .rev()
+            .find(|&k| text.is_char_boundary(k))
+            .expect("boundary");
+        text.insert_str(at, "MARK");
+    }
+    for (old, new, all) in [
+        ("MARK", "M\nA\nR\nK", true),
+        ("M\nA\nR\nK", "", true),
+        ("line 7 —", "LINE SEVEN", false),
+    ] {
+        std::fs::write(root.join("big"), &text).expect("write");
+        let t = fs.resolve("big", None).await.expect("resolve");
+        let out = fs.edit_text(&t, &edit(old, new, all), None, None).await;
+        let want = if all {
+            text.replace(old, new)
+        } else {
+            text.replacen(old, new, 1)
+        };
+        if text.contains(old) {
+            let out = out.expect("edit");
+            assert_eq!(
+                std::fs::read_to_string(root.join("big")).expect("read"),
+                want,
+                "{old:?}"
+            );
+            assert_eq!(
+                out.replaced,
+                if all { text.matches(old).count() } else { 1 }
+            );
+            let first = text.find(old).expect("found");
+            assert_eq!(
+                out.first_line,
+                text[..first].matches('\n').count() + 1,
+                "{old:?}"
+            );
+            assert!(out.before.contains(old) && !out.before.is_empty());
+        } else {
+            assert_eq!(code(out), ErrorCode::FsEditNotFound);
+        }
+        text = std::fs::read_to_string(root.join("big")).expect("read");
+    }
+}
