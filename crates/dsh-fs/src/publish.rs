@@ -219,62 +219,59 @@ pub(crate) fn edit(
             "old_string must be a non-empty string".into(),
         ));
     }
-    let starts: Vec<usize> = memchr::memmem::find_iter(before.as_bytes(), old.as_bytes()).collect();
-    if starts.is_empty() {
+    // Counted without being collected: an edit of "a" in a large file must not hold a
+    // position per occurrence.
+    let (mut count, mut first, mut last) = (0usize, 0usize, 0usize);
+    for at in memchr::memmem::find_iter(before.as_bytes(), old.as_bytes()) {
+        if count == 0 {
+            first = at;
+        }
+        last = at;
+        count += 1;
+    }
+    if count == 0 {
         return Err(fs_error(
             ErrorCode::FsEditNotFound,
             format!("old_string was not found in \"{d}\""),
         ));
     }
-    if starts.len() > 1 && !req.replace_all {
+    if count > 1 && !req.replace_all {
         return Err(fs_error(
             ErrorCode::FsAmbiguousEdit,
             format!(
-                "old_string matched {} times in \"{d}\"; provide a more specific old_string or set replace_all to true",
-                starts.len()
+                "old_string matched {count} times in \"{d}\"; provide a more specific old_string or set replace_all to true"
             ),
         ));
     }
-    let used = if req.replace_all {
-        &starts[..]
+    let after = if req.replace_all {
+        before.replace(old.as_str(), &new)
     } else {
-        &starts[..1]
+        before.replacen(old.as_str(), &new, 1)
     };
-    // The new text, as pieces: what stays between the replacements, and the replacements.
-    let mut pieces: Vec<&str> = Vec::with_capacity(used.len() * 2 + 1);
-    let mut at = 0;
-    for &i in used {
-        pieces.push(&before[at..i]);
-        pieces.push(new.as_str());
-        at = i + old.len();
-    }
-    pieces.push(&before[at..]);
-    // The lines the replacements touch, before and after.
-    let first = used[0];
-    let last_end = used[used.len() - 1] + old.len();
+    // The lines the replacements touch, before and after. No occurrence starts between
+    // `w_start` and `first`, or after `last`, so replacing within the window gives the
+    // same text as replacing in the whole.
+    let last = if req.replace_all { last } else { first };
+    let last_end = last + old.len();
     let w_start = before[..first].rfind('\n').map_or(0, |i| i + 1);
     let w_end = before[last_end..]
         .find('\n')
         .map_or(before.len(), |i| last_end + i + 1);
     let first_line = memchr::memchr_iter(b'\n', &before.as_bytes()[..w_start]).count() + 1;
-    let mut after_window = String::new();
-    let mut at = w_start;
-    for &i in used {
-        after_window.push_str(&before[at..i]);
-        after_window.push_str(&new);
-        at = i + old.len();
-    }
-    after_window.push_str(&before[at..w_end]);
-    let mode = Some(st.st_mode & 0o777);
-    if crlf {
-        let after: String = pieces.concat().replace('\n', "\r\n");
-        let parts = [Part::Bytes(bom.as_bytes()), Part::Bytes(after.as_bytes())];
-        publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
+    let after_window = if req.replace_all {
+        before[w_start..w_end].replace(old.as_str(), &new)
     } else {
-        let mut parts = vec![Part::Bytes(bom.as_bytes())];
-        parts.extend(pieces.iter().map(|p| Part::Bytes(p.as_bytes())));
-        publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
-    }
+        before[w_start..w_end].replacen(old.as_str(), &new, 1)
+    };
+    let mode = Some(st.st_mode & 0o777);
+    let on_disk = if crlf {
+        after.replace('\n', "\r\n")
+    } else {
+        after
+    };
+    let parts = [Part::Bytes(bom.as_bytes()), Part::Bytes(on_disk.as_bytes())];
+    publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
+    drop(on_disk);
     let before_window = before[w_start..w_end].to_owned();
     let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
     Ok(EditOutcome {
@@ -282,7 +279,7 @@ pub(crate) fn edit(
         first_line,
         before: before_window,
         after: after_window,
-        replaced: used.len(),
+        replaced: if req.replace_all { count } else { 1 },
     })
 }
 

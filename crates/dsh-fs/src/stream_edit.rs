@@ -11,8 +11,9 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 
-/// The most occurrences a streamed edit replaces; more go to the whole-file edit.
-pub(crate) const MAX_STARTS: usize = 1 << 20;
+/// The most occurrences a streamed edit replaces (each is a write and a copy); more go to
+/// the whole-file edit.
+pub(crate) const MAX_STARTS: usize = 4096;
 
 const CHUNK: usize = 1 << 20;
 

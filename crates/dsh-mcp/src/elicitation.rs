@@ -50,6 +50,8 @@ pub(crate) struct Flight {
     pub(crate) task: JoinHandle<ToolResult>,
     pub(crate) asks: mpsc::Receiver<Ask>,
     pub(crate) cancel: CancelToken,
+    /// The call's run slot; given back while the call is parked for a human.
+    pub(crate) slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// The calls of one connection that may ask, and the parked ones. Shared by the server
@@ -62,6 +64,8 @@ pub(crate) struct Desk {
     parked: Mutex<HashMap<String, (Flight, oneshot::Sender<ApprovalOutcome>)>>,
     /// Held (shared) by every running call; [`Desk::close`] takes it whole to wait for all.
     active: Arc<tokio::sync::RwLock<()>>,
+    /// Set for good by [`Desk::close`]: no call starts or parks after it.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// Held by a running call until it ends.
@@ -75,9 +79,13 @@ impl Desk {
         call_id: &str,
         cancel: &CancelToken,
     ) -> Option<(mpsc::Receiver<Ask>, Running)> {
+        let mut routes = lock(&self.routes);
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         let running = self.active.clone().try_read_owned().ok()?;
         let (tx, rx) = mpsc::channel(1);
-        lock(&self.routes).insert(call_id.to_owned(), (tx, cancel.clone()));
+        routes.insert(call_id.to_owned(), (tx, cancel.clone()));
         Some((rx, running))
     }
 
@@ -91,8 +99,18 @@ impl Desk {
         flight: Flight,
         reply: oneshot::Sender<ApprovalOutcome>,
     ) -> String {
+        let mut flight = flight;
+        flight.slot = None;
         let state = format!("dsh-{}", dsh_core::spill::random_hex(32));
-        lock(&self.parked).insert(state.clone(), (flight, reply));
+        let mut parked = lock(&self.parked);
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            // The connection is over: the question is answered at once.
+            let _ = reply.send(ApprovalOutcome::Cancelled);
+            flight.cancel.cancel("the MCP client went away");
+            return state;
+        }
+        parked.insert(state.clone(), (flight, reply));
+        drop(parked);
         let (desk, key) = (Arc::downgrade(self), state.clone());
         tokio::spawn(async move {
             tokio::time::sleep(PARK_LIMIT).await;
@@ -132,6 +150,13 @@ impl Desk {
     /// ones are cancelled (killing their processes); then waits, at most `limit`, for all
     /// of them to end, so their outcomes are in the session log before it closes.
     pub(crate) async fn close(&self, limit: std::time::Duration) {
+        {
+            // Under both locks, so that no call starts or parks unseen.
+            let _routes = lock(&self.routes);
+            let _parked = lock(&self.parked);
+            self.closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let parked: Vec<_> = lock(&self.parked).drain().map(|(_, v)| v).collect();
         for (flight, reply) in parked {
             let _ = reply.send(ApprovalOutcome::Cancelled);

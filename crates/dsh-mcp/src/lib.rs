@@ -82,6 +82,7 @@ impl DshServer {
     /// running one is cancelled (its processes killed); waits up to 10 s for them to be
     /// logged. Call it when the connection is over, before closing the session.
     pub async fn close(&self) {
+        self.slots.close();
         self.desk.close(CLOSE_LIMIT).await;
     }
 
@@ -252,13 +253,17 @@ impl ServerHandler for DshServer {
                     .input_responses
                     .as_ref()
                     .and_then(|r| r.get(elicitation::INPUT_KEY));
+                let mut flight = flight;
+                // The call runs again: it takes a run slot back first.
+                flight.slot = self.slots.clone().acquire_owned().await.ok();
                 let _ = reply.send(elicitation::outcome_of_response(response));
                 flight
             }
             None => {
                 let slot = tokio::select! {
-                    slot = self.slots.clone().acquire_owned() => slot.ok(),
+                    biased;
                     () = context.ct.cancelled() => None,
+                    slot = self.slots.clone().acquire_owned() => slot.ok(),
                 };
                 let Some(slot) = slot else {
                     return Err(McpError::internal_error(
@@ -283,7 +288,7 @@ impl ServerHandler for DshServer {
                 let (world, session, token) = (world.clone(), session.clone(), cancel.clone());
                 let task = tokio::spawn(async move {
                     let result = world.call(Some(&session), call, token).await;
-                    drop((running, slot));
+                    drop(running);
                     result
                 });
                 Flight {
@@ -293,6 +298,7 @@ impl ServerHandler for DshServer {
                     task,
                     asks,
                     cancel,
+                    slot: Some(slot),
                 }
             }
         };

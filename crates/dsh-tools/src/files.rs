@@ -535,6 +535,12 @@ fn line_diff(before: &str, after: &str) -> Value {
     let mid_b = &before[head_cut..before.len() - tail_cut];
     let mid_a = &after[head_cut..after.len() - tail_cut];
     let (head, removed, added) = lines_changed(mid_b, mid_a);
+    if (removed, added) == (0, 0) {
+        // The middles differ only in what `lines` ignores (a `\r` before a `\n`): the
+        // line-by-line head runs on into the tail, so count the whole.
+        let (head, removed, added) = lines_changed(before, after);
+        return json!({"firstLine": head + 1, "removed": removed, "added": added});
+    }
     json!({
         "firstLine": head_lines + head + 1,
         "removed": removed,
@@ -591,7 +597,7 @@ mod tests {
     use super::{line_diff, lines_changed};
     use serde_json::json;
 
-    /// Every text of up to 5 characters over `a`, `b` and a newline.
+    /// Every text of up to 5 characters over `a`, `\r` and `\n`.
     fn texts() -> Vec<String> {
         let mut all = vec![String::new()];
         let mut last = vec![String::new()];

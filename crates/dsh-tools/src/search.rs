@@ -324,9 +324,12 @@ fn grep_blocking(
         .threads(threads)
         .build_parallel()
         .run(|| {
+            // A line longer than the heap limit is not searched: its file is skipped, as an
+            // unreadable one is.
             let mut searcher = SearcherBuilder::new()
                 .binary_detection(BinaryDetection::quit(0))
                 .line_number(true)
+                .heap_limit(Some(64 << 20))
                 .build();
             let (matcher, kept, seen, inc, root, cwd, cancel) =
                 (matcher.clone(), &kept, &seen, &inc, &root, &cwd, &cancel);
@@ -354,7 +357,7 @@ fn grep_blocking(
                     Lossy(|number, line| {
                         let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
                         keep_first(kept, (path.clone(), number), line);
-                        Ok(n < SEARCH_MAX_FOUND)
+                        Ok(n < SEARCH_MAX_FOUND && !cancel.is_cancelled())
                     }),
                 );
                 WalkState::Continue
