@@ -12,7 +12,7 @@
 //! changed) or be create-only (never replacing a file that appeared meanwhile).
 //!
 //! Providers: [`LocalFs`] (the host, no policy) and [`SandboxedFs`] (the same, fenced by
-//! each call's [`SandboxPolicy`](dsh_sandbox::SandboxPolicy): writes only beneath the
+//! each call's [`SandboxPolicy`]: writes only beneath the
 //! writable roots, never into a protected path, checked by the kernel with
 //! `openat2(RESOLVE_BENEATH)` from the root's directory fd, so no symlink swap between the
 //! check and the write can escape).

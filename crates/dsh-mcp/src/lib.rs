@@ -1,5 +1,5 @@
-//! dsh over MCP: every tool of a [`World`] served to any agent, one session per
-//! connection, on the official Rust SDK (`rmcp`, pinned exactly).
+//! dsh over MCP: every tool of a [`World`](dsh_tools::World) served to any agent, one
+//! session per connection, on the official Rust SDK (`rmcp`, pinned exactly).
 //!
 //! [`DshServer`] answers `tools/list` with each tool's name, description, JSON schema and
 //! honest annotations (read-only, destructive, idempotent, open-world hints), and
@@ -14,9 +14,11 @@
 //! elicitation ([`elicitation`] says how, for old and new protocol versions); a client
 //! without elicitation gets `unavailable` and the call fails closed, saying so.
 //!
-//! [`LineTransport`] frames the protocol on stdio: every line gets an answer, a message
-//! over 16 MiB a JSON-RPC error instead of silence. Nothing but protocol goes to stdout;
-//! diagnostics go to stderr.
+//! [`LineTransport`] frames the protocol on stdio: every bad request gets an answer, a
+//! message over 16 MiB a JSON-RPC error instead of silence. Calls run concurrently up to
+//! what the open-file limit allows, and queue beyond it. When the connection ends,
+//! [`DshServer::close`] cancels and awaits every call. Nothing but protocol goes to
+//! stdout; diagnostics go to stderr.
 
 pub mod elicitation;
 mod transport;

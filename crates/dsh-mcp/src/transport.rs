@@ -27,7 +27,8 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// How much of an oversized line is kept to find its id.
 const HEAD_BYTES: usize = 4096;
 
-/// JSON-RPC over newline-delimited lines of `R` and `W`. See the [module docs](self).
+/// JSON-RPC over newline-delimited lines of `R` and `W`: a size cap, and an answer (or an
+/// error to the SDK) for every bad line; see [`MAX_MESSAGE_BYTES`].
 ///
 /// `receive` is cancel-safe (the SDK polls it in a `select!`): a line read in part stays
 /// in `line` until the next call finishes it.
