@@ -422,4 +422,36 @@ mod tests {
         drop(t);
         assert!(answers(out).await.is_empty(), "nothing is written back");
     }
+
+    #[tokio::test]
+    async fn random_bytes_never_panic_and_every_line_is_consumed() {
+        // A fixed pseudo-random stream of lines drawn from JSON-ish bytes and junk.
+        let alphabet = b"{}[]\":,\\ idjsonrpcmethod0123456789-+.eE\xff\xc3\r\t";
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut input = Vec::new();
+        for _ in 0..2000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 80) as usize;
+            for k in 0..len {
+                let r = state.rotate_left(k as u32 * 7);
+                input.push(alphabet[(r % alphabet.len() as u64) as usize]);
+            }
+            input.push(b'\n');
+        }
+        let input: &'static [u8] = Box::leak(input.into_boxed_slice());
+        let (mut t, out) = transport(input);
+        let reader = tokio::spawn(answers(out));
+        while Transport::<rmcp::RoleServer>::receive(&mut t)
+            .await
+            .is_some()
+        {}
+        drop(t);
+        let written = reader.await.expect("answers");
+        assert!(
+            written.iter().all(|a| a["jsonrpc"] == "2.0"),
+            "only JSON-RPC is written"
+        );
+    }
 }
