@@ -121,8 +121,6 @@ async fn a_policy_ask_is_elicited_and_its_answer_decides() {
             "{action}: {result}"
         );
     }
-    drop(send);
-    drop(lines);
     server.close().await;
     running.abort();
 }
