@@ -320,23 +320,24 @@ fn edit_streamed(
         0
     };
     let old = to_lf(&req.old);
-    let scan =
-        match stream_edit::scan(&src, old.as_bytes(), req.replace_all, bom).map_err(failed)? {
-            Err(NotText::Binary) => {
-                return Err(fs_error(
-                    ErrorCode::FsNotText,
-                    format!("cannot edit \"{d}\": binary file"),
-                ))
-            }
-            Err(NotText::InvalidUtf8) => {
-                return Err(fs_error(
-                    ErrorCode::FsNotText,
-                    format!("cannot edit \"{d}\": invalid UTF-8 text"),
-                ))
-            }
-            Ok(None) => return Ok(None),
-            Ok(Some(scan)) => scan,
-        };
+    let scan = match stream_edit::scan(&src, size, old.as_bytes(), req.replace_all, bom)
+        .map_err(failed)?
+    {
+        Err(NotText::Binary) => {
+            return Err(fs_error(
+                ErrorCode::FsNotText,
+                format!("cannot edit \"{d}\": binary file"),
+            ))
+        }
+        Err(NotText::InvalidUtf8) => {
+            return Err(fs_error(
+                ErrorCode::FsNotText,
+                format!("cannot edit \"{d}\": invalid UTF-8 text"),
+            ))
+        }
+        Ok(None) => return Ok(None),
+        Ok(Some(scan)) => scan,
+    };
     if scan.count == 0 {
         return Err(fs_error(
             ErrorCode::FsEditNotFound,
@@ -356,30 +357,44 @@ fn edit_streamed(
     let len = old.len() as u64;
     let starts = &scan.starts;
     let last_end = starts[starts.len() - 1] + len;
-    let w_start = stream_edit::line_start(&src, starts[0]).map_err(failed)?;
+    // The window starts after the BOM, as the whole-file edit's does.
+    let w_start = stream_edit::line_start(&src, starts[0])
+        .map_err(failed)?
+        .max(bom);
     let w_end = stream_edit::line_end(&src, last_end, size).map_err(failed)?;
-    let before = stream_edit::read_range(&src, w_start, w_end).map_err(failed)?;
-    let rel = |at: u64| usize::try_from(at - w_start).unwrap_or(0);
+    // The file as scanned: same version (checked again below), and the text read back
+    // must hold the occurrences where the scan saw them.
+    let unchanged = || match rustix::fs::fstat(&src) {
+        Ok(now) if version_of(&now) == version_of(&opened) => Ok(()),
+        _ => Err(stale()),
+    };
+    let before = stream_edit::read_range(&src, w_start, w_end).map_err(|_| stale())?;
+    unchanged()?;
+    let rel = |at: u64| usize::try_from(at.saturating_sub(w_start)).unwrap_or(usize::MAX);
+    let slice = |a: u64, b: u64| before.get(rel(a)..rel(b)).ok_or_else(stale);
     let mut after = String::with_capacity(before.len());
     let mut parts = Vec::with_capacity(starts.len() * 2 + 1);
     let mut at = 0;
     for &start in starts {
-        if at >= w_start {
-            after.push_str(&before[rel(at)..rel(start)]);
-        } else {
-            after.push_str(&before[..rel(start)]);
+        if slice(start, start + len)? != old {
+            return Err(stale());
         }
+        after.push_str(slice(at.max(w_start), start)?);
         after.push_str(&new);
         parts.push(Part::Copy(&src, at, start - at));
         parts.push(Part::Bytes(new.as_bytes()));
         at = start + len;
     }
-    after.push_str(&before[rel(at)..]);
+    after.push_str(slice(at, w_end)?);
     parts.push(Part::Copy(&src, at, size - at));
-    // The copy reads the file as it is now: it must still be the version scanned.
-    let check = || match rustix::fs::fstat(&src) {
-        Ok(now) if version_of(&now) == version_of(&opened) => Ok(()),
-        _ => Err(stale()),
+    // The copy reads the file as it is now: it must still be the version scanned, and
+    // still be the file at `name`.
+    let check = || {
+        unchanged()?;
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(now) if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino) => Ok(()),
+            _ => Err(stale()),
+        }
     };
     publish(
         dir,
@@ -447,8 +462,16 @@ fn publish(
         .map_err(|e| io("write", display, e))?;
         let mut file = std::fs::File::from(fd);
         for part in parts {
-            part.write_to(&mut file)
-                .map_err(|e| crate::os_error("write", display, e))?;
+            part.write_to(&mut file).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    fs_error(
+                        ErrorCode::FsStaleVersion,
+                        format!("cannot write \"{d}\": the file changed while it was copied"),
+                    )
+                } else {
+                    crate::os_error("write", display, e)
+                }
+            })?;
         }
         file.sync_all()
             .map_err(|e| crate::os_error("write", display, e))?;

@@ -32,10 +32,13 @@ pub(crate) enum NotText {
     InvalidUtf8,
 }
 
-/// Scans `file` for `old` (see the [module docs](self)). `Ok(None)`: leave it to the
-/// whole-file edit. Occurrences starting before `skip` (a BOM) are not counted.
+/// Scans the first `size` bytes of `file` for `old` (see the [module docs](self)).
+/// `Ok(None)`: leave it to the whole-file edit. Occurrences starting before `skip` (a
+/// BOM) are not counted. Occurrences are found as `str::match_indices` finds them: left
+/// to right, each search resuming where the last occurrence ended.
 pub(crate) fn scan(
     file: &File,
+    size: u64,
     old: &[u8],
     all: bool,
     skip: u64,
@@ -51,10 +54,13 @@ pub(crate) fn scan(
         lines_before_first: 0,
     };
     loop {
-        let n = file.read_at(
-            &mut work[new_from..new_from + CHUNK],
-            work_start + new_from as u64,
-        )?;
+        let pos = work_start + new_from as u64;
+        let want = usize::try_from(size.saturating_sub(pos).min(CHUNK as u64)).unwrap_or(CHUNK);
+        let n = if want == 0 {
+            0
+        } else {
+            file.read_at(&mut work[new_from..new_from + want], pos)?
+        };
         let end = new_from + n;
         if n == 0 {
             if invalid || utf8_from < end {
@@ -80,13 +86,17 @@ pub(crate) fn scan(
             // Nothing more to validate: no UTF-8 carry to keep.
             utf8_from = end;
         }
-        for p in finder.find_iter(&work[..end]) {
+        // Resume where the last round could not look (an occurrence needs `old.len()`
+        // bytes), after the last occurrence, and past the BOM.
+        let floor = (new_from + 1).saturating_sub(old.len());
+        let after_last =
+            usize::try_from(next_allowed.max(skip).saturating_sub(work_start)).unwrap_or(end);
+        let mut from = floor.max(after_last);
+        while from < end {
+            let Some(p) = finder.find(&work[from..end]).map(|p| from + p) else {
+                break;
+            };
             let at = work_start + p as u64;
-            // Found in the last round (it lies in the bytes kept from it), overlapping the
-            // last occurrence, or inside the BOM.
-            if p + old.len() <= new_from || at < next_allowed || at < skip {
-                continue;
-            }
             if found.count == 0 {
                 found.lines_before_first = if p >= new_from {
                     lines_before_new + memchr::memchr_iter(b'\n', &work[new_from..p]).count()
@@ -102,6 +112,7 @@ pub(crate) fn scan(
                 found.starts.push(at);
             }
             next_allowed = at + old.len() as u64;
+            from = p + old.len();
         }
         lines_before_new += memchr::memchr_iter(b'\n', &work[new_from..end]).count();
         // Keep what a match or a UTF-8 sequence may still need from this round.
@@ -171,7 +182,8 @@ impl Part<'_> {
         while len > 0 {
             let want = usize::try_from(len.min(1 << 30)).unwrap_or(1 << 30);
             match rustix::fs::copy_file_range(src, Some(&mut off), &*out, None, want) {
-                Ok(0) => return Err(shrank()),
+                // Some filesystems answer 0 before the end: let the plain copy decide.
+                Ok(0) => return copy_through_memory(src, off, len, out),
                 Ok(n) => len -= n as u64,
                 Err(e) if e == rustix::io::Errno::INTR => {}
                 // Not supported here (another filesystem, an old kernel): copy through memory.
@@ -213,6 +225,10 @@ fn shrank() -> std::io::Error {
 mod tests {
     use super::*;
 
+    fn len(f: &File) -> u64 {
+        f.metadata().expect("metadata").len()
+    }
+
     fn file_with(content: &[u8]) -> (tempfile::TempDir, File) {
         let d = tempfile::tempdir().expect("tempdir");
         std::fs::write(d.path().join("f"), content).expect("write");
@@ -234,7 +250,7 @@ mod tests {
         }
         let want_lines = content[..at[0]].iter().filter(|&&c| c == b'\n').count();
         let (_d, f) = file_with(&content);
-        let scan = scan(&f, b"needle", true, 0)
+        let scan = scan(&f, len(&f), b"needle", true, 0)
             .expect("io")
             .expect("text")
             .expect("lf");
@@ -243,7 +259,7 @@ mod tests {
             at.iter().map(|&a| a as u64).collect::<Vec<_>>()
         );
         assert_eq!((scan.count, scan.lines_before_first), (4, want_lines));
-        let first = super::scan(&f, b"needle", false, 0)
+        let first = super::scan(&f, len(&f), b"needle", false, 0)
             .expect("io")
             .expect("text")
             .expect("lf");
@@ -251,9 +267,41 @@ mod tests {
     }
 
     #[test]
+    fn self_overlapping_occurrences_across_a_boundary_match_str_match_indices() {
+        for (old, run) in [("  ", 4usize), ("aa", 5), ("----", 9), ("aba", 7)] {
+            let mut content = vec![b'x'; 3 * CHUNK];
+            for k in 0..run {
+                content[CHUNK - 2 + k] = old.as_bytes()[k % old.len()];
+            }
+            let text = String::from_utf8(content.clone()).expect("utf-8");
+            let want: Vec<u64> = text.match_indices(old).map(|(i, _)| i as u64).collect();
+            let (_d, f) = file_with(&content);
+            let got = scan(&f, len(&f), old.as_bytes(), true, 0)
+                .expect("io")
+                .expect("text")
+                .expect("lf");
+            assert_eq!(
+                (got.starts, got.count),
+                (want.clone(), want.len()),
+                "{old:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_past_the_given_size_are_not_read() {
+        let (_d, f) = file_with(b"one\ntwo needle\n");
+        let got = scan(&f, 4, b"needle", true, 0)
+            .expect("io")
+            .expect("text")
+            .expect("lf");
+        assert_eq!(got.count, 0, "only the first 4 bytes are scanned");
+    }
+
+    #[test]
     fn overlapping_occurrences_count_as_str_matches_does() {
         let (_d, f) = file_with(b"aaaaa\n");
-        let scan = scan(&f, b"aa", true, 0)
+        let scan = scan(&f, len(&f), b"aa", true, 0)
             .expect("io")
             .expect("text")
             .expect("lf");
@@ -265,23 +313,23 @@ mod tests {
         let mut content = vec![b'a'; CHUNK - 1];
         content.extend_from_slice("é and more\n".as_bytes());
         let (_d, f) = file_with(&content);
-        assert!(scan(&f, b"more", true, 0).expect("io").is_ok());
+        assert!(scan(&f, len(&f), b"more", true, 0).expect("io").is_ok());
         let mut bad = content.clone();
         bad[CHUNK + 5] = 0xff;
         let (_d2, f) = file_with(&bad);
         assert_eq!(
-            scan(&f, b"more", true, 0).expect("io").err(),
+            scan(&f, len(&f), b"more", true, 0).expect("io").err(),
             Some(NotText::InvalidUtf8)
         );
         bad[CHUNK] = 0;
         let (_d3, f) = file_with(&bad);
         assert_eq!(
-            scan(&f, b"more", true, 0).expect("io").err(),
+            scan(&f, len(&f), b"more", true, 0).expect("io").err(),
             Some(NotText::Binary)
         );
         let (_d4, f) = file_with(b"a\r\nb\n");
         assert!(
-            matches!(scan(&f, b"b", true, 0).expect("io"), Ok(None)),
+            matches!(scan(&f, len(&f), b"b", true, 0).expect("io"), Ok(None)),
             "CRLF is left to the whole-file edit"
         );
     }

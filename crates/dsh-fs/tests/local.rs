@@ -489,6 +489,17 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
         ),
         (3, 2, "old x old\nb\nold\n", "NEW x NEW\nb\nNEW\n")
     );
+    // On the first line, the lines touched start after the BOM.
+    std::fs::write(root.join("q"), "\u{feff}x old\ny\n").expect("write");
+    let q = fs.resolve("q", None).await.expect("resolve");
+    let out = fs
+        .edit_text(&q, &edit("old", "new", false), None, None)
+        .await
+        .expect("edit");
+    assert_eq!(
+        (out.first_line, out.before.as_str(), out.after.as_str()),
+        (1, "x old\n", "x new\n")
+    );
     // A last line without a newline is a line too.
     let out = fs
         .edit_text(&t, &edit("z", "end", false), None, None)
