@@ -252,6 +252,18 @@ impl Domain {
         });
     }
 
+    /// Records a value the backend has stored: in the cache, then to the listeners.
+    fn remember(&self, table: &str, key: &str, value: Value) {
+        self.data
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .tables
+            .entry(table.to_owned())
+            .or_default()
+            .insert(key.to_owned(), value.clone());
+        self.emit(table, key, Some(value));
+    }
+
     /// Sets `table[key] = value`.
     ///
     /// # Errors
@@ -263,14 +275,7 @@ impl Domain {
         self.validate(table, key, &value)?;
         let _w = self.begin_write().await?;
         self.unit.put(table, key, &value).await?;
-        self.data
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .tables
-            .entry(table.to_owned())
-            .or_default()
-            .insert(key.to_owned(), value.clone());
-        self.emit(table, key, Some(value));
+        self.remember(table, key, value);
         Ok(())
     }
 
@@ -295,14 +300,7 @@ impl Domain {
         let new = f(&old);
         self.validate(table, key, &new)?;
         self.unit.put(table, key, &new).await?;
-        self.data
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .tables
-            .entry(table.to_owned())
-            .or_default()
-            .insert(key.to_owned(), new.clone());
-        self.emit(table, key, Some(new.clone()));
+        self.remember(table, key, new.clone());
         Ok(new)
     }
 

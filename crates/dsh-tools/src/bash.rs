@@ -105,8 +105,7 @@ impl Tool for BashTool {
     }
 
     fn parameters(&self, world: &World) -> Value {
-        let schema = schemars::schema_for!(BashArgs);
-        let mut v = serde_json::to_value(schema).unwrap_or_else(|_| json!({"type": "object"}));
+        let mut v = crate::args_schema::<BashArgs>();
         if world.sandbox().is_none() {
             if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
                 props.remove("sandbox_permissions");

@@ -126,8 +126,7 @@ async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
 }
 
 fn schema_of<T: JsonSchema>(world: &World) -> Value {
-    let mut v = serde_json::to_value(schemars::schema_for!(T))
-        .unwrap_or_else(|_| json!({"type": "object"}));
+    let mut v = crate::args_schema::<T>();
     let confined = world.fs().is_some_and(|f| f.sandbox_mode().is_some());
     if !confined {
         if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {

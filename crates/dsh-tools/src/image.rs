@@ -69,8 +69,7 @@ impl Tool for ReadImageTool {
     }
 
     fn parameters(&self, _world: &World) -> Value {
-        serde_json::to_value(schemars::schema_for!(ReadImageArgs))
-            .unwrap_or_else(|_| json!({"type": "object"}))
+        crate::args_schema::<ReadImageArgs>()
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {

@@ -226,3 +226,10 @@ pub trait PostExecute: Send + Sync {
 /// A synchronous check after the pre-execute hooks allowed a call: `Some(reason)` denies
 /// it. Guards can only deny.
 pub type Guard = Arc<dyn Fn(&CallView) -> Option<String> + Send + Sync>;
+
+/// The JSON schema of a tool's argument type (an empty object schema if it cannot be
+/// rendered, which a derived schema always can).
+pub(crate) fn args_schema<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+}

@@ -215,8 +215,7 @@ impl Tool for GlobTool {
     }
 
     fn parameters(&self, _world: &World) -> Value {
-        serde_json::to_value(schemars::schema_for!(GlobArgs))
-            .unwrap_or_else(|_| json!({"type": "object"}))
+        crate::args_schema::<GlobArgs>()
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
@@ -430,8 +429,7 @@ impl Tool for GrepTool {
     }
 
     fn parameters(&self, _world: &World) -> Value {
-        serde_json::to_value(schemars::schema_for!(GrepArgs))
-            .unwrap_or_else(|_| json!({"type": "object"}))
+        crate::args_schema::<GrepArgs>()
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
