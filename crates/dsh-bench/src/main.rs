@@ -6,7 +6,10 @@
 //!   state): `dsh exec --mode danger-full-access -- true` against `bash -c true`, and
 //!   against `timeout 1000 true`, which also execs twice, for context; the Landlock runner
 //!   (`--runner landlock --mode read-only`) against `bash -c true`; the bubblewrap runner
-//!   against the same bwrap argv run raw;
+//!   against the same bwrap argv run raw; and, as the floor under these, `dsh-spawn-floor`
+//!   (this package's launcher that only spawns and waits, built with the same profile)
+//!   running `true` against `bash -c true` and the raw bwrap argv against itself run raw:
+//!   no launcher in front of a program can do better on the machine;
 //! - capture throughput: `LocalBash::run` of a command printing 1 GiB against a raw pipe
 //!   drain of the same command, and the bench process's peak RSS while capturing 64 MiB
 //!   and 1 GiB (it must not grow with output size);
@@ -111,17 +114,33 @@ fn dsh_binary() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("DSH_BIN") {
         return Ok(PathBuf::from(p));
     }
+    release_binary("dsh", &["-p", "dsh"])
+        .map_err(|e| format!("{e}; set DSH_BIN to an existing dsh binary"))
+}
+
+/// The `dsh-spawn-floor` launcher, built now in release mode beside this bench binary.
+fn floor_binary() -> Result<PathBuf, String> {
+    release_binary(
+        "dsh-spawn-floor",
+        &["-p", "dsh-bench", "--bin", "dsh-spawn-floor"],
+    )
+}
+
+/// Builds `what` (cargo arguments) in release mode with the cargo that runs us and returns
+/// `name` in this bench binary's directory.
+fn release_binary(name: &str, what: &[&str]) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "dsh"])
+        .args(["build", "--release", "--quiet"])
+        .args(what)
         .status()
-        .map_err(|e| format!("cannot run cargo to build dsh: {e}; set DSH_BIN"))?;
+        .map_err(|e| format!("cannot run cargo to build {name}: {e}"))?;
     if !status.success() {
-        return Err("building dsh failed; set DSH_BIN to an existing binary".into());
+        return Err(format!("building {name} failed"));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().ok_or("no directory for the bench binary")?;
-    Ok(dir.join("dsh"))
+    Ok(dir.join(name))
 }
 
 fn time_once(cmd: &mut Command) -> Duration {
@@ -191,7 +210,8 @@ fn ratio_figure(
 /// Spawn latency: the process layer alone (`--mode danger-full-access`) against
 /// `bash -c true` and, for context, `timeout 1000 true` (which also execs twice); then
 /// each sandbox runner in read-only mode, Landlock against `bash -c true` and bubblewrap
-/// against the same bwrap argv run raw.
+/// against the same bwrap argv run raw; and the floor under each baseline (`dsh-spawn-floor`
+/// in front of the same program).
 fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
     let dsh = dsh.as_os_str().to_owned();
     let exec = |extra: &[&str]| {
@@ -219,6 +239,31 @@ fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         "(context)",
         None,
     ));
+    // The floor under every spawn figure: a launcher that only spawns and waits.
+    let floor = match floor_binary() {
+        Ok(f) => Some(f.into_os_string()),
+        Err(e) => {
+            eprintln!("dsh-bench: {e}; the spawn floors are skipped");
+            None
+        }
+    };
+    let floored = |inner: &[OsString]| {
+        floor.as_ref().map(|f| {
+            let mut v = vec![f.clone()];
+            v.extend_from_slice(inner);
+            v
+        })
+    };
+    if let Some(launcher) = floored(&argv(&["true"])) {
+        let (f, b) = compare(runs, &launcher, &bash);
+        out.push(ratio_figure(
+            "spawn: floor, launcher",
+            f,
+            b,
+            "(floor) bash -c",
+            None,
+        ));
+    }
 
     let sandbox = LocalSandbox::new();
     let usable = |r: Runner| {
@@ -264,6 +309,16 @@ fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
             "<= 1.15x raw bwrap",
             Some(1.15),
         ));
+        if let Some(launcher) = floored(&raw) {
+            let (f, b) = compare(runs, &launcher, &raw);
+            out.push(ratio_figure(
+                "spawn: floor, launcher + bwrap",
+                f,
+                b,
+                "(floor) raw bwrap",
+                None,
+            ));
+        }
     } else {
         eprintln!("dsh-bench: bubblewrap unusable here; its figure is skipped");
     }
