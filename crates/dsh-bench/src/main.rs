@@ -22,7 +22,8 @@
 //!   the same tree (skipped, saying so, without `rg`), and the `edit` tool on a 100 MiB
 //!   file against `cp` of that file (median of 5 each, interleaved, caches warm).
 //!
-//! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo);
+//! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo;
+//! when it is set, `dsh-spawn-floor` is taken from beside the bench binary if it is there);
 //! `DSH_BENCH_RUNS` sets N (default 300); `DSH_BENCH_ONLY` runs only the named groups
 //! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`).
 #![forbid(unsafe_code)]
@@ -118,8 +119,17 @@ fn dsh_binary() -> Result<PathBuf, String> {
         .map_err(|e| format!("{e}; set DSH_BIN to an existing dsh binary"))
 }
 
-/// The `dsh-spawn-floor` launcher, built now in release mode beside this bench binary.
+/// The `dsh-spawn-floor` launcher beside this bench binary: taken as it is when `DSH_BIN`
+/// is set (the caller built the binaries, e.g. statically with `--target`), else built now
+/// in release mode.
 fn floor_binary() -> Result<PathBuf, String> {
+    if std::env::var_os("DSH_BIN").is_some() {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let beside = exe.with_file_name("dsh-spawn-floor");
+        if beside.is_file() {
+            return Ok(beside);
+        }
+    }
     release_binary(
         "dsh-spawn-floor",
         &["-p", "dsh-bench", "--bin", "dsh-spawn-floor"],
