@@ -17,11 +17,18 @@ fn the_official_python_sdk_drives_dsh_mcp_in_both_protocol_eras() {
         eprintln!("skipped: set DSH_MCP_PYTHON to a Python with the `mcp` package (see .ci/run)");
         return;
     };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_sdk/drive.py");
+    // `cargo test` names this checkout at run time; the compile-time path can be another
+    // checkout's when a target directory is shared (cargo reuses the test binary).
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    );
+    let script = manifest_dir.join("tests/mcp_sdk/drive.py");
     for mode in ["legacy", "auto"] {
         let scratch = tempfile::tempdir().expect("tempdir");
         let out = Command::new(&python)
-            .args([script, env!("CARGO_BIN_EXE_dsh"), mode])
+            .arg(&script)
+            .args([env!("CARGO_BIN_EXE_dsh"), mode])
             .arg(scratch.path())
             .output()
             .expect("run the SDK driver");
