@@ -1,10 +1,12 @@
 //! bubblewrap argv shapes.
 //!
 //! Every confined call:
-//! `bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent
-//! --new-session --unshare-pid --cap-drop ALL`, then `--unshare-net --seccomp FD` when the network is denied (the namespace cuts IP and
-//! abstract sockets; the filter cuts connecting to host Unix socket paths, which a
-//! read-only bind does not), and under workspace-write:
+//! `bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --ro-bind /proc/sys
+//! /proc/sys` and `--ro-bind-try P P` for each of [`PROC_READ_ONLY`], then
+//! `--die-with-parent --new-session --unshare-pid --unshare-ipc --cap-drop ALL`, then
+//! `--unshare-net` when the network is denied (the namespace cuts IP and abstract
+//! sockets), and `--seccomp FD` (the filter cuts connecting to host Unix socket paths,
+//! which a read-only bind does not, and the user's keyrings), and under workspace-write:
 //! `--bind TMP TMP --bind TMP /tmp --bind ROOT ROOT ...` (the private temp directory, also
 //! as `/tmp` unless a writable root lies under `/tmp`; the workspace; the extra roots), then one read-only bind per protected path,
 //! after the writable binds so it wins: the path itself when it exists, else an empty
@@ -13,14 +15,29 @@
 //!
 //! `/dev` is bubblewrap's own minimal one, remounted read-only so that `/dev/shm` takes no
 //! writes (device nodes such as `/dev/null` stay writable: a read-only mount does not
-//! govern them). `--cap-drop ALL` matters when dsh runs as root. `--new-session` keeps a command from pushing keystrokes into the caller's terminal
-//! (`TIOCSTI`); `--unshare-pid` hides and protects host processes; `--die-with-parent`
+//! govern them). The fresh `/proc` keeps the kernel's settings read-only: without a user
+//! namespace a command of a root dsh is still uid 0, and the sysctl files check only the
+//! uid (`kernel.core_pattern` names a program the kernel runs as root on the host).
+//! `--cap-drop ALL` matters when dsh runs as root. `--new-session` keeps a command from pushing keystrokes into the caller's terminal
+//! (`TIOCSTI`); `--unshare-pid` hides and protects host processes; `--unshare-ipc` keeps
+//! host shared memory and message queues out of reach; `--die-with-parent`
 //! takes the sandbox down with its reaper.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::{Network, SandboxMode, SandboxPolicy};
+
+/// The parts of the fresh `/proc`, besides `/proc/sys`, that a root command could write to
+/// reach the host (`sysrq-trigger` reboots it), bound read-only where the kernel has them.
+pub const PROC_READ_ONLY: [&str; 6] = [
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/acpi",
+    "/proc/scsi",
+];
 
 /// One read-only carve-out inside a writable root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +53,7 @@ pub struct Carve {
 pub struct Layout {
     /// The private temp directory (writable and mounted at `/tmp` under workspace-write).
     pub temp: Option<PathBuf>,
-    /// The fd number the seccomp program will have in bwrap (network denied).
+    /// The fd number the seccomp program will have in bwrap.
     pub seccomp_fd: Option<i32>,
     /// The protected carve-outs, in order.
     pub carves: Vec<Carve>,
@@ -61,18 +78,27 @@ pub fn argv(
         "/dev",
         "--proc",
         "/proc",
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
+    ]);
+    for p in PROC_READ_ONLY {
+        push(&["--ro-bind-try", p, p]);
+    }
+    push(&[
         "--die-with-parent",
         "--new-session",
         "--unshare-pid",
+        "--unshare-ipc",
         "--cap-drop",
         "ALL",
     ]);
     if policy.network == Network::Deny {
         push(&["--unshare-net"]);
-        if let Some(fd) = layout.seccomp_fd {
-            out.push("--seccomp".into());
-            out.push(fd.to_string().into());
-        }
+    }
+    if let Some(fd) = layout.seccomp_fd {
+        out.push("--seccomp".into());
+        out.push(fd.to_string().into());
     }
     if policy.mode == SandboxMode::WorkspaceWrite {
         let mut bind = |flag: &str, from: &Path, to: &Path| {
@@ -117,6 +143,13 @@ pub fn probe_argv(program: &Path) -> Vec<OsString> {
 mod tests {
     use super::*;
 
+    /// The start every argv shares: the root, `/dev`, and `/proc` with its read-only parts.
+    const PROC: &str = "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc \
+        --ro-bind /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
+        --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus \
+        --ro-bind-try /proc/fs /proc/fs --ro-bind-try /proc/acpi /proc/acpi \
+        --ro-bind-try /proc/scsi /proc/scsi";
+
     fn strs(v: &[OsString]) -> Vec<String> {
         v.iter().map(|s| s.to_string_lossy().into_owned()).collect()
     }
@@ -141,7 +174,7 @@ mod tests {
         );
         assert_eq!(
             strs(&a).join(" "),
-            "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent --new-session --unshare-pid --cap-drop ALL -- true"
+            format!("{PROC} --die-with-parent --new-session --unshare-pid --unshare-ipc --cap-drop ALL -- true")
         );
     }
 
@@ -163,9 +196,11 @@ mod tests {
         );
         assert_eq!(
             strs(&a).join(" "),
-            "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc --die-with-parent --new-session \
-             --unshare-pid --cap-drop ALL --unshare-net --seccomp 3 --bind /t /t --bind /t /tmp --bind /ws /ws \
-             --ro-bind /ws/.git/hooks /ws/.git/hooks -- bash -c x"
+            format!(
+                "{PROC} --die-with-parent --new-session --unshare-pid --unshare-ipc --cap-drop ALL \
+                 --unshare-net --seccomp 3 --bind /t /t --bind /t /tmp --bind /ws /ws \
+                 --ro-bind /ws/.git/hooks /ws/.git/hooks -- bash -c x"
+            )
         );
     }
 }

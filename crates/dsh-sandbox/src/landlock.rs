@@ -256,15 +256,25 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
 /// What a Landlock ABI leaves unenforced for a policy, as the reason of a partial
 /// enforcement; `None` when it enforces everything.
 pub fn gaps(abi: u32) -> Option<String> {
+    let mut missing = Vec::new();
     if abi < 3 {
-        Some(format!(
-            "Landlock ABI {abi} cannot deny truncate (needs ABI 3, Linux 6.2) or device ioctl (ABI 5, Linux 6.10)"
-        ))
-    } else if abi < 5 {
-        Some(format!(
-            "Landlock ABI {abi} cannot deny ioctl on devices (needs ABI 5, Linux 6.10)"
-        ))
-    } else {
+        missing.push("deny truncate (needs ABI 3, Linux 6.2)");
+    }
+    if abi < 5 {
+        missing.push("deny ioctl on devices (needs ABI 5, Linux 6.10)");
+    }
+    if abi < 6 {
+        missing.push(
+            "keep signals inside the sandbox (needs ABI 6, Linux 6.12): the command can \
+             signal any process of its user",
+        );
+    }
+    if missing.is_empty() {
         None
+    } else {
+        Some(format!(
+            "Landlock ABI {abi} cannot {}",
+            missing.join(", nor ")
+        ))
     }
 }

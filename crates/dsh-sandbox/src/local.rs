@@ -264,16 +264,24 @@ impl LocalSandbox {
                 if let Some(gap) = landlock::gaps(abi) {
                     gaps.push(gap);
                 }
-                if policy.mode == SandboxMode::WorkspaceWrite && !policy.protected.is_empty() {
+                if policy.mode == SandboxMode::WorkspaceWrite {
+                    if !policy.protected.is_empty() {
+                        gaps.push(
+                            "Landlock cannot keep protected paths (.git/hooks, .git/config, rc files…) \
+                             read-only or uncreatable inside a writable root (bubblewrap can)"
+                                .into(),
+                        );
+                    }
                     gaps.push(
-                        "Landlock cannot keep protected paths (.git/hooks, .git/config, rc files…) \
-                         read-only or uncreatable inside a writable root (bubblewrap can)"
+                        "Landlock cannot stop chmod, chown, utime or xattr changes to files \
+                         outside the writable roots (bubblewrap's read-only mounts can)"
                             .into(),
                     );
                 }
-                if policy.network == Network::Deny && !seccomp::supported() {
+                if !seccomp::supported() {
                     gaps.push(
-                        "no seccomp filter for this architecture: the network stays reachable"
+                        "no seccomp filter for this architecture: the network (when denied), \
+                         file metadata, the user's keyrings and host IPC stay reachable"
                             .into(),
                     );
                 }
@@ -286,9 +294,10 @@ impl LocalSandbox {
                 } else {
                     self.bwrap_path()?;
                 }
-                if policy.network == Network::Deny && !seccomp::supported() {
+                if !seccomp::supported() {
                     gaps.push(
-                        "no seccomp filter for this architecture: host Unix socket paths stay reachable"
+                        "no seccomp filter for this architecture: host Unix socket paths (when \
+                         the network is denied) and the user's keyrings stay reachable"
                             .into(),
                     );
                 }
@@ -386,14 +395,20 @@ impl LocalSandbox {
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let mut inherit = Vec::new();
         let mut seccomp_fd = None;
-        if policy.network == Network::Deny {
-            if let Some(program) = seccomp::network_deny_program() {
-                inherit.push((
-                    program_pipe(&seccomp::to_bytes(&program))?,
-                    BWRAP_SECCOMP_FD,
-                ));
-                seccomp_fd = Some(BWRAP_SECCOMP_FD);
-            }
+        // Read-only mounts govern metadata, and bubblewrap unshares IPC; the network and
+        // the keyrings are left to the filter.
+        let denials = seccomp::Denials {
+            network: policy.network == Network::Deny,
+            metadata: false,
+            keyrings: true,
+            host_ipc: false,
+        };
+        if let Some(program) = seccomp::program(denials) {
+            inherit.push((
+                program_pipe(&seccomp::to_bytes(&program))?,
+                BWRAP_SECCOMP_FD,
+            ));
+            seccomp_fd = Some(BWRAP_SECCOMP_FD);
         }
         let layout = bwrap::Layout {
             temp: area.map(|a| a.temp.clone()),
@@ -523,11 +538,16 @@ impl LocalSandbox {
             drop_capabilities: true,
             no_new_privs: true,
             landlock: Some(ruleset.into_fd()),
-            seccomp: if deny_network {
-                seccomp::network_deny_program().map(Vec::into_boxed_slice)
-            } else {
-                None
-            },
+            // Landlock governs neither metadata, nor keyrings, nor IPC (see `seccomp`).
+            // Under workspace-write metadata changes stay allowed (the workspace needs
+            // them), which `enforcement` reports.
+            seccomp: seccomp::program(seccomp::Denials {
+                network: deny_network,
+                metadata: policy.mode == SandboxMode::ReadOnly,
+                keyrings: true,
+                host_ipc: true,
+            })
+            .map(Vec::into_boxed_slice),
             inherit: Vec::new(),
         })
     }

@@ -1,21 +1,31 @@
-//! The seccomp filter that denies the network to a confined command.
+//! The seccomp filter of a confined command: what the kernel's other mechanisms leave open.
 //!
-//! [`network_deny_program`] returns a classic BPF program that answers `EPERM` to:
-//! - `socket` and `socketpair` of any family but `AF_UNIX`, and of `AF_UNIX` datagram
-//!   sockets (an unconnected datagram socket can `sendmsg` to any host socket path);
-//! - `connect` (with only Unix stream and seqpacket sockets left, connecting is exactly how
-//!   a command would reach a host daemon, by path or abstract name);
-//! - `io_uring_setup`, `io_uring_enter`, `io_uring_register` (io_uring performs socket
+//! [`program`] returns a classic BPF program that answers `EPERM` to the syscalls of the
+//! [`Denials`] asked for:
+//! - **network**: `socket` and `socketpair` of any family but `AF_UNIX`, and of `AF_UNIX`
+//!   datagram sockets (an unconnected datagram socket can `sendmsg` to any host socket
+//!   path); `connect` (with only Unix stream and seqpacket sockets left, connecting is
+//!   exactly how a command would reach a host daemon, by path or abstract name);
+//!   `io_uring_setup`, `io_uring_enter`, `io_uring_register` (io_uring performs socket
 //!   operations the filter never sees);
-//! - every syscall of another architecture's ABI (i386 `int 0x80`, x32), which would
-//!   otherwise bypass the numbers checked here.
+//! - **metadata**: `chmod`, `chown`, `utime` and the extended-attribute setters and
+//!   removers, in every variant. Landlock governs a file's contents and names, not its
+//!   mode, owner, times or xattrs: without this a read-only command could `chmod 4755` a
+//!   root-owned binary, or `chmod 777 ~/.ssh`;
+//! - **keyrings**: `add_key`, `request_key`, `keyctl`. The kernel keyrings belong to the
+//!   user, not to a namespace: a command could read or plant the host user's keys;
+//! - **host IPC**: System V shared memory, semaphores and message queues, and POSIX
+//!   message queues. They live in the IPC namespace, which the Landlock runner shares with
+//!   the host (bubblewrap unshares it instead);
+//! - always, every syscall of another architecture's ABI (i386 `int 0x80`, x32), which
+//!   would otherwise bypass the numbers checked here.
 //!
 //! A `socketpair(AF_UNIX, SOCK_STREAM)` made inside still works, with `send`, `sendmsg` and
 //! `recv` (Python's asyncio relies on it), and so does `bind`/`listen`/`accept` on a Unix
 //! socket of the sandbox's own.
 //!
-//! The same program serves both runners: the Landlock runner installs it in the child;
-//! bubblewrap receives it on an fd (`--seccomp FD`) and installs it just before `exec`.
+//! The Landlock runner installs the program in the child; bubblewrap receives it on an fd
+//! (`--seccomp FD`) and installs it just before `exec`.
 
 /// One BPF instruction (`struct sock_filter`).
 pub type Instruction = libc::sock_filter;
@@ -45,14 +55,27 @@ const AUDIT_ARCH: Option<u32> = None;
 /// The x32 ABI marks its syscall numbers with this bit (x86_64 only).
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// Whether this build has a network-deny filter for its architecture (x86_64, aarch64).
+/// Whether this build has a seccomp filter for its architecture (x86_64, aarch64).
 pub const fn supported() -> bool {
     AUDIT_ARCH.is_some()
 }
 
-/// The network-deny program (see the [module docs](self)), or `None` on an architecture
-/// it is not written for.
-pub fn network_deny_program() -> Option<Vec<Instruction>> {
+/// What a [`program`] denies (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Denials {
+    /// Every socket but a Unix stream or seqpacket one, `connect`, io_uring.
+    pub network: bool,
+    /// Mode, owner, time and extended-attribute changes on any file.
+    pub metadata: bool,
+    /// The user's kernel keyrings.
+    pub keyrings: bool,
+    /// System V IPC and POSIX message queues.
+    pub host_ipc: bool,
+}
+
+/// The filter for `denials` (see the [module docs](self)), or `None` on an architecture it
+/// is not written for.
+pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
     let arch = AUDIT_ARCH?;
     let mut p = Program::default();
     p.load(OFF_ARCH);
@@ -61,22 +84,36 @@ pub fn network_deny_program() -> Option<Vec<Instruction>> {
     if cfg!(target_arch = "x86_64") {
         p.jump_if_at_least(X32_SYSCALL_BIT, Label::Deny);
     }
-    p.jump_if(nr(libc::SYS_socket), Label::CheckFamily);
-    p.jump_if(nr(libc::SYS_socketpair), Label::CheckFamily);
-    p.jump_if(nr(libc::SYS_connect), Label::Deny);
-    p.jump_if(nr(libc::SYS_io_uring_setup), Label::Deny);
-    p.jump_if(nr(libc::SYS_io_uring_enter), Label::Deny);
-    p.jump_if(nr(libc::SYS_io_uring_register), Label::Deny);
+    let mut denied: Vec<u32> = Vec::new();
+    if denials.network {
+        p.jump_if(nr(libc::SYS_socket), Label::CheckFamily);
+        p.jump_if(nr(libc::SYS_socketpair), Label::CheckFamily);
+        denied.extend(NETWORK);
+    }
+    if denials.metadata {
+        denied.extend(METADATA);
+    }
+    if denials.keyrings {
+        denied.extend(KEYRINGS);
+    }
+    if denials.host_ipc {
+        denied.extend(HOST_IPC);
+    }
+    for n in denied {
+        p.jump_if(n, Label::Deny);
+    }
     p.ret(SECCOMP_RET_ALLOW);
 
-    p.mark(Label::CheckFamily);
-    p.load(OFF_ARG0_LO);
-    p.jump_unless(libc::AF_UNIX as u32, Label::Deny);
-    p.load(OFF_ARG1_LO);
-    // The low bits are the type; SOCK_CLOEXEC / SOCK_NONBLOCK sit above them.
-    p.and(0xf);
-    p.jump_if(libc::SOCK_STREAM as u32, Label::Allow);
-    p.jump_if(libc::SOCK_SEQPACKET as u32, Label::Allow);
+    if denials.network {
+        p.mark(Label::CheckFamily);
+        p.load(OFF_ARG0_LO);
+        p.jump_unless(libc::AF_UNIX as u32, Label::Deny);
+        p.load(OFF_ARG1_LO);
+        // The low bits are the type; SOCK_CLOEXEC / SOCK_NONBLOCK sit above them.
+        p.and(0xf);
+        p.jump_if(libc::SOCK_STREAM as u32, Label::Allow);
+        p.jump_if(libc::SOCK_SEQPACKET as u32, Label::Allow);
+    }
 
     p.mark(Label::Deny);
     p.ret(SECCOMP_RET_ERRNO | libc::EPERM as u32);
@@ -84,6 +121,91 @@ pub fn network_deny_program() -> Option<Vec<Instruction>> {
     p.ret(SECCOMP_RET_ALLOW);
     Some(p.finish())
 }
+
+/// Denied outright under [`Denials::network`] (sockets are checked by family and type).
+const NETWORK: [u32; 4] = [
+    nr(libc::SYS_connect),
+    nr(libc::SYS_io_uring_setup),
+    nr(libc::SYS_io_uring_enter),
+    nr(libc::SYS_io_uring_register),
+];
+
+/// `fchmodat2` (Linux 6.6), `setxattrat` and `removexattrat` (Linux 6.13): the same number
+/// on every architecture, and newer than some libc crate releases.
+const SYS_FCHMODAT2: u32 = 452;
+const SYS_SETXATTRAT: u32 = 463;
+const SYS_REMOVEXATTRAT: u32 = 466;
+
+/// Under [`Denials::metadata`]. The path-only variants (`chmod`, `chown`, `lchown`, `utime`,
+/// `utimes`, `futimesat`) exist on x86_64 alone.
+#[cfg(target_arch = "x86_64")]
+const METADATA: [u32; 20] = [
+    nr(libc::SYS_chmod),
+    nr(libc::SYS_fchmod),
+    nr(libc::SYS_fchmodat),
+    SYS_FCHMODAT2,
+    nr(libc::SYS_chown),
+    nr(libc::SYS_fchown),
+    nr(libc::SYS_lchown),
+    nr(libc::SYS_fchownat),
+    nr(libc::SYS_utime),
+    nr(libc::SYS_utimes),
+    nr(libc::SYS_futimesat),
+    nr(libc::SYS_utimensat),
+    nr(libc::SYS_setxattr),
+    nr(libc::SYS_lsetxattr),
+    nr(libc::SYS_fsetxattr),
+    nr(libc::SYS_removexattr),
+    nr(libc::SYS_lremovexattr),
+    nr(libc::SYS_fremovexattr),
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+];
+#[cfg(not(target_arch = "x86_64"))]
+const METADATA: [u32; 14] = [
+    nr(libc::SYS_fchmod),
+    nr(libc::SYS_fchmodat),
+    SYS_FCHMODAT2,
+    nr(libc::SYS_fchown),
+    nr(libc::SYS_fchownat),
+    nr(libc::SYS_utimensat),
+    nr(libc::SYS_setxattr),
+    nr(libc::SYS_lsetxattr),
+    nr(libc::SYS_fsetxattr),
+    nr(libc::SYS_removexattr),
+    nr(libc::SYS_lremovexattr),
+    nr(libc::SYS_fremovexattr),
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+];
+
+/// Under [`Denials::keyrings`].
+const KEYRINGS: [u32; 3] = [
+    nr(libc::SYS_add_key),
+    nr(libc::SYS_request_key),
+    nr(libc::SYS_keyctl),
+];
+
+/// Under [`Denials::host_ipc`].
+const HOST_IPC: [u32; 17] = [
+    nr(libc::SYS_shmget),
+    nr(libc::SYS_shmat),
+    nr(libc::SYS_shmctl),
+    nr(libc::SYS_shmdt),
+    nr(libc::SYS_semget),
+    nr(libc::SYS_semop),
+    nr(libc::SYS_semtimedop),
+    nr(libc::SYS_semctl),
+    nr(libc::SYS_msgget),
+    nr(libc::SYS_msgsnd),
+    nr(libc::SYS_msgrcv),
+    nr(libc::SYS_msgctl),
+    nr(libc::SYS_mq_open),
+    nr(libc::SYS_mq_unlink),
+    nr(libc::SYS_mq_timedsend),
+    nr(libc::SYS_mq_timedreceive),
+    nr(libc::SYS_mq_notify),
+];
 
 /// The program as the bytes bubblewrap reads from `--seccomp FD`.
 pub fn to_bytes(program: &[Instruction]) -> Vec<u8> {
@@ -97,8 +219,9 @@ pub fn to_bytes(program: &[Instruction]) -> Vec<u8> {
     out
 }
 
-fn nr(n: libc::c_long) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
+/// A syscall number as the filter compares it (every number in use fits in 31 bits).
+const fn nr(n: libc::c_long) -> u32 {
+    n as u32
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -208,9 +331,16 @@ mod tests {
         }
     }
 
+    const NETWORK_ONLY: Denials = Denials {
+        network: true,
+        metadata: false,
+        keyrings: false,
+        host_ipc: false,
+    };
+
     #[test]
     fn the_filter_allows_unix_streams_and_denies_the_rest() {
-        let Some(p) = network_deny_program() else {
+        let Some(p) = program(NETWORK_ONLY) else {
             return;
         };
         let arch = AUDIT_ARCH.expect("supported");
@@ -250,8 +380,54 @@ mod tests {
     }
 
     #[test]
+    fn each_denial_covers_its_syscalls_and_only_those() {
+        let Some(all) = program(Denials {
+            network: true,
+            metadata: true,
+            keyrings: true,
+            host_ipc: true,
+        }) else {
+            return;
+        };
+        let Some(none) = program(Denials::default()) else {
+            return;
+        };
+        let arch = AUDIT_ARCH.expect("supported");
+        let deny = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for n in METADATA.iter().chain(&KEYRINGS).chain(&HOST_IPC) {
+            assert_eq!(run(&all, *n, arch, 0, 0), deny, "syscall {n}");
+            assert_eq!(run(&none, *n, arch, 0, 0), SECCOMP_RET_ALLOW, "syscall {n}");
+            assert_eq!(
+                run(&program(NETWORK_ONLY).expect("supported"), *n, arch, 0, 0),
+                SECCOMP_RET_ALLOW,
+                "syscall {n}"
+            );
+        }
+        for n in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_write,
+            libc::SYS_fstat,
+        ] {
+            assert_eq!(run(&all, nr(n), arch, 0, 0), SECCOMP_RET_ALLOW);
+        }
+        // Without the network denial, sockets of every kind are left alone.
+        let inet = libc::AF_INET as u32;
+        assert_eq!(
+            run(&none, nr(libc::SYS_socket), arch, inet, 1),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(&none, nr(libc::SYS_connect), arch, 3, 0),
+            SECCOMP_RET_ALLOW
+        );
+        // Another ABI is denied whatever was asked.
+        assert_eq!(run(&none, nr(libc::SYS_read), 0x4000_0003, 0, 0), deny);
+    }
+
+    #[test]
     fn bytes_are_eight_per_instruction() {
-        let Some(p) = network_deny_program() else {
+        let Some(p) = program(NETWORK_ONLY) else {
             return;
         };
         assert_eq!(to_bytes(&p).len(), p.len() * 8);

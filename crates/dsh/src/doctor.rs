@@ -79,7 +79,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
                     .map(|g| format!(": {g}"))
                     .unwrap_or_default()
             ),
-            fix: landlock::gaps(abi).map(|_| "a newer kernel (6.10+) closes the gap".into()),
+            fix: landlock::gaps(abi).map(|_| "a newer kernel (6.12+) closes the gap".into()),
         },
         Err(why) => Check {
             name: "landlock-abi",

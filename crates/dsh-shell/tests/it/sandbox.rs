@@ -413,3 +413,116 @@ async fn network_deny_cuts_every_way_out_and_allow_lets_it_through() {
         }
     }
 }
+
+#[tokio::test]
+async fn kernel_settings_stay_read_only_even_for_a_root_command() {
+    // As root without the read-only /proc/sys, this write would succeed (writing back the
+    // value it read, so a failing test changes nothing): `core_pattern` names a program
+    // the kernel runs as root on the host.
+    let rewrite = "v=$(cat /proc/sys/kernel/core_pattern) && printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern";
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let policy = SandboxPolicy::for_workspace(mode, &d.ws);
+            let r = run(&shell, rewrite, &policy).await;
+            assert_ne!(
+                r.exit_code,
+                Some(0),
+                "{runner} {mode}: a sysctl took a write"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn file_metadata_outside_the_writable_roots_cannot_change() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let file = d.outside.join("file");
+        let before = std::fs::metadata(&file).expect("stat");
+        let shell = bash(sandbox);
+        let attempts = [
+            format!("chmod 4755 {}", q(&file)),
+            format!("touch -d 2000-01-01 {}", q(&file)),
+            format!(
+                "python3 -c 'import os, sys; os.setxattr(sys.argv[1], \"user.dsh\", b\"x\")' {}",
+                q(&file)
+            ),
+        ];
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let policy = SandboxPolicy::for_workspace(mode, &d.ws);
+            for cmd in &attempts {
+                let r = run(&shell, cmd, &policy).await;
+                let facts = r.sandbox.expect("facts");
+                if runner == Runner::Landlock && mode == SandboxMode::WorkspaceWrite {
+                    // Landlock cannot govern metadata outside the roots, and says so.
+                    let why = format!("{:?}", facts.enforcement);
+                    assert!(why.contains("chmod"), "{runner} {mode}: {why}");
+                    continue;
+                }
+                assert_ne!(r.exit_code, Some(0), "{runner} {mode}: `{cmd}` succeeded");
+            }
+        }
+        let after = std::fs::metadata(&file).expect("stat");
+        use std::os::unix::fs::MetadataExt;
+        if runner == Runner::Bwrap {
+            assert_eq!(before.mode(), after.mode(), "{runner}");
+            assert_eq!(before.mtime(), after.mtime(), "{runner}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_users_keyrings_and_host_ipc_are_out_of_reach() {
+    // A System V shared memory segment of the host.
+    let made = std::process::Command::new("ipcmk")
+        .args(["-M", "4096"])
+        .output();
+    let Ok(made) = made.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()) else {
+        println!("skipped: ipcmk (util-linux) is missing");
+        return;
+    };
+    let id: i64 = made
+        .split(':')
+        .next_back()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("ipcmk said {made:?}"));
+    // add_key into the thread keyring (gone with the thread even if it got through), and
+    // shmat of the host segment: each prints its errno, 0 when it worked.
+    let probe = format!(
+        "python3 -c '
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+add_key = {{\"x86_64\": 248, \"aarch64\": 217}}[platform.machine()]
+r = libc.syscall(add_key, b\"user\", b\"dsh-probe\", b\"x\", 1, -1)
+print(\"add_key\", 0 if r >= 0 else ctypes.get_errno())
+libc.shmat.restype = ctypes.c_void_p
+p = libc.shmat({id}, None, 0)
+print(\"shmat\", 0 if p not in (None, ctypes.c_void_p(-1).value) else ctypes.get_errno())
+'"
+    );
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let policy = SandboxPolicy::for_workspace(mode, &d.ws);
+            let r = run(&shell, &probe, &policy).await;
+            assert_eq!(r.exit_code, Some(0), "{runner} {mode}: {}", r.stderr.text);
+            for line in r.stdout.text.lines() {
+                assert!(!line.ends_with(" 0"), "{runner} {mode}: {line} worked");
+            }
+            assert_eq!(r.stdout.text.lines().count(), 2, "{}", r.stdout.text);
+        }
+    }
+    // The same probe unconfined reaches both: the test can fail.
+    let out = std::process::Command::new("sh")
+        .args(["-c", &probe])
+        .output()
+        .expect("sh");
+    let _ = std::process::Command::new("ipcrm")
+        .args(["-m", &id.to_string()])
+        .status();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("shmat 0"), "unconfined: {text}");
+}
