@@ -562,8 +562,13 @@ impl Reaper {
         for &b in &buf[..n as usize] {
             match b {
                 CONTROL_TERM if !self.killing && self.term_deadline_ns.is_none() => {
+                    // SIGCONT too, as timeout(1) does: a stopped process would hold
+                    // the SIGTERM pending and get no chance to shut down cleanly.
                     // SAFETY: as in signal_tree.
-                    unsafe { self.signal_tree(libc::SIGTERM) };
+                    unsafe {
+                        self.signal_tree(libc::SIGTERM);
+                        self.signal_tree(libc::SIGCONT);
+                    }
                     // SAFETY: clock_gettime(2).
                     self.term_deadline_ns = Some(unsafe { monotonic_ns() } + self.grace_ns);
                 }

@@ -137,7 +137,7 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         },
     };
-    crate::orphans::become_subreaper();
+    let spared = crate::orphans::become_subreaper();
     let mut sub = LocalSubprocess::new().keep_spill_files(args.json);
     if args.no_cgroup {
         sub = sub.without_cgroups();
@@ -230,7 +230,7 @@ async fn run(args: &ExecArgs) -> u8 {
     sub.shutdown().await;
     // Anything still our child now was adopted from the command's tree after it killed
     // its own reaper.
-    crate::orphans::sweep();
+    crate::orphans::sweep(&spared);
     code
 }
 
@@ -252,14 +252,18 @@ fn exit_status(outcome: Outcome, timed_out: bool, interrupted_by: Option<&str>) 
     }
 }
 
+/// Cancels `interrupt` on SIGINT, SIGTERM or SIGHUP. The handlers are installed before
+/// this returns (not when the task first runs), so a signal that arrives while the
+/// command starts is caught rather than killing dsh.
 fn watch_signals(interrupt: CancelToken) -> tokio::task::JoinHandle<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    let streams = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    );
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = streams else {
             return;
         };
         let n = tokio::select! {

@@ -4,24 +4,31 @@
 //! reaper, its remaining descendants would re-parent to init; with `dsh exec` itself a
 //! child subreaper they come here instead, and since `dsh exec` runs exactly one command,
 //! every process adopted this way belongs to it. [`sweep`] kills and reaps them before
-//! dsh exits.
+//! dsh exits. Children dsh already had when it started (a shell that `exec`s dsh hands
+//! over its background jobs) are not the command's: [`become_subreaper`] names them, and
+//! the sweep spares them.
 
 use rustix::process::{kill_process, set_child_subreaper, waitpid, Pid, Signal, WaitOptions};
 
-/// `prctl(PR_SET_CHILD_SUBREAPER, 1)` on this process. Failure only loses the last resort.
-pub fn become_subreaper() {
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)` on this process, and the children it already had
+/// (to spare in [`sweep`]). Failure only loses the last resort.
+pub fn become_subreaper() -> Vec<Pid> {
+    let before = children();
     let _ = set_child_subreaper(Some(Pid::INIT));
+    before
 }
 
-/// SIGKILLs and reaps every remaining child of this process: call it once the command's
-/// own reaper is gone, when any child left is an orphan adopted from the command's tree.
-/// Each is an unreaped child of ours, so its pid cannot have been reused.
-pub fn sweep() {
+/// SIGKILLs and reaps every remaining child of this process but those in `spared`: call
+/// it once the command's own reaper is gone, when any other child left is an orphan
+/// adopted from the command's tree. Each is an unreaped child of ours, so its pid cannot
+/// have been reused (a spared one is never reaped here, so its pid stays ours too).
+pub fn sweep(spared: &[Pid]) {
     // Bounded (about 2 s): each round kills every child present and reaps those that have
     // died; their own children re-parent here and are taken in a later round. A child
     // stuck in uninterruptible sleep is given up on rather than waited for.
     for _ in 0..200 {
-        let children = children();
+        let mut children = children();
+        children.retain(|c| !spared.contains(c));
         if children.is_empty() {
             return;
         }

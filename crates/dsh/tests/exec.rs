@@ -265,6 +265,34 @@ fn a_command_that_kills_its_own_reaper_leaves_nothing_behind() {
 }
 
 /// A canonical temporary workspace.
+#[test]
+fn children_dsh_inherits_from_the_shell_that_execs_it_are_not_the_commands() {
+    // `sh` starts a background job, then becomes dsh: the job is dsh's child from the
+    // start, not an orphan of the command, and must outlive `dsh exec`.
+    let script = format!(
+        "sleep 1000 >/dev/null 2>&1 & echo $!; exec '{}' exec --mode danger-full-access -- true",
+        env!("CARGO_BIN_EXE_dsh")
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("sh");
+    assert_eq!(out.status.code(), Some(0));
+    let pid: i32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the job's pid");
+    let survived = alive(pid);
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(
+        survived,
+        "dsh exec killed a job that was never the command's"
+    );
+}
+
 fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");

@@ -438,3 +438,33 @@ async fn a_second_terminate_sends_no_second_sigterm() {
     assert_eq!(p.done().await, Outcome::Signaled(Signal(libc::SIGKILL)));
     assert_eq!(std::fs::read_to_string(&log).expect("log"), "T\n");
 }
+
+#[tokio::test]
+async fn a_stopped_command_is_continued_so_its_term_trap_runs() {
+    let sub = LocalSubprocess::new();
+    // The trap prints and exits 0; stopped, it would hold the SIGTERM pending until the
+    // SIGKILL after the (long) grace.
+    let mut spec = bash("trap 'echo got-term; exit 0' TERM; echo ready; kill -STOP $$");
+    spec.grace = Duration::from_secs(30);
+    let p = sub.spawn(spec).expect("spawn");
+    let cap = p.stdout_capture().expect("cap").clone();
+    crate::support::wait_for_text(&cap, "ready").await;
+    // Wait until it is stopped (state T in /proc/PID/stat).
+    let stat = format!("/proc/{}/stat", p.pid());
+    for _ in 0..200 {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        if s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    p.terminate();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), p.done())
+        .await
+        .expect("the TERM trap ran well before the grace");
+    assert_eq!(outcome, Outcome::Exited(0));
+    crate::support::wait_for_text(&cap, "got-term").await;
+}
