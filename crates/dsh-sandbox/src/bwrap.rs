@@ -8,9 +8,13 @@
 //! sockets), and `--seccomp FD` (the filter cuts connecting to host Unix socket paths,
 //! which a read-only bind does not, and the user's keyrings), and under workspace-write:
 //! `--bind TMP TMP --bind TMP /tmp --bind ROOT ROOT ...` (the private temp directory, also
-//! as `/tmp` unless a writable root lies under `/tmp`; the workspace; the extra roots), then one read-only bind per protected path,
+//! as `/tmp` unless a writable root lies under `/tmp`; the workspace; the extra roots), then
+//! `--bind D D` for each directory between a writable root and a protected path (`.git`:
+//! a mount point cannot be renamed or removed, so the read-only binds inside it cannot be
+//! carried away), then one read-only bind per protected path,
 //! after the writable binds so it wins: the path itself when it exists, else an empty
-//! read-only placeholder over its first missing component, so it cannot be created.
+//! read-only placeholder over its first missing component, so it cannot be created (a
+//! missing `commondir` gets one holding `.`, see the `protected` module).
 //! Finally `-- ARGV`.
 //!
 //! `/dev` is bubblewrap's own minimal one, remounted read-only so that `/dev/shm` takes no

@@ -16,7 +16,7 @@ use dsh_core::{ErrorCode, HarnessError};
 use crate::bwrap::{self, Carve};
 use crate::child::ChildRestrictions;
 use crate::landlock::{self, Ruleset, RulesetSpec};
-use crate::protected::DIRECTORY_NAMES;
+use crate::protected::{COMMONDIR_PLACEHOLDER, DIRECTORY_NAMES};
 use crate::{
     sandbox_unavailable, seatbelt, seccomp, Confinement, Enforcement, Network, Runner, Sandbox,
     SandboxMode, SandboxPolicy,
@@ -226,17 +226,26 @@ impl LocalSandbox {
     /// `SANDBOX_UNAVAILABLE` when no runner works (or the forced one does not).
     pub fn choose(&self, policy: &SandboxPolicy) -> Result<(Runner, Enforcement), HarnessError> {
         let mut why_not = Vec::new();
-        let mut partial = None;
+        // Among runners that enforce only in part, the one with the fewest gaps (the
+        // earlier, faster one on a tie).
+        let mut partial: Option<(Runner, Vec<String>)> = None;
         for runner in self.candidates() {
-            match self.enforcement(runner, policy) {
-                Ok(Enforcement::Full) => return Ok((runner, Enforcement::Full)),
-                Ok(p) => {
-                    partial.get_or_insert((runner, p));
+            match self.gaps(runner, policy) {
+                Ok(gaps) if gaps.is_empty() => return Ok((runner, Enforcement::Full)),
+                Ok(gaps) => {
+                    if partial
+                        .as_ref()
+                        .is_none_or(|(_, best)| gaps.len() < best.len())
+                    {
+                        partial = Some((runner, gaps));
+                    }
                 }
                 Err(why) => why_not.push(format!("{runner}: {why}")),
             }
         }
-        partial.ok_or_else(|| sandbox_unavailable(policy.mode, &why_not.join("; "), None))
+        partial
+            .map(|(runner, gaps)| (runner, Enforcement::Partial(gaps.join("; "))))
+            .ok_or_else(|| sandbox_unavailable(policy.mode, &why_not.join("; "), None))
     }
 
     fn candidates(&self) -> Vec<Runner> {
@@ -255,8 +264,9 @@ impl LocalSandbox {
         }
     }
 
-    /// How `runner` would enforce `policy`, or why it cannot run at all.
-    fn enforcement(&self, runner: Runner, policy: &SandboxPolicy) -> Result<Enforcement, String> {
+    /// What `runner` would leave unenforced of `policy` (nothing: full enforcement), or
+    /// why it cannot run at all.
+    fn gaps(&self, runner: Runner, policy: &SandboxPolicy) -> Result<Vec<String>, String> {
         let mut gaps = Vec::new();
         match runner {
             Runner::Landlock => {
@@ -301,6 +311,13 @@ impl LocalSandbox {
                             .into(),
                     );
                 }
+                if let Some(link) = symlinked_protected_path(policy) {
+                    gaps.push(format!(
+                        "{} is a symlink: what it points to stays read-only, but the link \
+                         itself can be replaced",
+                        link.display()
+                    ));
+                }
             }
             Runner::Seatbelt => {
                 if !cfg!(target_os = "macos") {
@@ -313,11 +330,7 @@ impl LocalSandbox {
                 }
             }
         }
-        Ok(if gaps.is_empty() {
-            Enforcement::Full
-        } else {
-            Enforcement::Partial(gaps.join("; "))
-        })
+        Ok(gaps)
     }
 
     fn landlock_abi(&self) -> Result<u32, String> {
@@ -465,14 +478,22 @@ impl LocalSandbox {
     }
 
     /// The read-only carve-outs for the protected paths under the writable dirs, with the
-    /// placeholders they need registered.
-    fn carves(&self, policy: &SandboxPolicy, area: &Area) -> (Vec<Carve>, Placeholders) {
+    /// placeholders they need registered, and the anchors: every directory between a
+    /// writable root and a carve-out, bound onto itself so it is a mount point that cannot
+    /// be renamed or removed (which would carry the carve-outs away: `mv .git .git-old;
+    /// mkdir .git` would otherwise make fresh, writable hooks).
+    fn carves(
+        &self,
+        policy: &SandboxPolicy,
+        area: &Area,
+    ) -> (Vec<Carve>, Vec<PathBuf>, Placeholders) {
         let writable = policy.writable_dirs();
         let mut guard = Placeholders {
             paths: Vec::new(),
             registry: self.placeholders.clone(),
         };
         let mut carves: Vec<Carve> = Vec::new();
+        let mut anchors: Vec<PathBuf> = Vec::new();
         let mut registry = lock(&self.placeholders);
         for p in &policy.protected {
             let Some(root) = writable.iter().find(|w| p.starts_with(w)) else {
@@ -482,18 +503,31 @@ impl LocalSandbox {
             if carves.iter().any(|c| c.at == at) {
                 continue;
             }
+            for anchor in at
+                .ancestors()
+                .skip(1)
+                .take_while(|a| a.starts_with(root) && *a != root.as_path())
+            {
+                let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir());
+                if real_dir && !anchors.iter().any(|a| a == anchor) {
+                    anchors.push(anchor.to_path_buf());
+                }
+            }
             let placeholder = registry.contains_key(&at) || std::fs::symlink_metadata(&at).is_err();
             let source = if !placeholder {
                 at.clone()
             } else {
                 *registry.entry(at.clone()).or_insert(0) += 1;
                 guard.paths.push(at.clone());
+                let is_commondir = at == *p && at.file_name().is_some_and(|n| n == "commondir");
                 let dir_like = at != *p
                     || at
                         .file_name()
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| DIRECTORY_NAMES.contains(&n));
-                if dir_like {
+                if is_commondir && make_commondir_placeholder(&at) {
+                    at.clone()
+                } else if dir_like {
                     area.empty_dir.clone()
                 } else {
                     area.empty_file.clone()
@@ -501,7 +535,9 @@ impl LocalSandbox {
             };
             carves.push(Carve { at, source });
         }
-        (carves, guard)
+        // Outer directories first, so each bind lands on the one before it.
+        anchors.sort_by_key(|a| a.components().count());
+        (carves, anchors, guard)
     }
 
     fn confine_landlock(
@@ -589,8 +625,8 @@ impl Sandbox for LocalSandbox {
                 };
                 match area {
                     Some(area) => {
-                        let (carves, guard) = self.carves(policy, area);
-                        (with_carves(a, carves), Some(r), Some(guard))
+                        let (carves, anchors, guard) = self.carves(policy, area);
+                        (with_carves(a, &anchors, carves), Some(r), Some(guard))
                     }
                     None => (a, Some(r), None),
                 }
@@ -645,8 +681,15 @@ fn bwrap_temp_inside<'a>(policy: &SandboxPolicy, area: &'a Area) -> &'a Path {
 
 /// Inserts the protected carve-outs before the `--` of a bwrap argv (after every
 /// writable bind, so they win).
-fn with_carves(mut argv: Vec<OsString>, carves: Vec<Carve>) -> Vec<OsString> {
+fn with_carves(mut argv: Vec<OsString>, anchors: &[PathBuf], carves: Vec<Carve>) -> Vec<OsString> {
     let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let anchored = anchors.iter().flat_map(|a| {
+        [
+            "--bind".into(),
+            a.clone().into_os_string(),
+            a.clone().into_os_string(),
+        ]
+    });
     let binds = carves.into_iter().flat_map(|c| {
         [
             "--ro-bind".into(),
@@ -654,8 +697,34 @@ fn with_carves(mut argv: Vec<OsString>, carves: Vec<Carve>) -> Vec<OsString> {
             c.at.into_os_string(),
         ]
     });
-    argv.splice(at..at, binds);
+    let all: Vec<OsString> = anchored.chain(binds).collect();
+    argv.splice(at..at, all);
     argv
+}
+
+/// Creates the missing `commondir` at `at` holding [`COMMONDIR_PLACEHOLDER`] (see the
+/// `protected` module), so that git, on the host and in the sandbox, reads the git dir
+/// itself from it. True when the file at `at` now holds exactly that (made here, or by a
+/// concurrent confinement).
+fn make_commondir_placeholder(at: &Path) -> bool {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(at)
+    {
+        Ok(mut f) => f.write_all(COMMONDIR_PLACEHOLDER.as_bytes()).is_ok(),
+        Err(_) => is_commondir_placeholder(at),
+    }
+}
+
+/// Whether `p` is a regular file holding exactly [`COMMONDIR_PLACEHOLDER`].
+fn is_commondir_placeholder(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+        && std::fs::read(p).is_ok_and(|b| b == COMMONDIR_PLACEHOLDER.as_bytes())
 }
 
 /// Removes `--bind T T` (T under /tmp would be hidden by `--bind T /tmp` anyway).
@@ -666,6 +735,34 @@ fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
     {
         argv.drain(i..i + 3);
     }
+}
+
+/// Under workspace-write, the first symlink on the way from a writable root to one of its
+/// protected paths: a read-only mount lands on the link's target, and the link can be
+/// swapped for a real, writable directory.
+fn symlinked_protected_path(policy: &SandboxPolicy) -> Option<PathBuf> {
+    if policy.mode != SandboxMode::WorkspaceWrite {
+        return None;
+    }
+    let writable = policy.writable_dirs();
+    for p in &policy.protected {
+        let Some(root) = writable.iter().find(|w| p.starts_with(w)) else {
+            continue;
+        };
+        let Ok(rel) = p.strip_prefix(root) else {
+            continue;
+        };
+        let mut at = root.clone();
+        for part in rel.components() {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => return Some(at),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+    None
 }
 
 /// The first component of `path` below `root` that does not exist; `None` when the whole
@@ -895,7 +992,7 @@ impl Drop for Placeholders {
                 Ok(m) if m.is_dir() => {
                     let _ = std::fs::remove_dir(p);
                 }
-                Ok(m) if m.is_file() && m.len() == 0 => {
+                Ok(m) if m.is_file() && (m.len() == 0 || is_commondir_placeholder(p)) => {
                     let _ = std::fs::remove_file(p);
                 }
                 _ => {}

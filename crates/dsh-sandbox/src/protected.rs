@@ -10,8 +10,13 @@
 //! | workspace | protected | extra writable |
 //! |---|---|---|
 //! | any | [`PROTECTED_NAMES`] under the root | — |
-//! | `.git` is a directory | `.git/hooks`, `.git/config` | — (inside the root) |
-//! | `.git` is a pointer file (linked worktree, submodule) | the pointer file; the git dir's `hooks`, `config`, `config.worktree`; for a worktree the common dir's `hooks` and `config` | the git dir; for a worktree the common dir's `objects`, `refs`, `logs` |
+//! | `.git` is a directory | `.git/hooks`, `.git/config`, `.git/commondir`; each linked worktree's `commondir` and `config.worktree` under `.git/worktrees`; each submodule git dir's `hooks`, `config`, `commondir` under `.git/modules` | — (inside the root) |
+//! | `.git` is a pointer file (linked worktree, submodule) | the pointer file; the git dir's `hooks`, `config`, `config.worktree`, `commondir`; for a worktree the common dir's `hooks` and `config` | the git dir; for a worktree the common dir's `objects`, `refs`, `logs` |
+//!
+//! A `commondir` file redirects git to another directory's `config` and `hooks`, so one
+//! that does not exist must not be created either. Its placeholder is not empty (git
+//! refuses to run with an empty one) but holds [`COMMONDIR_PLACEHOLDER`], `.`: the git
+//! dir itself, what git assumes without the file.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +24,7 @@ use std::path::{Path, PathBuf};
 pub const PROTECTED_NAMES: &[&str] = &[
     ".git/hooks",
     ".git/config",
+    ".git/commondir",
     ".dsh",
     ".bashrc",
     ".bash_profile",
@@ -31,6 +37,13 @@ pub const PROTECTED_NAMES: &[&str] = &[
     ".mcp.json",
     ".claude",
 ];
+
+/// The content of a placeholder `commondir`: the git dir itself.
+pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
+
+/// How deep submodule git dirs are looked for under `.git/modules` (`modules/a/modules/b`
+/// is depth 2).
+const MODULE_DEPTH: usize = 3;
 
 /// Names that are directories when they exist (a placeholder for a missing one is an empty
 /// directory, so tools that look for a file of that name are not confused).
@@ -57,6 +70,10 @@ pub fn for_workspace(root: &Path) -> WorkspaceLayout {
     let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
         return layout;
     };
+    if meta.is_dir() {
+        protect_linked_git_dirs(&dot_git, &mut layout.protected);
+        return layout;
+    }
     if !meta.is_file() {
         return layout;
     }
@@ -66,7 +83,7 @@ pub fn for_workspace(root: &Path) -> WorkspaceLayout {
     let Some(git_dir) = read_pointer(&dot_git).map(|p| crate::canonical_path(&root.join(p))) else {
         return layout;
     };
-    for name in ["hooks", "config", "config.worktree"] {
+    for name in ["hooks", "config", "config.worktree", "commondir"] {
         layout.protected.push(git_dir.join(name));
     }
     layout.writable.push(git_dir.clone());
@@ -83,6 +100,46 @@ pub fn for_workspace(root: &Path) -> WorkspaceLayout {
         }
     }
     layout
+}
+
+/// The git dirs a repository's `.git` directory holds for others: each linked worktree's
+/// (`worktrees/NAME`: its `commondir` and `config.worktree`) and each submodule's
+/// (`modules/NAME`, nested ones too: `hooks`, `config`, `commondir`).
+fn protect_linked_git_dirs(dot_git: &Path, protected: &mut Vec<PathBuf>) {
+    for wt in subdirs(&dot_git.join("worktrees")) {
+        protected.push(wt.join("commondir"));
+        protected.push(wt.join("config.worktree"));
+    }
+    let mut level = vec![dot_git.to_path_buf()];
+    for _ in 0..MODULE_DEPTH {
+        let mut next = Vec::new();
+        for dir in &level {
+            for module in subdirs(&dir.join("modules")) {
+                // A submodule's name may contain `/`: its git dir is where `HEAD` is.
+                if module.join("HEAD").is_file() {
+                    for name in ["hooks", "config", "commondir"] {
+                        protected.push(module.join(name));
+                    }
+                }
+                next.push(module);
+            }
+        }
+        level = next;
+    }
+}
+
+/// The real (not symlinked) directories directly in `dir`.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
 }
 
 /// The target of a `gitdir: PATH` pointer file.
@@ -104,6 +161,29 @@ mod tests {
         assert!(layout.protected.contains(&root.join(".git/hooks")));
         assert!(layout.protected.contains(&root.join(".mcp.json")));
         assert!(layout.writable.is_empty());
+    }
+
+    #[test]
+    fn worktree_and_submodule_git_dirs_inside_dot_git_are_protected() {
+        let dir = tempfile::tempdir().expect("must succeed");
+        let root = crate::canonical_path(dir.path());
+        let git = root.join(".git");
+        std::fs::create_dir_all(git.join("worktrees/wt")).expect("must succeed");
+        std::fs::create_dir_all(git.join("modules/lib/modules/inner")).expect("must succeed");
+        std::fs::write(git.join("modules/lib/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(git.join("modules/lib/modules/inner/HEAD"), "x\n").expect("HEAD");
+        let layout = for_workspace(&root);
+        for p in [
+            ".git/commondir",
+            ".git/worktrees/wt/commondir",
+            ".git/worktrees/wt/config.worktree",
+            ".git/modules/lib/hooks",
+            ".git/modules/lib/config",
+            ".git/modules/lib/commondir",
+            ".git/modules/lib/modules/inner/hooks",
+        ] {
+            assert!(layout.protected.contains(&root.join(p)), "{p}");
+        }
     }
 
     #[test]

@@ -319,7 +319,31 @@ async fn git_commits_work_but_hooks_and_config_stay_read_only() {
             std::fs::read(d.ws.join(".git/config")).expect("must succeed"),
             config_before
         );
+        // Ways around the read-only mounts: carry them away by renaming their directory,
+        // or redirect git to another config and hooks with a new `commondir`.
+        for cmd in [
+            "mv .git .git-old",
+            "mkdir -p evil/hooks && printf '[core]\\n\\tfsmonitor = evil\\n' > evil/config && echo ../evil > .git/commondir",
+        ] {
+            let r = run(&shell, cmd, &policy).await;
+            assert_ne!(r.exit_code, Some(0), "{runner}: `{cmd}` succeeded");
+        }
+        assert!(d.ws.join(".git/HEAD").exists(), "{runner}: .git was moved");
+        assert!(!d.ws.join(".git-old").exists());
+        // git in the sandbox still works with the `commondir` placeholder in place.
+        let r = run(
+            &shell,
+            "git status --porcelain >/dev/null && git log --oneline | wc -l",
+            &policy,
+        )
+        .await;
+        assert_eq!(r.exit_code, Some(0), "{runner}: {}", r.stderr.text);
+        assert_eq!(r.stdout.text.trim(), "1");
         // The placeholders that kept missing paths uncreatable are gone again.
+        assert!(
+            !d.ws.join(".git/commondir").exists(),
+            "{runner}: .git/commondir left behind"
+        );
         for name in [".dsh", ".bashrc", ".vscode", ".mcp.json"] {
             assert!(
                 !d.ws.join(name).exists(),
@@ -525,4 +549,38 @@ print(\"shmat\", 0 if p not in (None, ctypes.c_void_p(-1).value) else ctypes.get
         .status();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("shmat 0"), "unconfined: {text}");
+}
+
+#[tokio::test]
+async fn a_protected_path_behind_a_symlink_is_reported_partial() {
+    for (runner, sandbox) in sandboxes() {
+        if runner != Runner::Bwrap {
+            continue;
+        }
+        let d = dirs();
+        std::fs::create_dir(d.ws.join("cfg")).expect("cfg");
+        std::os::unix::fs::symlink("cfg", d.ws.join(".vscode")).expect("symlink");
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(&shell, "true", &policy).await;
+        let facts = r.sandbox.expect("facts");
+        let why = format!("{:?}", facts.enforcement);
+        assert!(why.contains(".vscode is a symlink"), "{runner}: {why}");
+    }
+    // Chosen automatically, the runner with the fewest gaps wins: bubblewrap (the link)
+    // over Landlock (no carve-outs at all, no metadata).
+    let d = dirs();
+    std::fs::create_dir(d.ws.join("cfg")).expect("cfg");
+    std::os::unix::fs::symlink("cfg", d.ws.join(".vscode")).expect("symlink");
+    let sandbox = LocalSandbox::new();
+    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+    if let Ok((runner, _)) = sandbox.choose(&policy) {
+        let bwrap_works = sandbox
+            .runners()
+            .iter()
+            .any(|s| s.runner == Runner::Bwrap && s.available.is_ok());
+        if bwrap_works {
+            assert_eq!(runner, Runner::Bwrap);
+        }
+    }
 }
