@@ -24,9 +24,6 @@ use tokio::sync::Mutex;
 /// The largest message read: 16 MiB. Larger data belongs in a file the tools can read.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
-/// How much of an oversized line is kept to find its id.
-const HEAD_BYTES: usize = 4096;
-
 /// JSON-RPC over newline-delimited lines of `R` and `W`: a size cap, and an answer (or an
 /// error to the SDK) for every bad line; see [`MAX_MESSAGE_BYTES`].
 ///
@@ -35,10 +32,13 @@ const HEAD_BYTES: usize = 4096;
 pub struct LineTransport<R, W> {
     reader: BufReader<R>,
     writer: Arc<Mutex<W>>,
-    /// The line being read (its head only, once it is over the cap).
+    /// The line being read (empty once it is over the cap: `id` reads it instead).
     line: Vec<u8>,
     /// The bytes of the line being read so far.
     total: usize,
+    /// The top-level `"id"` of the line, scanned as it streams past once it is over the
+    /// cap (clients put `id` anywhere, the TypeScript SDK last).
+    id: IdScanner,
     /// Answers being written (waited for at end of input, so none is lost).
     answers: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -55,14 +55,16 @@ where
             writer: Arc::new(Mutex::new(writer)),
             line: Vec::new(),
             total: 0,
+            id: IdScanner::default(),
             answers: Vec::new(),
         }
     }
 
     /// Reads one line into `self.line` (without its newline). `Ok(None)` at end of input;
-    /// `Ok(Some(n))` when the line had `n` bytes and more than [`MAX_MESSAGE_BYTES`] (only
-    /// its head is kept). Cancel-safe: the only await is `fill_buf`, and what a call
-    /// consumed is in `self.line` and `self.total` for the next one.
+    /// `Ok(Some(n))` when the line had `n` bytes and more than [`MAX_MESSAGE_BYTES`] (then
+    /// `self.line` is empty and `self.id` has scanned it). Cancel-safe: the only await is
+    /// `fill_buf`, and what a call consumed is in `self.line`, `self.total` and `self.id`
+    /// for the next one.
     async fn read_line(&mut self) -> std::io::Result<Option<Option<usize>>> {
         loop {
             let buf = self.reader.fill_buf().await?;
@@ -74,16 +76,17 @@ where
                 Some(i) => (&buf[..i], i + 1),
                 None => (buf, buf.len()),
             };
+            let was_over = self.total > MAX_MESSAGE_BYTES;
             self.total += chunk.len();
-            let room = if self.total > MAX_MESSAGE_BYTES {
-                HEAD_BYTES
+            if was_over {
+                self.id.feed(chunk);
+            } else if self.total > MAX_MESSAGE_BYTES {
+                // Over the cap: scan what was kept and what follows, keep nothing.
+                self.id.feed(&self.line);
+                self.id.feed(chunk);
+                self.line = Vec::new();
             } else {
-                MAX_MESSAGE_BYTES + 1
-            };
-            let keep = room.saturating_sub(self.line.len()).min(chunk.len());
-            self.line.extend_from_slice(&chunk[..keep]);
-            if self.total > MAX_MESSAGE_BYTES {
-                self.line.truncate(HEAD_BYTES);
+                self.line.extend_from_slice(chunk);
             }
             let found = done > chunk.len();
             self.reader.consume(done);
@@ -126,61 +129,125 @@ fn memchr(buf: &[u8]) -> Option<usize> {
     buf.iter().position(|&b| b == b'\n')
 }
 
-/// The top-level `"id"` of a JSON object whose text starts with `head`, if it is there.
-fn id_in_head(head: &[u8]) -> Option<Value> {
-    let (mut depth, mut i) = (0usize, 0usize);
-    while i < head.len() {
-        match head[i] {
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.checked_sub(1)?,
-            b'"' => {
-                let end = string_end(head, i)?;
-                let rest = head[end + 1..]
-                    .iter()
-                    .position(|b| !b.is_ascii_whitespace());
-                let after = rest.map(|r| end + 1 + r);
-                if depth == 1
-                    && &head[i..=end] == b"\"id\""
-                    && after.is_some_and(|a| head[a] == b':')
-                {
-                    return value_at(head, after? + 1);
+/// Finds the top-level `"id"` of a JSON object streamed through [`feed`](Self::feed), in
+/// one pass and constant memory, whatever comes before or after it (an id nested in
+/// `params` is not it). Only a string or number id is reported.
+#[derive(Default)]
+struct IdScanner {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, where the next string is a key.
+    expect_key: bool,
+    /// The key being read at depth 1 (its first bytes: enough to tell `id`).
+    key: Option<Vec<u8>>,
+    /// The last key read at depth 1 was `id`; its value comes after the `:`.
+    id_key: bool,
+    /// The id's text, while it is read.
+    value: Option<Vec<u8>>,
+    found: Option<Value>,
+}
+
+/// Longer than any id worth echoing: a longer one is not reported.
+const MAX_ID_BYTES: usize = 1024;
+
+impl IdScanner {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.found.is_some() {
+                return;
+            }
+            self.step(b);
+        }
+    }
+
+    fn step(&mut self, b: u8) {
+        if let Some(v) = &mut self.value {
+            if v.len() >= MAX_ID_BYTES {
+                self.value = None;
+            } else if !(self.depth == 1 && !self.in_string && matches!(b, b',' | b'}')) {
+                v.push(b);
+            }
+        }
+        if self.in_string {
+            if let Some(k) = &mut self.key {
+                if k.len() < 4 {
+                    k.push(b);
+                } else {
+                    k.push(b'?');
+                    k.truncate(4);
                 }
-                i = end;
+            }
+            if self.escaped {
+                self.escaped = false;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                if let Some(k) = self.key.take() {
+                    self.id_key = k == b"id\"";
+                }
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expect_key {
+                    self.key = Some(Vec::new());
+                    self.expect_key = false;
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 && b == b'{' {
+                    self.expect_key = true;
+                } else if self.value.is_some() && self.depth > 1 {
+                    // An object or array is not an id.
+                    self.value = None;
+                }
+            }
+            b'}' | b']' => {
+                if self.depth == 1 {
+                    self.finish_value();
+                }
+                self.depth = self.depth.saturating_sub(1);
+            }
+            b':' if self.depth == 1 && self.id_key => {
+                self.id_key = false;
+                self.value = Some(Vec::new());
+            }
+            b',' if self.depth == 1 => {
+                self.finish_value();
+                self.expect_key = true;
             }
             _ => {}
         }
-        i += 1;
     }
-    None
-}
 
-/// The index of the quote closing the string that opens at `start`.
-fn string_end(s: &[u8], start: usize) -> Option<usize> {
-    let mut i = start + 1;
-    while i < s.len() {
-        match s[i] {
-            b'\\' => i += 2,
-            b'"' => return Some(i),
-            _ => i += 1,
+    fn finish_value(&mut self) {
+        if let Some(text) = self.value.take() {
+            self.found = serde_json::from_slice::<Value>(text.trim_ascii())
+                .ok()
+                .filter(|v| v.is_string() || v.is_number());
         }
     }
-    None
+
+    /// The id found so far; one still being read when the line was cut counts if whole.
+    fn id(mut self) -> Option<Value> {
+        if self.found.is_none() && self.depth == 1 && !self.in_string {
+            self.finish_value();
+        }
+        self.found
+    }
 }
 
-/// The JSON string or number starting at (or after whitespace from) `at`.
-fn value_at(s: &[u8], at: usize) -> Option<Value> {
-    let start = at + s[at..].iter().position(|b| !b.is_ascii_whitespace())?;
-    let end = match s[start] {
-        b'"' => string_end(s, start)? + 1,
-        b'-' | b'0'..=b'9' => {
-            start
-                + s[start..]
-                    .iter()
-                    .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))?
-        }
-        _ => return None,
-    };
-    serde_json::from_slice(&s[start..end]).ok()
+/// The top-level id of the JSON text `bytes` (see [`IdScanner`]).
+#[cfg(test)]
+fn id_of(bytes: &[u8]) -> Option<Value> {
+    let mut scanner = IdScanner::default();
+    scanner.feed(bytes);
+    scanner.id()
 }
 
 fn error(id: Value, code: i64, message: String, data: Option<Value>) -> Value {
@@ -226,7 +293,7 @@ where
                 }
             };
             if let Some(total) = oversized {
-                let id = id_in_head(&line).unwrap_or(Value::Null);
+                let id = std::mem::take(&mut self.id).id().unwrap_or(Value::Null);
                 let message = format!(
                     "the message is {total} bytes; dsh mcp reads messages of at most {} MiB: \
                      put large data in a file and pass its path",
@@ -304,19 +371,39 @@ mod tests {
     #[test]
     fn the_id_is_found_at_the_top_level_only() {
         assert_eq!(
-            id_in_head(br#"{"jsonrpc":"2.0","id":7,"method":"x"#),
+            id_of(br#"{"jsonrpc":"2.0","id":7,"method":"x"#),
             Some(json!(7))
         );
         assert_eq!(
-            id_in_head(br#"{"params":{"id":1},"id":"a\"b","#),
+            id_of(br#"{"params":{"id":1},"id":"a\"b","#),
             Some(json!("a\"b"))
         );
         assert_eq!(
-            id_in_head(br#"{"method":"tools/call","params":{"id":3,"x":"#),
+            id_of(br#"{"method":"tools/call","params":{"id":3,"x":"#),
             None
         );
-        assert_eq!(id_in_head(br#"{ "id" : -12 ,"#), Some(json!(-12)));
-        assert_eq!(id_in_head(br#"{"id":null,"#), None);
+        assert_eq!(id_of(br#"{ "id" : -12 ,"#), Some(json!(-12)));
+        assert_eq!(id_of(br#"{"id":null,"#), None);
+        // Last, as the TypeScript SDK writes it, after a value that mentions "id".
+        assert_eq!(
+            id_of(br#"{"method":"m","params":{"t":"\"id\":9","a":[{"id":2}]},"jsonrpc":"2.0","id":42}"#),
+            Some(json!(42))
+        );
+        assert_eq!(id_of(br#"{"idx":1,"xid":2,"id":"k"}"#), Some(json!("k")));
+        assert_eq!(id_of(br#"{"id":{"a":1}}"#), None);
+        assert_eq!(id_of(br#"{"id":[1]}"#), None);
+    }
+
+    #[test]
+    fn the_id_is_found_across_chunks_of_any_size() {
+        let text = br#"{"params":{"x":"a\\\"b"},"id" : "q\"z" }"#;
+        for size in 1..text.len() {
+            let mut scanner = IdScanner::default();
+            for chunk in text.chunks(size) {
+                scanner.feed(chunk);
+            }
+            assert_eq!(scanner.id(), Some(json!("q\"z")), "chunks of {size}");
+        }
     }
 
     fn transport(
@@ -345,9 +432,10 @@ mod tests {
             format!(
                 "{{not json\n\n{{\"jsonrpc\":\"2.0\",\"id\":4}}\n\
                  {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/who-knows\"}}\n\
-                 {{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{{\"name\":\"{}\"}}}}\n\
+                 {{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{{\"name\":\"{big}\"}}}}\n\
+                 {{\"method\":\"tools/call\",\"params\":{{\"name\":\"{big}\"}},\"jsonrpc\":\"2.0\",\"id\":10}}\n\
                  {{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}}\r\n",
-                "x".repeat(MAX_MESSAGE_BYTES)
+                big = "x".repeat(MAX_MESSAGE_BYTES)
             )
             .into_bytes()
             .into_boxed_slice(),
@@ -366,7 +454,7 @@ mod tests {
             .is_none());
         drop(t);
         let a = answers(out).await;
-        assert_eq!(a.len(), 3, "{a:?}");
+        assert_eq!(a.len(), 4, "{a:?}");
         assert_eq!(
             (a[0]["id"].clone(), a[0]["error"]["code"].clone()),
             (Value::Null, json!(-32700))
@@ -380,6 +468,11 @@ mod tests {
             (json!(9), json!(-32600))
         );
         assert_eq!(a[2]["error"]["data"]["code"], "MCP_MESSAGE_TOO_LARGE");
+        // The id after 16 MiB of params (the TypeScript SDK's order) is still found.
+        assert_eq!(
+            (a[3]["id"].clone(), a[3]["error"]["code"].clone()),
+            (json!(10), json!(-32600))
+        );
     }
 
     #[tokio::test]
