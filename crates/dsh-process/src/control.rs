@@ -34,6 +34,8 @@ pub(crate) struct LocalControl {
     done: watch::Receiver<Option<Outcome>>,
     gone: watch::Receiver<bool>,
     watchdog: Arc<Watchdog>,
+    /// Set by the monitor the moment the leader's exit is reported (before the drain).
+    pub(crate) leader_exited: std::sync::atomic::AtomicBool,
 }
 
 /// When the monitor should stop trusting the reaper.
@@ -91,6 +93,7 @@ impl LocalControl {
             done,
             gone,
             watchdog,
+            leader_exited: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -117,6 +120,11 @@ impl ProcessControl for LocalControl {
 
     fn outcome(&self) -> Option<Outcome> {
         *self.done.borrow()
+    }
+
+    fn leader_exited(&self) -> bool {
+        self.leader_exited
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn terminate(&self) {
@@ -187,6 +195,11 @@ impl Monitor {
         let outcome = self
             .leader_outcome(&mut reaper_child, &mut reaper_exited)
             .await;
+        if let Some(control) = self.control.upgrade() {
+            control
+                .leader_exited
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         // The leader exited: give descendants that still hold the pipes at most `grace` to
         // let go, then stop reading. Output written after that is not captured.
         let mut pumps = std::mem::take(&mut self.pumps);

@@ -325,6 +325,9 @@ pub trait ProcessControl: Send + Sync {
     async fn done(&self) -> Outcome;
     /// The outcome if `done` has settled, without waiting.
     fn outcome(&self) -> Option<Outcome>;
+    /// True once the leader has exited, which may be before `done` settles (while a
+    /// descendant still holds the output pipes).
+    fn leader_exited(&self) -> bool;
     /// SIGTERM to the tree now, SIGKILL after the grace if anything is left. Does not
     /// wait.
     fn terminate(&self);
@@ -407,6 +410,12 @@ impl Process {
     /// True once every process of the tree is gone.
     pub fn is_tree_gone(&self) -> bool {
         self.control.is_tree_gone()
+    }
+
+    /// True once the leader has exited, which may be before [`done`](Self::done) settles
+    /// (while a descendant still holds the output pipes).
+    pub fn leader_exited(&self) -> bool {
+        self.control.leader_exited()
     }
 
     /// Completes when every process of the tree is gone.

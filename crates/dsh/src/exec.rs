@@ -191,15 +191,21 @@ async fn run(args: &ExecArgs) -> u8 {
     };
     // Armed once the command runs, so even a 1 ms timeout is a timeout, not a failure.
     let deadline = Deadline::new(args.timeout.map(Duration::from_millis), Some(&interrupt));
+    // A timeout that passes once the program has exited, while its output drains, is not
+    // one: timeout(1) also answers with the program's own status as soon as it exits.
+    let mut exited_in_time = false;
     let outcome = tokio::select! {
         outcome = process.done() => outcome,
         () = deadline.token().cancelled() => {
-            process.terminate();
+            exited_in_time = deadline.is_timed_out() && process.leader_exited();
+            if !exited_in_time {
+                process.terminate();
+            }
             process.done().await
         }
     };
     signals.abort();
-    let timed_out = deadline.is_timed_out();
+    let timed_out = deadline.is_timed_out() && !exited_in_time;
     let code = exit_status(outcome, timed_out, interrupt.reason());
     if args.json {
         let (stdout, stderr) = process.collected();

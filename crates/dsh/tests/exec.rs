@@ -70,6 +70,30 @@ fn a_timeout_exits_124_even_when_sigkill_was_needed() {
 }
 
 #[test]
+fn a_timeout_while_the_output_drains_after_the_program_exited_is_not_one() {
+    // `sh` exits at once; its background `sleep` holds the captured stdout, so the output
+    // drains for up to the grace (1 s), during which the 300 ms timeout passes.
+    let out = exec(&[
+        "--json",
+        "--mode",
+        "danger-full-access",
+        "--timeout",
+        "300",
+        "--grace",
+        "1000",
+        "--",
+        "sh",
+        "-c",
+        "sleep 100 & echo hi",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["timed_out"], false, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout"], "hi\n", "{v}");
+}
+
+#[test]
 fn stdin_is_passed_through() {
     let mut child = dsh()
         .args(["exec", "--", "cat"])
