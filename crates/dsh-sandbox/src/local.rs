@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -702,13 +702,73 @@ fn with_carves(mut argv: Vec<OsString>, anchors: &[PathBuf], carves: Vec<Carve>)
     argv
 }
 
+/// Removes the placeholder at `p` if it is still an empty directory, an empty file or a
+/// `commondir` placeholder, without following a symlink anywhere on the way: the command
+/// may have swapped a parent for a link to elsewhere (`.git -> /some/dir`), where an
+/// empty `hooks` or `config` is not ours. Where `openat2` is missing it is left in place.
+fn remove_placeholder(p: &Path) {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return;
+    };
+    let (Ok(parent_c), Ok(name_c)) = (
+        CString::new(parent.as_os_str().as_bytes()),
+        CString::new(name.as_bytes()),
+    ) else {
+        return;
+    };
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: openat2(2) with a valid C string and an open_how of the size given.
+    let dir = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            parent_c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    let Ok(dir) = i32::try_from(dir) else {
+        return;
+    };
+    if dir < 0 {
+        return;
+    }
+    // SAFETY: an fd openat2 just returned, owned here.
+    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
+    // Through the directory fd, so the name is resolved where it was checked.
+    let in_dir = Path::new("/proc/self/fd")
+        .join(dir.as_raw_fd().to_string())
+        .join(name);
+    let flags = match std::fs::symlink_metadata(&in_dir) {
+        Ok(m) if m.is_dir() => libc::AT_REMOVEDIR,
+        Ok(m) if m.is_file() && (m.len() == 0 || is_commondir_placeholder(&in_dir)) => 0,
+        _ => return,
+    };
+    // SAFETY: unlinkat(2) on our fd with a valid C string; rmdir refuses a non-empty one.
+    unsafe {
+        libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags);
+    }
+}
+
 /// Creates the missing `commondir` at `at` holding [`COMMONDIR_PLACEHOLDER`] (see the
 /// `protected` module), so that git, on the host and in the sandbox, reads the git dir
 /// itself from it. True when the file at `at` now holds exactly that (made here, or by a
 /// concurrent confinement).
 fn make_commondir_placeholder(at: &Path) -> bool {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -988,15 +1048,7 @@ impl Drop for Placeholders {
                 continue;
             }
             registry.remove(p);
-            match std::fs::symlink_metadata(p) {
-                Ok(m) if m.is_dir() => {
-                    let _ = std::fs::remove_dir(p);
-                }
-                Ok(m) if m.is_file() && (m.len() == 0 || is_commondir_placeholder(p)) => {
-                    let _ = std::fs::remove_file(p);
-                }
-                _ => {}
-            }
+            remove_placeholder(p);
         }
     }
 }

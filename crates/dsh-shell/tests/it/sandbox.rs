@@ -584,3 +584,27 @@ async fn a_protected_path_behind_a_symlink_is_reported_partial() {
         }
     }
 }
+
+#[tokio::test]
+async fn placeholders_are_removed_only_where_they_were_made() {
+    for (runner, sandbox) in sandboxes() {
+        if runner != Runner::Bwrap {
+            continue;
+        }
+        let d = dirs();
+        // `.git` is a link, so its placeholders are made through it; the command then
+        // points it at a directory outside that holds an empty `hooks` of its own.
+        std::fs::create_dir(d.ws.join("x")).expect("x");
+        std::os::unix::fs::symlink("x", d.ws.join(".git")).expect("symlink");
+        let victim = d.outside.join("victim");
+        std::fs::create_dir_all(victim.join("hooks")).expect("victim");
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(&shell, &format!("ln -sfn {} .git", q(&victim)), &policy).await;
+        assert_eq!(r.exit_code, Some(0), "{}", r.stderr.text);
+        assert!(
+            victim.join("hooks").is_dir(),
+            "{runner}: dsh removed a directory outside the workspace"
+        );
+    }
+}
