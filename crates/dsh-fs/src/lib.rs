@@ -9,13 +9,15 @@
 //! Writes and edits publish atomically (a private staging file next to the target,
 //! fsynced, renamed into place, the directory fsynced), one at a time per target, and can
 //! be guarded by the [`FsVersion`] the caller last saw (`FS_STALE_VERSION` when the file
-//! changed) or be create-only (never replacing a file that appeared meanwhile).
+//! changed, checked again just before the rename) or be create-only (never replacing a
+//! file that appeared meanwhile).
 //!
 //! Providers: [`LocalFs`] (the host, no policy) and [`SandboxedFs`] (the same, fenced by
 //! each call's [`SandboxPolicy`]: writes only beneath the
-//! writable roots, never into a protected path, checked by the kernel with
-//! `openat2(RESOLVE_BENEATH)` from the root's directory fd, so no symlink swap between the
-//! check and the write can escape).
+//! writable roots, never into a protected path (nor where one leads through a symlink),
+//! checked by the kernel with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the
+//! root's directory fd and by the identity of each directory opened, so no symlink swap
+//! between the check and the write can escape).
 //!
 //! # Errors
 //! The `FS_*` codes of [`dsh_core::ErrorCode`], each with a message naming the path as
@@ -121,8 +123,8 @@ pub enum WriteIntent {
     /// Only if nothing is there (not even a file created since the caller looked):
     /// `FS_NOT_OBSERVED` otherwise.
     CreateIfAbsent,
-    /// Only if the file is still at this version: `FS_STALE_VERSION` otherwise (also when
-    /// it vanished; it is never recreated).
+    /// Only if the file is still at this version until it is replaced: `FS_STALE_VERSION`
+    /// otherwise (also when it vanished; it is never recreated).
     ReplaceIfVersion(FsVersion),
 }
 
@@ -281,8 +283,8 @@ pub trait FileSystem: Send + Sync {
     /// Replaces text in a file atomically, checking `expected` (when given) before
     /// looking for the text. CRLF files stay CRLF; a UTF-8 BOM is kept. An LF file is
     /// streamed (memory follows the lines touched, not the file; the unchanged ranges are
-    /// copied by the kernel), and the file must not change while it is copied
-    /// (`FS_STALE_VERSION`).
+    /// copied by the kernel). The file must not change, nor be replaced, from the moment
+    /// it is opened until the new one is renamed over it (`FS_STALE_VERSION`).
     ///
     /// # Errors
     /// `FS_STALE_VERSION` (also for a missing file), `FS_NOT_REGULAR_FILE`,

@@ -1,14 +1,22 @@
 //! The write and edit algorithms, on a directory fd: both providers run them, each
 //! getting the directory its own way (the sandboxed one through `openat2` beneath a root).
 //!
-//! Publication: a private staging directory `.<name>.<pid>.<random>.tmpdir` (0700) in the
-//! same directory, a file `<name>.tmp` in it (`O_EXCL`, 0600), the content written and
-//! fsynced, the mode of the file it replaces copied, then `linkat` (create-only: it never
-//! replaces) or `renameat` (atomic replace) into place, the directory fsynced, the staging
-//! directory removed. Any failure before the commit removes the staging directory and
-//! leaves the target as it was.
+//! Publication: a private staging directory `.<name>.<pid>.<random>.tmpdir` (0700; the
+//! name cut to its first [`STAGING_NAME_KEEP`] bytes) in the same directory, a file in it
+//! (`O_EXCL`), the content written and fsynced, the mode of the file it replaces copied (a
+//! new file gets `0666` less the umask, as `open(2)` gives), then `linkat` (create-only:
+//! it never replaces) or `renameat` (atomic replace) into place, the directory fsynced, the
+//! staging directory removed. Any failure before the commit removes the staging directory
+//! and leaves the target as it was.
+//!
+//! A guarded replacement (a write under [`WriteIntent::ReplaceIfVersion`], every edit)
+//! holds the file it checked open from that check on, and just before the rename checks
+//! again that this file is unchanged (its version) and still at the name (`dev`, `ino`):
+//! else `FS_STALE_VERSION`, never a lost update. What remains is the window between that
+//! last check and the rename.
 
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -59,6 +67,45 @@ fn is_file(st: &Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
 }
 
+/// A file held open from the moment it was checked, and its metadata then.
+struct Pinned {
+    file: File,
+    st: Stat,
+}
+
+impl Pinned {
+    /// Opens `name` in `dir` (`flags`, never through a symlink) if it is still at version
+    /// `seen`.
+    fn open(dir: &OwnedFd, name: &OsStr, flags: OFlags, seen: &FsVersion) -> Option<Pinned> {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (version_of(&st) == *seen).then(|| Pinned {
+            file: File::from(fd),
+            st,
+        })
+    }
+
+    /// Whether the file has not changed since it was opened.
+    fn unchanged(&self) -> bool {
+        matches!(rustix::fs::fstat(&self.file), Ok(now) if version_of(&now) == version_of(&self.st))
+    }
+
+    /// Whether it is unchanged and still the file at `name` in `dir`.
+    fn still_at(&self, dir: &OwnedFd, name: &OsStr) -> bool {
+        self.unchanged()
+            && matches!(
+                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW),
+                Ok(now) if (now.st_dev, now.st_ino) == (self.st.st_dev, self.st.st_ino)
+            )
+    }
+}
+
 /// Reads `name` in `dir` whole if it is a regular file of at most `max` bytes; `None`
 /// when it is not (or grew past `max` while read).
 fn read_small(dir: &OwnedFd, name: &OsStr, max: u64) -> Option<Vec<u8>> {
@@ -92,6 +139,12 @@ pub(crate) fn write(
     diff_max: u64,
 ) -> Result<WriteOutcome, HarnessError> {
     let d = display.display();
+    let stale = || {
+        fs_error(
+            ErrorCode::FsStaleVersion,
+            format!("cannot write \"{d}\": file changed since it was read"),
+        )
+    };
     let existing = probe(dir, name, display, "write")?;
     if let Some(st) = &existing {
         if !is_file(st) {
@@ -109,10 +162,7 @@ pub(crate) fn write(
             ))
         }
         (Some(WriteIntent::ReplaceIfVersion(v)), Some(st)) if version_of(st) != *v => {
-            return Err(fs_error(
-                ErrorCode::FsStaleVersion,
-                format!("cannot write \"{d}\": file changed since it was read"),
-            ))
+            return Err(stale())
         }
         (Some(WriteIntent::CreateIfAbsent), Some(_)) => {
             return Err(fs_error(
@@ -129,10 +179,21 @@ pub(crate) fn write(
             .map(|t| to_lf(&t)),
         _ => None,
     };
+    // The version checked must still be the file replaced: held from here to the rename.
+    let pinned = match intent {
+        Some(WriteIntent::ReplaceIfVersion(v)) => {
+            Some(Pinned::open(dir, name, OFlags::PATH, v).ok_or_else(stale)?)
+        }
+        _ => None,
+    };
     let mode = existing.as_ref().map(|st| st.st_mode & 0o777);
     let create_only = matches!(intent, Some(WriteIntent::CreateIfAbsent));
     let parts = [Part::Bytes(content.as_bytes())];
-    publish(dir, name, display, &parts, mode, create_only, &|| Ok(()))?;
+    let check = || match &pinned {
+        Some(p) if !p.still_at(dir, name) => Err(stale()),
+        _ => Ok(()),
+    };
+    publish(dir, name, display, &parts, mode, create_only, &check)?;
     let st = probe(dir, name, display, "write")?.ok_or_else(|| {
         fs_error(
             ErrorCode::FsIoError,
@@ -181,12 +242,28 @@ pub(crate) fn edit(
             ),
         ));
     }
+    // The file checked, held to the rename: every read is of it, and it must still be
+    // unchanged and at `name` then.
+    let src = Pinned::open(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK,
+        &version_of(&st),
+    )
+    .ok_or_else(stale)?;
     if !req.old.is_empty() {
-        if let Some(out) = edit_streamed(dir, name, display, req, &st)? {
+        if let Some(out) = edit_streamed(dir, name, display, req, &src)? {
             return Ok(out);
         }
     }
-    let bytes = read_small(dir, name, EDIT_MAX_BYTES).ok_or_else(stale)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0).saturating_add(1));
+    (&src.file)
+        .take(EDIT_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| crate::os_error("edit", display, e))?;
+    if bytes.len() as u64 > EDIT_MAX_BYTES || !src.unchanged() {
+        return Err(stale());
+    }
     if memchr::memchr(0, &bytes).is_some() {
         return Err(fs_error(
             ErrorCode::FsNotText,
@@ -270,7 +347,14 @@ pub(crate) fn edit(
         after
     };
     let parts = [Part::Bytes(bom.as_bytes()), Part::Bytes(on_disk.as_bytes())];
-    publish(dir, name, display, &parts, mode, false, &|| Ok(()))?;
+    let check = || {
+        if src.still_at(dir, name) {
+            Ok(())
+        } else {
+            Err(stale())
+        }
+    };
+    publish(dir, name, display, &parts, mode, false, &check)?;
     drop(on_disk);
     let before_window = before[w_start..w_end].to_owned();
     let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
@@ -290,7 +374,7 @@ fn edit_streamed(
     name: &OsStr,
     display: &Path,
     req: &EditRequest,
-    st: &Stat,
+    pinned: &Pinned,
 ) -> Result<Option<EditOutcome>, HarnessError> {
     let d = display.display();
     let stale = || {
@@ -300,18 +384,7 @@ fn edit_streamed(
         )
     };
     let failed = |e: std::io::Error| crate::os_error("edit", display, e);
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-    )
-    .map_err(|_| stale())?;
-    let src = std::fs::File::from(fd);
-    let opened = rustix::fs::fstat(&src).map_err(|e| io("edit", display, e))?;
-    if version_of(&opened) != version_of(st) {
-        return Err(stale());
-    }
+    let (src, opened) = (&pinned.file, &pinned.st);
     let size = opened.st_size as u64;
     let mut head = [0u8; 3];
     let bom = if size >= 3 && src.read_exact_at(&mut head, 0).is_ok() && head == *b"\xEF\xBB\xBF" {
@@ -320,24 +393,23 @@ fn edit_streamed(
         0
     };
     let old = to_lf(&req.old);
-    let scan = match stream_edit::scan(&src, size, old.as_bytes(), req.replace_all, bom)
-        .map_err(failed)?
-    {
-        Err(NotText::Binary) => {
-            return Err(fs_error(
-                ErrorCode::FsNotText,
-                format!("cannot edit \"{d}\": binary file"),
-            ))
-        }
-        Err(NotText::InvalidUtf8) => {
-            return Err(fs_error(
-                ErrorCode::FsNotText,
-                format!("cannot edit \"{d}\": invalid UTF-8 text"),
-            ))
-        }
-        Ok(None) => return Ok(None),
-        Ok(Some(scan)) => scan,
-    };
+    let scan =
+        match stream_edit::scan(src, size, old.as_bytes(), req.replace_all, bom).map_err(failed)? {
+            Err(NotText::Binary) => {
+                return Err(fs_error(
+                    ErrorCode::FsNotText,
+                    format!("cannot edit \"{d}\": binary file"),
+                ))
+            }
+            Err(NotText::InvalidUtf8) => {
+                return Err(fs_error(
+                    ErrorCode::FsNotText,
+                    format!("cannot edit \"{d}\": invalid UTF-8 text"),
+                ))
+            }
+            Ok(None) => return Ok(None),
+            Ok(Some(scan)) => scan,
+        };
     if scan.count == 0 {
         return Err(fs_error(
             ErrorCode::FsEditNotFound,
@@ -358,18 +430,16 @@ fn edit_streamed(
     let starts = &scan.starts;
     let last_end = starts[starts.len() - 1] + len;
     // The window starts after the BOM, as the whole-file edit's does.
-    let w_start = stream_edit::line_start(&src, starts[0])
+    let w_start = stream_edit::line_start(src, starts[0])
         .map_err(failed)?
         .max(bom);
-    let w_end = stream_edit::line_end(&src, last_end, size).map_err(failed)?;
+    let w_end = stream_edit::line_end(src, last_end, size).map_err(failed)?;
     // The file as scanned: same version (checked again below), and the text read back
     // must hold the occurrences where the scan saw them.
-    let unchanged = || match rustix::fs::fstat(&src) {
-        Ok(now) if version_of(&now) == version_of(&opened) => Ok(()),
-        _ => Err(stale()),
-    };
-    let before = stream_edit::read_range(&src, w_start, w_end).map_err(|_| stale())?;
-    unchanged()?;
+    let before = stream_edit::read_range(src, w_start, w_end).map_err(|_| stale())?;
+    if !pinned.unchanged() {
+        return Err(stale());
+    }
     let rel = |at: u64| usize::try_from(at.saturating_sub(w_start)).unwrap_or(usize::MAX);
     let slice = |a: u64, b: u64| before.get(rel(a)..rel(b)).ok_or_else(stale);
     let mut after = String::with_capacity(before.len());
@@ -381,19 +451,19 @@ fn edit_streamed(
         }
         after.push_str(slice(at.max(w_start), start)?);
         after.push_str(&new);
-        parts.push(Part::Copy(&src, at, start - at));
+        parts.push(Part::Copy(src, at, start - at));
         parts.push(Part::Bytes(new.as_bytes()));
         at = start + len;
     }
     after.push_str(slice(at, w_end)?);
-    parts.push(Part::Copy(&src, at, size - at));
+    parts.push(Part::Copy(src, at, size - at));
     // The copy reads the file as it is now: it must still be the version scanned, and
     // still be the file at `name`.
     let check = || {
-        unchanged()?;
-        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(now) if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino) => Ok(()),
-            _ => Err(stale()),
+        if pinned.still_at(dir, name) {
+            Ok(())
+        } else {
+            Err(stale())
         }
     };
     publish(
@@ -423,8 +493,41 @@ fn uses_crlf(text: &str) -> bool {
     crlf > lf
 }
 
+/// The most bytes of the target's name kept in its staging directory's name: with the
+/// rest (at most 32 bytes) that name stays under `NAME_MAX` (255).
+pub(crate) const STAGING_NAME_KEEP: usize = 200;
+
+/// `.<name>.<pid>.<random>.tmpdir`, the name cut to [`STAGING_NAME_KEEP`] bytes (not
+/// inside a UTF-8 character).
+fn staging_name(name: &OsStr) -> OsString {
+    let bytes = name.as_bytes();
+    let mut keep = &bytes[..bytes.len().min(STAGING_NAME_KEEP)];
+    if let Err(e) = std::str::from_utf8(keep) {
+        if e.error_len().is_none() {
+            keep = &keep[..e.valid_up_to()];
+        }
+    }
+    let mut staging = OsString::from(".");
+    staging.push(OsStr::from_bytes(keep));
+    staging.push(format!(
+        ".{}.{}.tmpdir",
+        std::process::id(),
+        dsh_core::spill::random_hex(12)
+    ));
+    staging
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Run by [`publish`] on this thread just before its last check and the commit: lets
+    /// a test change the target in that window.
+    static BEFORE_COMMIT: std::cell::RefCell<Option<Box<dyn Fn()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Publishes `parts`, one after the other, as `name` in `dir`, if `check` still passes
-/// once they are on disk. See the [module docs](self).
+/// right before the commit. `mode`: that of the file replaced; `None` for `0666` less the
+/// umask. See the [module docs](self).
 fn publish(
     dir: &OwnedFd,
     name: &OsStr,
@@ -435,13 +538,7 @@ fn publish(
     check: &dyn Fn() -> Result<(), HarnessError>,
 ) -> Result<(), HarnessError> {
     let d = display.display();
-    let mut staging = OsString::from(".");
-    staging.push(name);
-    staging.push(format!(
-        ".{}.{}.tmpdir",
-        std::process::id(),
-        dsh_core::spill::random_hex(12)
-    ));
+    let staging = staging_name(name);
     rustix::fs::mkdirat(dir, &staging, Mode::RWXU).map_err(|e| io("write", display, e))?;
     let result = (|| -> Result<(), HarnessError> {
         let sdir = rustix::fs::openat(
@@ -451,13 +548,15 @@ fn publish(
             Mode::empty(),
         )
         .map_err(|e| io("write", display, e))?;
-        let mut tmp_name = name.to_os_string();
-        tmp_name.push(".tmp");
+        // The directory is private: the file needs no name of its own. A new file is
+        // created as `open(2)` creates one, so the kernel applies the umask (or the
+        // directory's default ACL); a replacement gets the old mode below.
+        let tmp_name = OsStr::new("staged");
         let fd = rustix::fs::openat(
             &sdir,
-            &tmp_name,
+            tmp_name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
+            Mode::from_raw_mode(if mode.is_some() { 0o600 } else { 0o666 }),
         )
         .map_err(|e| io("write", display, e))?;
         let mut file = std::fs::File::from(fd);
@@ -475,14 +574,20 @@ fn publish(
         }
         file.sync_all()
             .map_err(|e| crate::os_error("write", display, e))?;
-        check()?;
         if let Some(m) = mode {
             rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(m))
                 .map_err(|e| io("write", display, e))?;
         }
         drop(file);
+        #[cfg(test)]
+        BEFORE_COMMIT.with(|hook| {
+            if let Some(hook) = &*hook.borrow() {
+                hook();
+            }
+        });
+        check()?;
         if create_only {
-            match rustix::fs::linkat(&sdir, &tmp_name, dir, name, AtFlags::empty()) {
+            match rustix::fs::linkat(&sdir, tmp_name, dir, name, AtFlags::empty()) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::EXIST) => {
                     return Err(
@@ -503,7 +608,7 @@ fn publish(
                 Err(e) => return Err(io("write", display, e)),
             }
         } else {
-            rustix::fs::renameat(&sdir, &tmp_name, dir, name).map_err(|e| match e {
+            rustix::fs::renameat(&sdir, tmp_name, dir, name).map_err(|e| match e {
                 rustix::io::Errno::ISDIR
                 | rustix::io::Errno::NOTEMPTY
                 | rustix::io::Errno::EXIST => fs_error(
@@ -548,4 +653,168 @@ fn cleanup(dir: &OwnedFd, staging: &OsStr) {
 /// Whether a byte sample looks binary (a NUL in its first [`BINARY_SAMPLE`] bytes).
 pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
     bytes[..bytes.len().min(BINARY_SAMPLE)].contains(&0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// Runs `f` in [`publish`] just before the commit, while it lives.
+    struct BeforeCommit;
+
+    impl BeforeCommit {
+        fn run(f: impl Fn() + 'static) -> BeforeCommit {
+            BEFORE_COMMIT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+            BeforeCommit
+        }
+    }
+
+    impl Drop for BeforeCommit {
+        fn drop(&mut self) {
+            BEFORE_COMMIT.with(|h| *h.borrow_mut() = None);
+        }
+    }
+
+    fn file_in_dir(content: &str) -> (tempfile::TempDir, OwnedFd, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("f");
+        std::fs::write(&path, content).expect("write");
+        let dir = rustix::fs::open(
+            tmp.path(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open dir");
+        (tmp, dir, path)
+    }
+
+    fn version(dir: &OwnedFd, path: &Path) -> FsVersion {
+        version_of(
+            &probe(dir, OsStr::new("f"), path, "stat")
+                .expect("stat")
+                .expect("some"),
+        )
+    }
+
+    fn only_f_left(tmp: &tempfile::TempDir) {
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["f"], "no staging left");
+    }
+
+    fn append(path: &Path) -> impl Fn() + 'static {
+        let path = path.to_path_buf();
+        move || {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(b"appended\n"))
+                .expect("append");
+        }
+    }
+
+    /// The edits of each kind: whole-file (CRLF; more occurrences than a stream takes)
+    /// and streamed.
+    fn edits() -> Vec<(String, EditRequest)> {
+        let req = |old: &str, all| EditRequest {
+            old: old.into(),
+            new: "new".into(),
+            replace_all: all,
+        };
+        vec![
+            ("a\r\nold\r\n".into(), req("old", false)),
+            ("x\n".repeat(stream_edit::MAX_STARTS + 1), req("x", true)),
+            ("a\nold\n".into(), req("old", false)),
+        ]
+    }
+
+    #[test]
+    fn a_staging_name_fits_name_max_and_is_cut_between_characters() {
+        let name = format!("a{}", "é".repeat(127));
+        let staging = staging_name(OsStr::new(&name));
+        let text = staging.to_str().expect("still UTF-8");
+        assert!(text.len() <= 255, "{}", text.len());
+        assert!(
+            text.starts_with(&format!(".a{}.", "é".repeat(99))),
+            "{text}"
+        );
+        assert!(text.ends_with(".tmpdir"));
+        let short = staging_name(OsStr::new("f"));
+        assert!(short.to_str().expect("utf-8").starts_with(".f."));
+    }
+
+    #[test]
+    fn a_write_or_edit_refuses_a_file_appended_to_before_its_commit() {
+        let (tmp, dir, path) = file_in_dir("one\n");
+        let v = version(&dir, &path);
+        let _hook = BeforeCommit::run(append(&path));
+        let intent = WriteIntent::ReplaceIfVersion(v);
+        let e = write(
+            &dir,
+            OsStr::new("f"),
+            &path,
+            "two\n",
+            Some(&intent),
+            1 << 20,
+        )
+        .expect_err("stale");
+        assert_eq!(e.code(), ErrorCode::FsStaleVersion, "{}", e.message());
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "one\nappended\n"
+        );
+        only_f_left(&tmp);
+        // With no version to keep, a write replaces whatever is there.
+        write(&dir, OsStr::new("f"), &path, "two\n", None, 1 << 20).expect("overwrite");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "two\n");
+
+        for (content, req) in edits() {
+            std::fs::write(&path, &content).expect("write");
+            let v = version(&dir, &path);
+            let e = edit(&dir, OsStr::new("f"), &path, &req, Some(&v)).expect_err("stale");
+            assert_eq!(e.code(), ErrorCode::FsStaleVersion, "{content:.20?}");
+            let now = std::fs::read_to_string(&path).expect("read");
+            assert_eq!(now, format!("{content}appended\n"), "{content:.20?}");
+            only_f_left(&tmp);
+        }
+    }
+
+    #[test]
+    fn a_write_or_edit_refuses_a_file_replaced_before_its_commit() {
+        let (tmp, dir, path) = file_in_dir("one\n");
+        let replace = {
+            let path = path.clone();
+            move || {
+                let other = path.with_file_name("other");
+                let now = std::fs::read(&path).expect("read");
+                std::fs::write(&other, now).expect("write");
+                std::fs::rename(&other, &path).expect("rename");
+            }
+        };
+        let _hook = BeforeCommit::run(replace);
+        let intent = WriteIntent::ReplaceIfVersion(version(&dir, &path));
+        let e = write(
+            &dir,
+            OsStr::new("f"),
+            &path,
+            "two\n",
+            Some(&intent),
+            1 << 20,
+        )
+        .expect_err("stale");
+        assert_eq!(e.code(), ErrorCode::FsStaleVersion);
+        for (content, req) in edits() {
+            std::fs::write(&path, &content).expect("write");
+            let e = edit(&dir, OsStr::new("f"), &path, &req, None).expect_err("stale");
+            assert_eq!(e.code(), ErrorCode::FsStaleVersion, "{content:.20?}");
+            assert_eq!(std::fs::read_to_string(&path).expect("read"), content);
+        }
+        only_f_left(&tmp);
+    }
 }

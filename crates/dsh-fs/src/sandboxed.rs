@@ -1,13 +1,13 @@
 //! [`SandboxedFs`]: the host filesystem, with writes fenced by each call's policy.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat};
 
 use crate::local::{blocking, key_of, LocalFs};
 use crate::publish;
@@ -20,20 +20,31 @@ use crate::{
 ///
 /// For each write or edit, the call's policy (else the provider's default) decides:
 /// danger-full-access writes anywhere; read-only refuses (`FS_SANDBOX_DENIED`); under
-/// workspace-write the path is resolved again at that moment and must lie beneath a
-/// writable root (the workspace, the extra roots, the sandbox's temp directory) and
-/// outside every protected path. Then the kernel keeps it there: the target's directory
-/// is opened from the root's directory fd one component at a time with
-/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` (missing directories are made with
+/// workspace-write the path is resolved again at that moment (symlinks followed) and must
+/// lie beneath a writable root (the workspace, the extra roots, the sandbox's temp
+/// directory) and outside every protected path, taken both as written and where its
+/// symlinks lead (`.git/hooks -> ../tools/hooks` protects `tools/hooks`).
+///
+/// Then the kernel keeps it there: the target's directory is opened from the root's
+/// directory fd one component of the resolved path at a time with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (missing directories are made with
 /// `mkdirat` on the way), and the file is staged and renamed inside that directory fd. A
-/// symlink swapped in after the check cannot move the write outside the root: the final
-/// rename replaces the directory entry itself, and no directory on the way can lead out.
+/// symlink swapped in after the check is refused, not followed; the final rename
+/// replaces the directory entry itself. Each directory opened is also checked by
+/// identity: it must not be a protected directory, and the entry taken from it must not
+/// be a protected entry (`(dev, ino)` of its directory plus its name), whatever it is
+/// called now. Identities are taken at each call and, for the default policy, when the
+/// provider is made, so a protected directory renamed before a call (`mv .git g`, then
+/// a write of `g/hooks/x`) is still recognised.
+///
 /// Where `openat2` is missing (Linux < 5.6), writes under workspace-write are refused
 /// rather than done with a weaker check (`dsh doctor` reports `openat2`).
 pub struct SandboxedFs {
     local: LocalFs,
     default: SandboxPolicy,
     temp: Option<PathBuf>,
+    /// The default policy's protected paths, as found when the provider was made.
+    recorded: std::sync::Arc<Protected>,
 }
 
 impl std::fmt::Debug for SandboxedFs {
@@ -47,10 +58,12 @@ impl std::fmt::Debug for SandboxedFs {
 impl SandboxedFs {
     /// A fenced provider over `local`, applying `default` to calls that carry no policy.
     pub fn new(local: LocalFs, default: SandboxPolicy) -> SandboxedFs {
+        let recorded = std::sync::Arc::new(Protected::of(&default.protected));
         SandboxedFs {
             local,
             default,
             temp: None,
+            recorded,
         }
     }
 
@@ -61,11 +74,13 @@ impl SandboxedFs {
         self
     }
 
-    /// The directory to write `target` in, kernel-checked beneath its root, and the file
-    /// name; `None` when the policy does not confine (write as the local provider does).
+    /// The directory to write `target` in, kernel-checked beneath its root and outside the
+    /// protected paths (see the [type docs](SandboxedFs)), and the file name; `None` when
+    /// the policy does not confine (write as the local provider does).
     fn fence(
         policy: &SandboxPolicy,
         temp: Option<&Path>,
+        recorded: &Protected,
         target: &FsTarget,
         verb: &str,
     ) -> Result<Option<(OwnedFd, OsString)>, HarnessError> {
@@ -74,6 +89,12 @@ impl SandboxedFs {
             fs_error(
                 ErrorCode::FsSandboxDenied,
                 format!("cannot {verb} \"{d}\": file access denied under {mode} mode"),
+            )
+        };
+        let protected = || {
+            fs_error(
+                ErrorCode::FsSandboxDenied,
+                format!("cannot {verb} \"{d}\": file access denied under workspace-write mode (a protected path)"),
             )
         };
         match policy.mode {
@@ -88,12 +109,16 @@ impl SandboxedFs {
         let Some(root) = roots.iter().find(|r| fresh.starts_with(r)) else {
             return Err(denied(SandboxMode::WorkspaceWrite));
         };
-        if policy.protected.iter().any(|p| fresh.starts_with(p)) {
-            return Err(fs_error(
-                ErrorCode::FsSandboxDenied,
-                format!("cannot {verb} \"{d}\": file access denied under workspace-write mode (a protected path)"),
-            ));
+        let guard = Protected::of(&policy.protected);
+        if [&guard, recorded]
+            .iter()
+            .any(|g| g.paths.iter().any(|p| fresh.starts_with(p)))
+        {
+            return Err(protected());
         }
+        let is_protected = |st: &Stat| guard.is_dir_or_file(st) || recorded.is_dir_or_file(st);
+        let is_entry =
+            |dir: &Stat, name: &OsStr| guard.is_entry(dir, name) || recorded.is_entry(dir, name);
         let rel = fresh.strip_prefix(root).unwrap_or(Path::new(""));
         let (Some(name), parent_rel) = (rel.file_name(), rel.parent().unwrap_or(Path::new("")))
         else {
@@ -102,18 +127,24 @@ impl SandboxedFs {
                 format!("cannot {verb} \"{d}\": not a regular file"),
             ));
         };
+        let failed = |e: rustix::io::Errno| crate::os_error(verb, target.display(), e.into());
         let mut dir = rustix::fs::open(
             root.as_path(),
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| crate::os_error(verb, target.display(), e.into()))?;
+        .map_err(failed)?;
+        let mut here = rustix::fs::fstat(&dir).map_err(failed)?;
         for comp in parent_rel.components() {
             let Component::Normal(part) = comp else {
                 return Err(denied(SandboxMode::WorkspaceWrite));
             };
+            if is_entry(&here, part) {
+                return Err(protected());
+            }
             dir = step_beneath(&dir, part, verb == "write")
                 .map_err(|e| match e {
+                    // A symlink on the way (swapped in since the path was resolved).
                     rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => denied(SandboxMode::WorkspaceWrite),
                     rustix::io::Errno::NOSYS => fs_error(
                         ErrorCode::FsSandboxDenied,
@@ -122,27 +153,36 @@ impl SandboxedFs {
                              tools need to keep writes inside the workspace (Linux 5.6+)"
                         ),
                     ),
-                    e => crate::os_error(verb, target.display(), e.into()),
+                    e => failed(e),
                 })?;
+            here = rustix::fs::fstat(&dir).map_err(failed)?;
+            if is_protected(&here) {
+                return Err(protected());
+            }
+        }
+        if is_entry(&here, name) {
+            return Err(protected());
+        }
+        if let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if is_protected(&st) {
+                return Err(protected());
+            }
         }
         Ok(Some((dir, name.to_os_string())))
     }
 }
 
-/// Opens `part` of `dir` as a directory, never leaving `dir` (`RESOLVE_BENEATH`, no
-/// magic links); with `create`, makes it first if it is missing.
-fn step_beneath(
-    dir: &OwnedFd,
-    part: &std::ffi::OsStr,
-    create: bool,
-) -> Result<OwnedFd, rustix::io::Errno> {
+/// Opens `part` of `dir` as a directory, never leaving `dir` and never through a symlink
+/// (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: `EXDEV`, `ELOOP`); with `create`, makes it
+/// first if it is missing.
+fn step_beneath(dir: &OwnedFd, part: &OsStr, create: bool) -> Result<OwnedFd, rustix::io::Errno> {
     let open = || {
         rustix::fs::openat2(
             dir,
             part,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
         )
     };
     match open() {
@@ -154,6 +194,94 @@ fn step_beneath(
         }
         other => other,
     }
+}
+
+/// Protected paths as found at one moment: each as written and where its symlinks lead
+/// (see [`leads_to`]), and, for the kernel-side check, the `(dev, ino)` of each that
+/// exists and of the directory holding each (with its name, which also covers one not
+/// created yet).
+#[derive(Debug, Default)]
+struct Protected {
+    paths: Vec<PathBuf>,
+    ids: Vec<(u64, u64)>,
+    entries: Vec<((u64, u64), OsString)>,
+}
+
+fn id_of(st: &Stat) -> (u64, u64) {
+    #[allow(clippy::useless_conversion)] // `dev_t` and `ino_t` are not u64 everywhere
+    (u64::from(st.st_dev), u64::from(st.st_ino))
+}
+
+impl Protected {
+    fn of(paths: &[PathBuf]) -> Protected {
+        let mut out = Protected::default();
+        for p in paths {
+            let led = leads_to(p);
+            for q in [p, &led] {
+                if out.paths.contains(q) {
+                    continue;
+                }
+                out.paths.push(q.clone());
+                if let Ok(st) = rustix::fs::stat(q) {
+                    out.ids.push(id_of(&st));
+                }
+                if let (Some(parent), Some(name)) = (q.parent(), q.file_name()) {
+                    if let Ok(st) = rustix::fs::stat(parent) {
+                        out.entries.push((id_of(&st), name.to_os_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `st` is a protected file or directory itself.
+    fn is_dir_or_file(&self, st: &Stat) -> bool {
+        self.ids.contains(&id_of(st))
+    }
+
+    /// Whether `name` in the directory `dir` is a protected path.
+    fn is_entry(&self, dir: &Stat, name: &OsStr) -> bool {
+        let id = id_of(dir);
+        self.entries.iter().any(|(d, n)| *d == id && n == name)
+    }
+}
+
+/// Where `path` (absolute) leads: every symlink followed, even a dangling one (at most
+/// 40), `..` taken after the link before it; missing components are kept as written.
+fn leads_to(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    // Components still to walk, last first; `..` stays `..` (no name can be `..`).
+    let mut todo: Vec<OsString> = Vec::new();
+    let push = |todo: &mut Vec<OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_os_string()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut todo, path);
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        let next = out.join(&c);
+        match std::fs::read_link(&next) {
+            Ok(to) if hops < 40 => {
+                hops += 1;
+                if to.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                push(&mut todo, &to);
+            }
+            _ => out = next,
+        }
+    }
+    out
 }
 
 #[async_trait]
@@ -219,14 +347,16 @@ impl FileSystem for SandboxedFs {
             self.temp.clone(),
             self.local.diff_max(),
         );
+        let recorded = self.recorded.clone();
         self.local
             .locked(
                 target.key(),
                 blocking(move || {
-                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "write")?
-                        .ok_or_else(|| {
-                            HarnessError::internal("fence: confined mode without a directory")
-                        })?;
+                    let (dir, name) =
+                        SandboxedFs::fence(&policy, temp.as_deref(), &recorded, &t, "write")?
+                            .ok_or_else(|| {
+                                HarnessError::internal("fence: confined mode without a directory")
+                            })?;
                     publish::write(
                         &dir,
                         &name,
@@ -257,14 +387,16 @@ impl FileSystem for SandboxedFs {
             expected.cloned(),
             self.temp.clone(),
         );
+        let recorded = self.recorded.clone();
         self.local
             .locked(
                 target.key(),
                 blocking(move || {
-                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "edit")?
-                        .ok_or_else(|| {
-                            HarnessError::internal("fence: confined mode without a directory")
-                        })?;
+                    let (dir, name) =
+                        SandboxedFs::fence(&policy, temp.as_deref(), &recorded, &t, "edit")?
+                            .ok_or_else(|| {
+                                HarnessError::internal("fence: confined mode without a directory")
+                            })?;
                     publish::edit(&dir, &name, t.display(), &edit, expected.as_ref())
                 }),
             )

@@ -180,6 +180,16 @@ async fn listings_are_sorted_and_broken_links_have_no_version() {
     assert_eq!(code(fs.list_dir(&file).await), ErrorCode::FsNotDirectory);
 }
 
+/// This process's umask, read without changing it.
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .expect("Umask line (Linux 4.7+)");
+    u32::from_str_radix(line.trim(), 8).expect("octal")
+}
+
 fn no_staging(dir: &Path) {
     let residue: Vec<_> = std::fs::read_dir(dir)
         .expect("read_dir")
@@ -209,7 +219,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
         .permissions()
         .mode()
         & 0o777;
-    assert_eq!(mode, 0o600);
+    assert_eq!(mode, 0o666 & !umask(), "a new file gets the usual mode");
     assert_eq!(
         t.key(),
         root.join("sub/new.txt"),
@@ -564,4 +574,62 @@ async fn edits_of_large_lf_files_write_exactly_what_str_replace_gives() {
         }
         text = std::fs::read_to_string(root.join("big")).expect("read");
     }
+}
+
+#[test]
+fn a_new_file_gets_0666_less_the_umask() {
+    if let Some(path) = std::env::var_os("DSH_TEST_FS_CREATE") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        rt.block_on(async {
+            let fs = LocalFs::new("/");
+            let t = fs
+                .resolve(path.to_str().expect("utf-8"), None)
+                .await
+                .expect("resolve");
+            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), None)
+                .await
+                .expect("create");
+        });
+        return;
+    }
+    let (_d, root, _fs) = setup();
+    for (umask, want) in [("027", 0o640), ("002", 0o664), ("077", 0o600)] {
+        let path = root.join(format!("new-{umask}"));
+        let status = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\"")])
+            .arg(std::env::current_exe().expect("exe"))
+            .args(["--exact", "a_new_file_gets_0666_less_the_umask"])
+            .env("DSH_TEST_FS_CREATE", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("spawn");
+        assert!(status.success());
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, want, "umask {umask}");
+    }
+}
+
+#[tokio::test]
+async fn names_up_to_name_max_can_be_written_and_edited() {
+    let (_d, root, fs) = setup();
+    for name in ["n".repeat(255), format!("a{}", "é".repeat(127))] {
+        let t = fs.resolve(&name, None).await.expect("resolve");
+        fs.write_text(&t, "one", Some(WriteIntent::CreateIfAbsent), None)
+            .await
+            .expect("create");
+        let v = fs.stat(&t).await.expect("stat").expect("some").version;
+        fs.write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), None)
+            .await
+            .expect("replace");
+        fs.edit_text(&t, &edit("two", "three", false), None, None)
+            .await
+            .expect("edit");
+        assert_eq!(
+            std::fs::read_to_string(root.join(&name)).expect("read"),
+            "three"
+        );
+    }
+    no_staging(&root);
 }

@@ -269,3 +269,168 @@ fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
         }
     }
 }
+
+async fn write_denied(fs: &SandboxedFs, path: &str) -> ErrorCode {
+    let t = fs.resolve(path, None).await.expect("resolve");
+    code(fs.write_text(&t, "pwned", None, None).await)
+}
+
+#[tokio::test]
+async fn protected_paths_reached_through_symlinks_are_refused() {
+    let s = setup();
+    let ws = &s.ws;
+    for d in [".git", "tools/hooks", "cfg", "real"] {
+        std::fs::create_dir_all(ws.join(d)).expect("mkdir");
+    }
+    std::fs::write(ws.join("tools/hooks/pre-commit"), "#!/bin/sh\n").expect("write");
+    let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, ws.join(at)).expect("link");
+    link("../tools/hooks", ".git/hooks");
+    link("cfg", ".claude");
+    link("vsc", ".vscode"); // dangling: where it leads is protected too
+    link("real", "alias");
+    let fs = fenced(&s, SandboxMode::WorkspaceWrite);
+    for p in [
+        ".git/hooks/pre-commit",
+        ".git/hooks/post-checkout",
+        "tools/hooks/pre-commit",
+        ".claude/settings.json",
+        "cfg/settings.json",
+        ".vscode/tasks.json",
+        "vsc/tasks.json",
+    ] {
+        assert_eq!(
+            write_denied(&fs, p).await,
+            ErrorCode::FsSandboxDenied,
+            "{p}"
+        );
+    }
+    let hook = fs
+        .resolve(".git/hooks/pre-commit", None)
+        .await
+        .expect("resolve");
+    let req = EditRequest {
+        old: "#!/bin/sh".into(),
+        new: "#!/bin/sh\ncurl evil".into(),
+        replace_all: false,
+    };
+    assert_eq!(
+        code(fs.edit_text(&hook, &req, None, None).await),
+        ErrorCode::FsSandboxDenied
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("tools/hooks/pre-commit")).expect("read"),
+        "#!/bin/sh\n"
+    );
+    let hooks: Vec<_> = std::fs::read_dir(ws.join("tools/hooks"))
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(hooks, ["pre-commit"]);
+    assert_eq!(std::fs::read_dir(ws.join("cfg")).expect("list").count(), 0);
+    assert!(!ws.join("vsc").exists());
+
+    // A link to an unprotected directory still works, for writes and edits.
+    let via = fs.resolve("alias/x.txt", None).await.expect("resolve");
+    fs.write_text(&via, "one", None, None).await.expect("write");
+    let one = EditRequest {
+        old: "one".into(),
+        new: "two".into(),
+        replace_all: false,
+    };
+    fs.edit_text(&via, &one, None, None).await.expect("edit");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("real/x.txt")).expect("read"),
+        "two"
+    );
+}
+
+#[tokio::test]
+async fn a_protected_directory_moved_under_another_name_stays_protected() {
+    let s = setup();
+    std::fs::create_dir_all(s.ws.join(".git/hooks")).expect("mkdir");
+    std::fs::write(s.ws.join(".git/config"), "[core]\n").expect("write");
+    let fs = fenced(&s, SandboxMode::WorkspaceWrite);
+    // A confined command may rename `.git` (only its hooks and config are protected),
+    // ask for a write under the new name, then rename it back.
+    std::fs::rename(s.ws.join(".git"), s.ws.join("g")).expect("rename");
+    for p in ["g/hooks/pre-commit", "g/config"] {
+        assert_eq!(
+            write_denied(&fs, p).await,
+            ErrorCode::FsSandboxDenied,
+            "{p}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(s.ws.join("g/hooks"))
+            .expect("list")
+            .count(),
+        0
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("g/config")).expect("read"),
+        "[core]\n"
+    );
+    let other = fs.resolve("g/description", None).await.expect("resolve");
+    fs.write_text(&other, "ok", None, None)
+        .await
+        .expect("the rest of the directory is writable");
+}
+
+#[test]
+fn a_directory_swapped_with_a_link_to_a_protected_one_is_never_written_through() {
+    let s = setup();
+    let ws = s.ws.clone();
+    std::fs::create_dir_all(ws.join(".git/hooks")).expect("mkdir");
+    std::fs::create_dir(ws.join("d")).expect("mkdir");
+    std::os::unix::fs::symlink(".git/hooks", ws.join("dlink")).expect("link");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
+    let fs = fenced(&s, SandboxMode::WorkspaceWrite);
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, ws) = (stop.clone(), ws.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    ws.join("d"),
+                    rustix::fs::CWD,
+                    ws.join("dlink"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                );
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let written = rt.block_on(async {
+        let mut written = 0;
+        for i in 0..2_000 {
+            let Ok(t) = fs.resolve(&format!("d/pwn{i}"), None).await else {
+                continue;
+            };
+            if fs.write_text(&t, "x", None, None).await.is_ok() {
+                written += 1;
+            }
+        }
+        written
+    });
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper");
+    let planted: Vec<_> = std::fs::read_dir(ws.join(".git/hooks"))
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "{} written, planted {planted:?}",
+        written
+    );
+    assert!(swaps > 100, "the race did not run ({swaps} swaps)");
+}
