@@ -10,6 +10,7 @@
 //! workspace are shown relative to it. Searches are reads: they are not confined.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -349,10 +350,19 @@ fn grep_blocking(
                     }
                 }
                 let path = shown(cwd, entry.path());
-                // An unreadable file is skipped, as ripgrep does.
-                let _ = searcher.search_path(
+                // Opened non-blocking: a "regular" file whose read waits for data
+                // (`/proc/kmsg`) would hold the search, and the call, forever. It reads as
+                // unreadable then, and an unreadable file is skipped, as ripgrep does.
+                let Ok(file) = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                    .open(entry.path())
+                else {
+                    return WalkState::Continue;
+                };
+                let _ = searcher.search_file(
                     &matcher,
-                    entry.path(),
+                    &file,
                     Lossy(|number, line| {
                         let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
                         keep_first(kept, (path.clone(), number), line);

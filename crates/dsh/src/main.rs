@@ -79,7 +79,9 @@ pub(crate) fn emit(text: &str) {
 }
 
 /// Runs `work` on a two-worker tokio runtime. A runtime that cannot start, or an error
-/// from `work`, is printed as `dsh COMMAND: …` and becomes exit status `fail`.
+/// from `work`, is printed as `dsh COMMAND: …` and becomes exit status `fail`. Once `work`
+/// is done, blocking file work that is still running (a read or search of a cancelled
+/// call, which cannot be interrupted) gets a second to finish: it must not keep dsh alive.
 pub(crate) fn block_on<T>(
     command: &str,
     fail: u8,
@@ -93,7 +95,9 @@ pub(crate) fn block_on<T>(
             eprintln!("dsh {command}: cannot start the async runtime: {e}");
             ExitCode::from(fail)
         })?;
-    runtime.block_on(work).map_err(|e| {
+    let result = runtime.block_on(work);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result.map_err(|e| {
         eprintln!("dsh {command}: {e}");
         ExitCode::from(fail)
     })

@@ -263,3 +263,29 @@ async fn grep_over_the_cap_keeps_the_first_matches_in_path_order_whichever_threa
         }
     }
 }
+
+#[tokio::test]
+async fn grep_skips_a_file_whose_read_would_wait_forever() {
+    // `/proc/kmsg` is a regular file whose read blocks until the kernel logs something
+    // (root only). Without it here, the test has nothing to show.
+    if std::fs::File::open("/proc/kmsg").is_err() {
+        println!("skipped: /proc/kmsg cannot be opened here");
+        return;
+    }
+    let f = fixture(|b| b, vec![]).await;
+    f.session.begin_turn().await.expect("turn");
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        f.world.call(
+            Some(&f.session),
+            call(
+                "grep",
+                json!({"pattern": "dsh-no-such-kernel-line", "path": "/proc/kmsg"}),
+            ),
+            CancelToken::new(),
+        ),
+    )
+    .await
+    .expect("grep returned instead of waiting on /proc/kmsg");
+    assert!(r.text.starts_with("No matches found"), "{}", r.text);
+}
