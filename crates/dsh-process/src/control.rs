@@ -263,6 +263,10 @@ impl Monitor {
         tokio::pin!(read);
         let mut cancel_seen = false;
         let mut nudges = 0;
+        // The command can SIGSTOP its reaper (same user, no sandbox) and then exit: the
+        // record would never come. A stopped reaper is continued.
+        let mut stop_check = tokio::time::interval(STOP_CHECK);
+        stop_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let cancelled = async {
                 match &self.cancel {
@@ -286,6 +290,7 @@ impl Monitor {
                 () = self.watchdog.fired(), if !*exited => {
                     *exited = self.nudge(reaper_child, &mut nudges).await;
                 }
+                _ = stop_check.tick(), if !*exited => continue_if_stopped(reaper_child),
             }
         }
     }
@@ -316,6 +321,26 @@ impl Monitor {
     fn kill_cgroup(&self) {
         if let Some(cg) = &self.cgroup {
             let _ = rustix::io::write(&cg.kill, b"1");
+        }
+    }
+}
+
+/// How often the owner checks, while it waits for the leader's exit, that the reaper is
+/// not stopped.
+const STOP_CHECK: Duration = Duration::from_secs(1);
+
+/// SIGCONT to the reaper if it is stopped (an unreaped child of ours: the pid is exact).
+fn continue_if_stopped(reaper_child: &tokio::process::Child) {
+    let Some(pid) = reaper_child.id() else {
+        return;
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    if matches!(state, Some('T' | 't')) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
         }
     }
 }

@@ -468,3 +468,17 @@ async fn a_stopped_command_is_continued_so_its_term_trap_runs() {
     assert_eq!(outcome, Outcome::Exited(0));
     crate::support::wait_for_text(&cap, "got-term").await;
 }
+
+#[tokio::test]
+async fn a_command_that_stops_its_reaper_and_exits_still_settles() {
+    for sub in providers() {
+        // `$PPID` of the leader is its reaper.
+        let p = sub.spawn(bash("kill -STOP $PPID; exit 3")).expect("spawn");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), p.done())
+            .await
+            .expect("done settled although the reaper was stopped");
+        assert_eq!(outcome, Outcome::Exited(3));
+        p.wait_for_exit().await;
+        assert!(p.is_tree_gone());
+    }
+}
