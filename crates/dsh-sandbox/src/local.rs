@@ -415,6 +415,7 @@ impl LocalSandbox {
             metadata: false,
             keyrings: true,
             host_ipc: false,
+            set_id_and_leases: true,
         };
         if let Some(program) = seccomp::program(denials) {
             inherit.push((
@@ -582,6 +583,7 @@ impl LocalSandbox {
                 metadata: policy.mode == SandboxMode::ReadOnly,
                 keyrings: true,
                 host_ipc: true,
+                set_id_and_leases: true,
             })
             .map(Vec::into_boxed_slice),
             inherit: Vec::new(),
@@ -691,8 +693,17 @@ fn with_carves(mut argv: Vec<OsString>, anchors: &[PathBuf], carves: Vec<Carve>)
         ]
     });
     let binds = carves.into_iter().flat_map(|c| {
+        // A protected name that is a dangling link (`.vscode -> /gone`) has nothing to
+        // bind: skipped rather than failing every call (it is reported partial).
+        let dangling = std::fs::symlink_metadata(&c.at).is_ok_and(|m| m.file_type().is_symlink())
+            && !c.at.exists();
         [
-            "--ro-bind".into(),
+            if dangling {
+                "--ro-bind-try"
+            } else {
+                "--ro-bind"
+            }
+            .into(),
             c.source.into_os_string(),
             c.at.into_os_string(),
         ]

@@ -9,14 +9,19 @@
 //!   `io_uring_setup`, `io_uring_enter`, `io_uring_register` (io_uring performs socket
 //!   operations the filter never sees);
 //! - **metadata**: `chmod`, `chown`, `utime` and the extended-attribute setters and
-//!   removers, in every variant. Landlock governs a file's contents and names, not its
-//!   mode, owner, times or xattrs: without this a read-only command could `chmod 4755` a
-//!   root-owned binary, or `chmod 777 ~/.ssh`;
+//!   removers, in every variant, the inode-flag ioctls (`chattr`) and `file_setattr`, and
+//!   io_uring (its `SETXATTR` would set an ACL unseen). Landlock governs a file's contents
+//!   and names, not its mode, owner, times or xattrs: without this a read-only command
+//!   could `chmod 4755` a root-owned binary, or `chmod 777 ~/.ssh`;
 //! - **keyrings**: `add_key`, `request_key`, `keyctl`. The kernel keyrings belong to the
 //!   user, not to a namespace: a command could read or plant the host user's keys;
 //! - **host IPC**: System V shared memory, semaphores and message queues, and POSIX
 //!   message queues. They live in the IPC namespace, which the Landlock runner shares with
 //!   the host (bubblewrap unshares it instead);
+//! - **set-ID bits and leases**: a `chmod` (any variant) or an `open`/`creat` whose mode
+//!   has `S_ISUID` or `S_ISGID`: a command of a root dsh is still uid 0 and would own a
+//!   setuid-root binary it made; and `fcntl(F_SETLEASE)`, which stalls other writers of a
+//!   file for up to 45 seconds;
 //! - always, every syscall of another architecture's ABI (i386 `int 0x80`, x32), which
 //!   would otherwise bypass the numbers checked here.
 //!
@@ -65,13 +70,37 @@ pub const fn supported() -> bool {
 pub struct Denials {
     /// Every socket but a Unix stream or seqpacket one, `connect`, io_uring.
     pub network: bool,
-    /// Mode, owner, time and extended-attribute changes on any file.
+    /// Mode, owner, time, extended-attribute and inode-flag changes on any file, and
+    /// io_uring (its `SETXATTR` does what `setxattr` does, unseen by the filter).
     pub metadata: bool,
     /// The user's kernel keyrings.
     pub keyrings: bool,
     /// System V IPC and POSIX message queues.
     pub host_ipc: bool,
+    /// Set-user-ID and set-group-ID bits: a `chmod` or a file creation whose mode has
+    /// either (a command of a root dsh would plant a setuid-root binary), and file leases
+    /// (`F_SETLEASE` lets a command stall the writers of a file it can open).
+    pub set_id_and_leases: bool,
 }
+
+/// A syscall allowed only when its argument passes a test.
+#[derive(Clone, Copy, Debug)]
+enum ArgCheck {
+    /// Denied when `arg & mask != 0`.
+    NoBits { arg: u32, mask: u32 },
+    /// Denied when `arg` is one of `values` (unused slots are `u32::MAX`).
+    NotOneOf { arg: u32, values: [u32; 4] },
+}
+
+/// `S_ISUID | S_ISGID`.
+const SET_ID_BITS: u32 = 0o6000;
+/// `F_SETLEASE`.
+const F_SETLEASE: u32 = 1024;
+/// `FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR` and `FS_IOC32_SETFLAGS` (`chattr`, `xfs_io`);
+/// the last slot is unused.
+const INODE_FLAG_IOCTLS: [u32; 4] = [0x4008_6602, 0x401c_5820, 0x4004_6602, u32::MAX];
+/// `file_setattr` (Linux 6.17): inode flags by path.
+const SYS_FILE_SETATTR: u32 = 469;
 
 /// The filter for `denials` (see the [module docs](self)), or `None` on an architecture it
 /// is not written for.
@@ -85,6 +114,7 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
         p.jump_if_at_least(X32_SYSCALL_BIT, Label::Deny);
     }
     let mut denied: Vec<u32> = Vec::new();
+    let mut checks: Vec<(u32, ArgCheck)> = Vec::new();
     if denials.network {
         p.jump_if(nr(libc::SYS_socket), Label::CheckFamily);
         p.jump_if(nr(libc::SYS_socketpair), Label::CheckFamily);
@@ -92,6 +122,15 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
     }
     if denials.metadata {
         denied.extend(METADATA);
+        denied.extend(IO_URING);
+        denied.push(SYS_FILE_SETATTR);
+        checks.push((
+            nr(libc::SYS_ioctl),
+            ArgCheck::NotOneOf {
+                arg: 1,
+                values: INODE_FLAG_IOCTLS,
+            },
+        ));
     }
     if denials.keyrings {
         denied.extend(KEYRINGS);
@@ -99,10 +138,53 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
     if denials.host_ipc {
         denied.extend(HOST_IPC);
     }
+    if denials.set_id_and_leases {
+        checks.extend(SET_ID_MODES.iter().map(|&(n, arg)| {
+            (
+                n,
+                ArgCheck::NoBits {
+                    arg,
+                    mask: SET_ID_BITS,
+                },
+            )
+        }));
+        checks.push((
+            nr(libc::SYS_fcntl),
+            ArgCheck::NotOneOf {
+                arg: 1,
+                values: [F_SETLEASE, u32::MAX, u32::MAX, u32::MAX],
+            },
+        ));
+    }
+    denied.sort_unstable();
+    denied.dedup();
     for n in denied {
         p.jump_if(n, Label::Deny);
     }
+    // A syscall both denied outright and checked is denied: its jump above comes first.
+    for (i, (n, _)) in checks.iter().enumerate() {
+        p.jump_if(*n, Label::Check(i));
+    }
     p.ret(SECCOMP_RET_ALLOW);
+
+    for (i, (_, check)) in checks.iter().enumerate() {
+        p.mark(Label::Check(i));
+        match *check {
+            ArgCheck::NoBits { arg, mask } => {
+                p.load(OFF_ARG0_LO + 8 * arg);
+                p.and(mask);
+                p.jump_if(0, Label::Allow);
+                p.ret(SECCOMP_RET_ERRNO | libc::EPERM as u32);
+            }
+            ArgCheck::NotOneOf { arg, values } => {
+                p.load(OFF_ARG0_LO + 8 * arg);
+                for v in values.iter().filter(|v| **v != u32::MAX) {
+                    p.jump_if(*v, Label::Deny);
+                }
+                p.ret(SECCOMP_RET_ALLOW);
+            }
+        }
+    }
 
     if denials.network {
         p.mark(Label::CheckFamily);
@@ -128,6 +210,33 @@ const NETWORK: [u32; 4] = [
     nr(libc::SYS_io_uring_setup),
     nr(libc::SYS_io_uring_enter),
     nr(libc::SYS_io_uring_register),
+];
+
+/// io_uring, denied under [`Denials::network`] and [`Denials::metadata`].
+const IO_URING: [u32; 3] = [
+    nr(libc::SYS_io_uring_setup),
+    nr(libc::SYS_io_uring_enter),
+    nr(libc::SYS_io_uring_register),
+];
+
+/// The calls that set a mode, with the index of their mode argument, checked under
+/// [`Denials::set_id_and_leases`]. (`open`, `creat` and `chmod` exist on x86_64 alone.)
+#[cfg(target_arch = "x86_64")]
+const SET_ID_MODES: [(u32, u32); 7] = [
+    (nr(libc::SYS_chmod), 1),
+    (nr(libc::SYS_fchmod), 1),
+    (nr(libc::SYS_fchmodat), 2),
+    (SYS_FCHMODAT2, 2),
+    (nr(libc::SYS_open), 2),
+    (nr(libc::SYS_openat), 3),
+    (nr(libc::SYS_creat), 1),
+];
+#[cfg(not(target_arch = "x86_64"))]
+const SET_ID_MODES: [(u32, u32); 4] = [
+    (nr(libc::SYS_fchmod), 1),
+    (nr(libc::SYS_fchmodat), 2),
+    (SYS_FCHMODAT2, 2),
+    (nr(libc::SYS_openat), 3),
 ];
 
 /// `fchmodat2` (Linux 6.6), `setxattrat` and `removexattrat` (Linux 6.13): the same number
@@ -227,6 +336,7 @@ const fn nr(n: libc::c_long) -> u32 {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Label {
     CheckFamily,
+    Check(usize),
     Deny,
     Allow,
 }
@@ -301,6 +411,11 @@ mod tests {
 
     /// A tiny interpreter for the instructions this module emits.
     fn run(program: &[Instruction], nr: u32, arch: u32, arg0: u32, arg1: u32) -> u32 {
+        run_args(program, nr, arch, [arg0, arg1, 0, 0])
+    }
+
+    /// Runs `program` on a syscall with the low 32 bits of its first four arguments.
+    fn run_args(program: &[Instruction], nr: u32, arch: u32, args: [u32; 4]) -> u32 {
         let mut pc = 0;
         let mut a: u32 = 0;
         loop {
@@ -310,8 +425,10 @@ mod tests {
                     a = match i.k {
                         OFF_NR => nr,
                         OFF_ARCH => arch,
-                        OFF_ARG0_LO => arg0,
-                        OFF_ARG1_LO => arg1,
+                        OFF_ARG0_LO => args[0],
+                        OFF_ARG1_LO => args[1],
+                        k if k == OFF_ARG0_LO + 16 => args[2],
+                        k if k == OFF_ARG0_LO + 24 => args[3],
                         other => panic!("unexpected load at {other}"),
                     }
                 }
@@ -336,6 +453,7 @@ mod tests {
         metadata: false,
         keyrings: false,
         host_ipc: false,
+        set_id_and_leases: false,
     };
 
     #[test]
@@ -386,6 +504,7 @@ mod tests {
             metadata: true,
             keyrings: true,
             host_ipc: true,
+            set_id_and_leases: true,
         }) else {
             return;
         };
@@ -423,6 +542,81 @@ mod tests {
         );
         // Another ABI is denied whatever was asked.
         assert_eq!(run(&none, nr(libc::SYS_read), 0x4000_0003, 0, 0), deny);
+    }
+
+    #[test]
+    fn set_id_modes_leases_and_inode_flags_are_checked_by_argument() {
+        let Some(p) = program(Denials {
+            metadata: true,
+            set_id_and_leases: true,
+            ..Denials::default()
+        }) else {
+            return;
+        };
+        let arch = AUDIT_ARCH.expect("supported");
+        let deny = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let openat = nr(libc::SYS_openat);
+        let creat_flags = (libc::O_CREAT | libc::O_WRONLY) as u32;
+        assert_eq!(
+            run_args(&p, openat, arch, [0, 0, creat_flags, 0o644]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&p, openat, arch, [0, 0, creat_flags, 0o4755]),
+            deny
+        );
+        assert_eq!(
+            run_args(&p, openat, arch, [0, 0, creat_flags, 0o2755]),
+            deny
+        );
+        let fchmod = nr(libc::SYS_fchmod);
+        // Under `metadata` every chmod is denied; with set-ID alone only those bits.
+        assert_eq!(run_args(&p, fchmod, arch, [3, 0o755, 0, 0]), deny);
+        let only_set_id = program(Denials {
+            set_id_and_leases: true,
+            ..Denials::default()
+        })
+        .expect("supported");
+        assert_eq!(
+            run_args(&only_set_id, fchmod, arch, [3, 0o755, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&only_set_id, fchmod, arch, [3, 0o4755, 0, 0]),
+            deny
+        );
+        let fchmodat = nr(libc::SYS_fchmodat);
+        assert_eq!(
+            run_args(&only_set_id, fchmodat, arch, [0, 0, 0o6755, 0]),
+            deny
+        );
+        assert_eq!(
+            run_args(&only_set_id, fchmodat, arch, [0, 0, 0o755, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        let fcntl = nr(libc::SYS_fcntl);
+        assert_eq!(
+            run_args(&only_set_id, fcntl, arch, [3, F_SETLEASE, 1, 0]),
+            deny
+        );
+        assert_eq!(
+            run_args(&only_set_id, fcntl, arch, [3, libc::F_GETFL as u32, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        let ioctl = nr(libc::SYS_ioctl);
+        assert_eq!(run_args(&p, ioctl, arch, [3, 0x4008_6602, 0, 0]), deny);
+        assert_eq!(
+            run_args(&p, ioctl, arch, [3, libc::TCGETS as u32, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&only_set_id, ioctl, arch, [3, 0x4008_6602, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&p, nr(libc::SYS_io_uring_setup), arch, [0; 4]),
+            deny
+        );
     }
 
     #[test]

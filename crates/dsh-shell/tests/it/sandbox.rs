@@ -608,3 +608,57 @@ async fn placeholders_are_removed_only_where_they_were_made() {
         );
     }
 }
+
+#[tokio::test]
+async fn no_set_id_file_can_be_made_and_plain_modes_still_work() {
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(
+            &shell,
+            "cp /bin/true t && chmod 755 t && ./t && echo plain-ok",
+            &policy,
+        )
+        .await;
+        assert_eq!(r.stdout.text, "plain-ok\n", "{runner}: {}", r.stderr.text);
+        for cmd in [
+            "chmod 4755 t",
+            "chmod g+s t",
+            "python3 -c 'import os; os.open(\"u\", os.O_CREAT | os.O_WRONLY, 0o4755)'",
+        ] {
+            let r = run(&shell, cmd, &policy).await;
+            assert_ne!(r.exit_code, Some(0), "{runner}: `{cmd}` succeeded");
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.ws.join("t"))
+            .expect("t")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o6000, 0, "{runner}: mode {mode:o}");
+        assert!(
+            !d.ws.join("u").exists()
+                || std::fs::metadata(d.ws.join("u"))
+                    .expect("u")
+                    .permissions()
+                    .mode()
+                    & 0o6000
+                    == 0
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_dangling_protected_link_does_not_stop_every_command() {
+    for (runner, sandbox) in sandboxes() {
+        if runner != Runner::Bwrap {
+            continue;
+        }
+        let d = dirs();
+        std::os::unix::fs::symlink(d.outside.join("gone"), d.ws.join(".vscode")).expect("link");
+        let shell = bash(sandbox);
+        let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+        let r = run(&shell, "echo ran", &policy).await;
+        assert_eq!(r.stdout.text, "ran\n", "{runner}: {}", r.stderr.text);
+    }
+}
