@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 
 mod lines;
@@ -40,6 +40,10 @@ pub use sandboxed::SandboxedFs;
 
 /// Bytes of a file examined for a NUL to call it binary.
 pub const BINARY_SAMPLE: usize = 8192;
+
+/// Bytes a line window reads past its last line to count the rest of the file's lines
+/// (about: reads are 64 KiB); a longer rest leaves the total a [`TotalLines::AtLeast`].
+pub const COUNT_AHEAD: u64 = 1 << 20;
 
 /// A resolved path. See the [crate docs](crate).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -183,14 +187,34 @@ pub struct LineLimits {
     pub max_bytes: usize,
 }
 
+/// How many lines a file has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TotalLines {
+    /// Exactly this many: the file was read to its end.
+    Exact(u64),
+    /// At least this many: the file was not read to its end (see
+    /// [`FileSystem::read_lines`]); more may follow.
+    AtLeast(u64),
+}
+
+impl TotalLines {
+    /// The count: exact, or the lower bound.
+    pub fn count(self) -> u64 {
+        match self {
+            TotalLines::Exact(n) | TotalLines::AtLeast(n) => n,
+        }
+    }
+}
+
 /// A window of a text file's lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinesWindow {
     /// `(line number, text)`, the text without its line break (and without a `\r`
     /// before it), cut to the character limit with `... (line truncated to N chars)`.
     pub lines: Vec<(u64, String)>,
-    /// Lines in the whole file (a final line break does not start another line).
-    pub total_lines: u64,
+    /// Lines in the whole file, or a lower bound (a final line break does not start
+    /// another line).
+    pub total_lines: TotalLines,
     /// Whether the byte limit stopped the window early.
     pub truncated_by_bytes: bool,
     /// The file's version when it was opened.
@@ -248,15 +272,21 @@ pub trait FileSystem: Send + Sync {
     ) -> Result<(String, FsVersion), HarnessError>;
 
     /// A window of lines of a text file, streamed: memory follows the window, not the
-    /// file (a line is buffered only up to its character limit).
+    /// file (a line is buffered only up to its character limit), and so does time: the
+    /// file is read to the window's end, then about [`COUNT_AHEAD`] more bytes to count
+    /// lines. A cut line is not read to its end when it is the window's last; the window
+    /// ends in it when it goes on [`COUNT_AHEAD`] bytes past its cut. `cancel` is checked
+    /// before each read.
     ///
     /// # Errors
     /// As [`read_text`](Self::read_text) (`FS_NOT_TEXT` for invalid UTF-8 anywhere in the
-    /// file), and `FS_NOT_FOUND` for an offset past the last line.
+    /// bytes read), `FS_NOT_FOUND` for an offset past the last line, `FS_ABORTED` once
+    /// `cancel` is cancelled.
     async fn read_lines(
         &self,
         target: &FsTarget,
         limits: LineLimits,
+        cancel: &CancelToken,
     ) -> Result<LinesWindow, HarnessError>;
 
     /// The children of a directory, sorted by name.
@@ -281,7 +311,9 @@ pub trait FileSystem: Send + Sync {
     ) -> Result<WriteOutcome, HarnessError>;
 
     /// Replaces text in a file atomically, checking `expected` (when given) before
-    /// looking for the text. CRLF files stay CRLF; a UTF-8 BOM is kept. An LF file is
+    /// looking for the text. Only the occurrences change: every other byte is kept (line
+    /// breaks, a UTF-8 BOM), and the new text's line breaks become `\r\n` in a file
+    /// where `\r\n` outnumbers lone `\n` in the first 4096 characters. An LF file is
     /// streamed (memory follows the lines touched, not the file; the unchanged ranges are
     /// copied by the kernel). The file must not change, nor be replaced, from the moment
     /// it is opened until the new one is renamed over it (`FS_STALE_VERSION`).

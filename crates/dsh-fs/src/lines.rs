@@ -1,20 +1,22 @@
-//! Streaming line windows: one pass over the file, counting every line, keeping the
-//! selected ones, each cut at its character limit, so memory follows the window.
+//! Streaming line windows: one pass over the file, keeping the selected lines, each cut at
+//! its character limit, so memory follows the window; the lines after it are counted for
+//! at most [`COUNT_AHEAD`] more bytes, so time follows the window too.
 
 use std::io::Read;
 use std::path::Path;
 
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use rustix::fs::{Mode, OFlags};
 
 use crate::publish::version_of;
-use crate::{fs_error, LineLimits, LinesWindow, BINARY_SAMPLE};
+use crate::{fs_error, LineLimits, LinesWindow, TotalLines, BINARY_SAMPLE, COUNT_AHEAD};
 
-/// Reads the window `limits` of the file at `key`.
+/// Reads the window `limits` of the file at `key`, checking `cancel` before each read.
 pub(crate) fn read_lines(
     key: &Path,
     display: &Path,
     limits: LineLimits,
+    cancel: &CancelToken,
 ) -> Result<LinesWindow, HarnessError> {
     let d = display.display();
     let fd = rustix::fs::open(
@@ -30,26 +32,37 @@ pub(crate) fn read_lines(
             format!("cannot read \"{d}\": not a regular file"),
         ));
     }
+    let size = u64::try_from(st.st_size).unwrap_or(0);
     let mut file = std::fs::File::from(fd);
     let mut w = Window::new(limits);
     let mut buf = vec![0u8; 64 * 1024];
-    let mut seen: usize = 0;
+    let mut seen: u64 = 0;
+    // Bytes read when the window was full: counting stops COUNT_AHEAD bytes later.
+    let mut full_at: Option<u64> = None;
     let mut carry: Vec<u8> = Vec::new();
-    loop {
+    let at_end = loop {
+        if cancel.is_cancelled() {
+            return Err(fs_error(ErrorCode::FsAborted, "read aborted".into()));
+        }
+        // At exactly the size seen at open, one more read tells whether the file ends.
+        if full_at.is_some_and(|at| seen - at >= COUNT_AHEAD) && seen != size {
+            break false;
+        }
         let n = file
             .read(&mut buf)
             .map_err(|e| crate::os_error("read", display, e))?;
         if n == 0 {
-            break;
+            break true;
         }
         let chunk = &buf[..n];
-        if seen < BINARY_SAMPLE && chunk[..chunk.len().min(BINARY_SAMPLE - seen)].contains(&0) {
+        let sample = usize::try_from((BINARY_SAMPLE as u64).saturating_sub(seen)).unwrap_or(0);
+        if chunk[..chunk.len().min(sample)].contains(&0) {
             return Err(fs_error(
                 ErrorCode::FsNotText,
                 format!("cannot read \"{d}\": binary file"),
             ));
         }
-        seen = seen.saturating_add(n);
+        seen += n as u64;
         // Decode with the carried partial character; keep a new partial for the next read.
         carry.extend_from_slice(chunk);
         let valid = match std::str::from_utf8(&carry) {
@@ -62,27 +75,29 @@ pub(crate) fn read_lines(
                 ))
             }
         };
-        let text = std::str::from_utf8(&carry[..valid])
-            .unwrap_or_default()
-            .to_owned();
-        w.feed(&text);
+        w.feed(std::str::from_utf8(&carry[..valid]).unwrap_or_default());
         carry.drain(..valid);
-    }
-    if !carry.is_empty() {
+        if full_at.is_none() && w.full() {
+            full_at = Some(seen);
+        }
+    };
+    if at_end && !carry.is_empty() {
         return Err(fs_error(
             ErrorCode::FsNotText,
             format!("cannot read \"{d}\": invalid UTF-8 text"),
         ));
     }
-    let (lines, total, truncated) = w.finish();
-    if limits.offset > total && !(limits.offset == 1 && total == 0) {
-        return Err(fs_error(
-            ErrorCode::FsNotFound,
-            format!(
-                "offset {} is out of range for \"{d}\" ({total} lines)",
-                limits.offset
-            ),
-        ));
+    let (lines, total, truncated) = w.finish(at_end);
+    if let TotalLines::Exact(total) = total {
+        if limits.offset > total && !(limits.offset == 1 && total == 0) {
+            return Err(fs_error(
+                ErrorCode::FsNotFound,
+                format!(
+                    "offset {} is out of range for \"{d}\" ({total} lines)",
+                    limits.offset
+                ),
+            ));
+        }
     }
     Ok(LinesWindow {
         lines,
@@ -103,7 +118,11 @@ struct Window {
     open: bool,
     lines: Vec<(u64, String)>,
     bytes: usize,
-    stopped: bool,
+    /// Bytes of the current line read since it was cut.
+    cut_bytes: u64,
+    /// No more lines are kept: the byte limit was reached, or a line was cut that is the
+    /// window's last or has gone on for [`COUNT_AHEAD`] bytes since.
+    closed: bool,
     truncated: bool,
 }
 
@@ -117,18 +136,26 @@ impl Window {
             open: false,
             lines: Vec::new(),
             bytes: 0,
-            stopped: false,
+            cut_bytes: 0,
+            closed: false,
             truncated: false,
         }
     }
 
-    fn selected(&self) -> bool {
-        !self.stopped
-            && self.number >= self.limits.offset
-            && self.number < self.limits.offset.saturating_add(self.limits.limit)
+    fn end(&self) -> u64 {
+        self.limits.offset.saturating_add(self.limits.limit)
     }
 
-    /// Counts the lines of `text` without keeping any (std's fast search, no per-line
+    /// Whether nothing read from here on changes the lines kept.
+    fn full(&self) -> bool {
+        self.closed || self.number >= self.end()
+    }
+
+    fn selected(&self) -> bool {
+        !self.full() && self.number >= self.limits.offset
+    }
+
+    /// Counts the lines of `text` without keeping any (a fast byte search, no per-line
     /// work): for the parts of the file outside the window.
     fn skip(&mut self, text: &str, breaks: u64) {
         if breaks == 0 {
@@ -142,11 +169,8 @@ impl Window {
     }
 
     fn feed(&mut self, text: &str) {
-        let breaks = text.matches('\n').count() as u64;
-        let end = self.limits.offset.saturating_add(self.limits.limit);
-        let past = self.stopped || self.number >= end;
-        let before = self.number.saturating_add(breaks) < self.limits.offset;
-        if past || before {
+        let breaks = memchr::memchr_iter(b'\n', text.as_bytes()).count() as u64;
+        if self.full() || self.number.saturating_add(breaks) < self.limits.offset {
             return self.skip(text, breaks);
         }
         for piece in text.split_inclusive('\n') {
@@ -157,53 +181,77 @@ impl Window {
             if !body.is_empty() {
                 self.open = true;
             }
-            if self.selected() && self.chars <= self.limits.max_line_chars {
+            let max = self.limits.max_line_chars;
+            if self.selected() && self.chars <= max {
                 for c in body.chars() {
-                    if self.chars > self.limits.max_line_chars {
+                    if self.chars > max {
                         break;
                     }
                     self.current.push(c);
                     self.chars += 1;
                 }
             }
+            if self.selected() && self.chars > max {
+                self.cut_bytes += body.len() as u64;
+            }
             if ends {
                 self.end_line();
+            } else if self.selected()
+                && self.chars > max
+                && (self.number + 1 == self.end() || self.cut_bytes >= COUNT_AHEAD)
+            {
+                // Where the cut line ends changes nothing, or is too far to look for.
+                self.keep();
+                self.closed = true;
             }
+        }
+    }
+
+    /// Keeps the current line (cut, and within the byte limit), or closes the window.
+    fn keep(&mut self) {
+        let mut text = std::mem::take(&mut self.current);
+        if text.ends_with('\r') && self.chars <= self.limits.max_line_chars {
+            text.pop();
+        }
+        if text.chars().count() > self.limits.max_line_chars {
+            text = text.chars().take(self.limits.max_line_chars).collect();
+            text.push_str(&format!(
+                "... (line truncated to {} chars)",
+                self.limits.max_line_chars
+            ));
+        }
+        let cost = text.len() + usize::from(!self.lines.is_empty());
+        if self.bytes + cost > self.limits.max_bytes {
+            self.closed = true;
+            self.truncated = true;
+        } else {
+            self.bytes += cost;
+            self.lines.push((self.number, text));
         }
     }
 
     fn end_line(&mut self) {
         if self.selected() {
-            let mut text = std::mem::take(&mut self.current);
-            if text.ends_with('\r') && self.chars <= self.limits.max_line_chars {
-                text.pop();
-            }
-            if text.chars().count() > self.limits.max_line_chars {
-                text = text.chars().take(self.limits.max_line_chars).collect();
-                text.push_str(&format!(
-                    "... (line truncated to {} chars)",
-                    self.limits.max_line_chars
-                ));
-            }
-            let cost = text.len() + usize::from(!self.lines.is_empty());
-            if self.bytes + cost > self.limits.max_bytes {
-                self.stopped = true;
-                self.truncated = true;
-            } else {
-                self.bytes += cost;
-                self.lines.push((self.number, text));
-            }
+            self.keep();
         }
         self.current.clear();
         self.chars = 0;
+        self.cut_bytes = 0;
         self.open = false;
         self.number += 1;
     }
 
-    fn finish(mut self) -> (Vec<(u64, String)>, u64, bool) {
-        if self.open {
-            self.end_line();
-        }
-        (self.lines, self.number - 1, self.truncated)
+    /// The lines kept, the total (exact when the file was read `at_end`), and whether
+    /// the byte limit cut the window.
+    fn finish(mut self, at_end: bool) -> (Vec<(u64, String)>, TotalLines, bool) {
+        let total = if at_end {
+            if self.open {
+                self.end_line();
+            }
+            TotalLines::Exact(self.number - 1)
+        } else {
+            TotalLines::AtLeast(self.number - 1 + u64::from(self.open))
+        };
+        (self.lines, total, self.truncated)
     }
 }

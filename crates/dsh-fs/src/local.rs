@@ -339,9 +339,10 @@ impl FileSystem for LocalFs {
         &self,
         target: &FsTarget,
         limits: crate::LineLimits,
+        cancel: &dsh_core::CancelToken,
     ) -> Result<crate::LinesWindow, HarnessError> {
-        let t = target.clone();
-        blocking(move || crate::lines::read_lines(&t.key, &t.display, limits)).await
+        let (t, cancel) = (target.clone(), cancel.clone());
+        blocking(move || crate::lines::read_lines(&t.key, &t.display, limits, &cancel)).await
     }
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {

@@ -320,11 +320,6 @@ pub(crate) fn edit(
             ),
         ));
     }
-    let after = if req.replace_all {
-        before.replace(old.as_str(), &new)
-    } else {
-        before.replacen(old.as_str(), &new, 1)
-    };
     // The lines the replacements touch, before and after. No occurrence starts between
     // `w_start` and `first`, or after `last`, so replacing within the window gives the
     // same text as replacing in the whole.
@@ -341,11 +336,13 @@ pub(crate) fn edit(
         before[w_start..w_end].replacen(old.as_str(), &new, 1)
     };
     let mode = Some(st.st_mode & 0o777);
-    let on_disk = if crlf {
-        after.replace('\n', "\r\n")
+    // Only the occurrences change: the rest keeps its bytes, line breaks included.
+    let new_on_disk = if crlf {
+        new.replace('\n', "\r\n")
     } else {
-        after
+        new.clone()
     };
+    let on_disk = replace_raw(body, &before, &old, &new_on_disk, req.replace_all);
     let parts = [Part::Bytes(bom.as_bytes()), Part::Bytes(on_disk.as_bytes())];
     let check = || {
         if src.still_at(dir, name) {
@@ -483,6 +480,36 @@ fn edit_streamed(
         after,
         replaced: starts.len(),
     }))
+}
+
+/// `body` with the first occurrence (or all) of `old` in `lf`, its LF form, replaced by
+/// `new`. The bytes between occurrences are copied unchanged; an occurrence spans the `\r`
+/// of each `\r\n` it matched as `\n`.
+fn replace_raw(body: &str, lf: &str, old: &str, new: &str, all: bool) -> String {
+    let mut out = String::with_capacity(body.len() + new.len());
+    // The `\r`s the LF form dropped (each before a `\n`), in order, and how many lie
+    // before the position last mapped.
+    let mut dropped = memchr::memmem::find_iter(body.as_bytes(), b"\r\n").peekable();
+    let mut skipped = 0;
+    // The position in `body` of position `p` of `lf` (a `\n` that was `\r\n` maps to
+    // its `\r`); `p` never decreases.
+    let mut raw = |p: usize| {
+        // The k-th dropped `\r` at `c` is followed by the `\n` at `c - k` in `lf`.
+        while dropped.next_if(|&c| c - skipped < p).is_some() {
+            skipped += 1;
+        }
+        p + skipped
+    };
+    let mut copied = 0;
+    let hits = memchr::memmem::find_iter(lf.as_bytes(), old.as_bytes());
+    for at in hits.take(if all { usize::MAX } else { 1 }) {
+        let (start, end) = (raw(at), raw(at + old.len()));
+        out.push_str(&body[copied..start]);
+        out.push_str(new);
+        copied = end;
+    }
+    out.push_str(&body[copied..]);
+    out
 }
 
 /// CRLF when `\r\n` outnumbers lone `\n` in the first 4096 characters.

@@ -322,8 +322,9 @@ impl FileSystem for SandboxedFs {
         &self,
         target: &FsTarget,
         limits: crate::LineLimits,
+        cancel: &dsh_core::CancelToken,
     ) -> Result<crate::LinesWindow, HarnessError> {
-        self.local.read_lines(target, limits).await
+        self.local.read_lines(target, limits, cancel).await
     }
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {

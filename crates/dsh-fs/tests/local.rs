@@ -5,8 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_core::ErrorCode;
-use dsh_fs::{EditRequest, FileSystem, FsKind, LocalFs, WriteIntent};
+use dsh_core::{CancelToken, ErrorCode};
+use dsh_fs::{EditRequest, FileSystem, FsKind, LocalFs, TotalLines, WriteIntent, COUNT_AHEAD};
 
 fn setup() -> (tempfile::TempDir, PathBuf, LocalFs) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -377,6 +377,44 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     no_staging(&root);
 }
 
+#[tokio::test]
+async fn an_edit_keeps_the_line_breaks_of_the_bytes_it_does_not_replace() {
+    let (_d, root, fs) = setup();
+    let edited = |name: &'static str, content: &'static str, req: EditRequest| {
+        let (root, fs) = (&root, &fs);
+        async move {
+            std::fs::write(root.join(name), content).expect("write");
+            let t = fs.resolve(name, None).await.expect("resolve");
+            let out = fs.edit_text(&t, &req, None, None).await.expect("edit");
+            let bytes = std::fs::read_to_string(root.join(name)).expect("read");
+            (bytes, out.before, out.after)
+        }
+    };
+    // LF by majority: the `\r\n`s of lines the edit does not touch stay.
+    let (bytes, ..) = edited(
+        "lf",
+        "one\nx=\"a\r\n\";\r\nfour\n",
+        edit("one", "ONE", false),
+    )
+    .await;
+    assert_eq!(bytes, "ONE\nx=\"a\r\n\";\r\nfour\n");
+    // CRLF by majority: an untouched LF line stays LF; the new text's breaks are CRLF.
+    let (bytes, ..) = edited("crlf", "a\r\nb\r\nlf\nc\r\n", edit("a", "A\nA2", false)).await;
+    assert_eq!(bytes, "A\r\nA2\r\nb\r\nlf\nc\r\n");
+    // An occurrence matched across a `\r\n` replaces it, and nothing after it.
+    let (bytes, before, after) = edited(
+        "across",
+        "a\r\nb\r\nlf\nc\r\nb\r\nlf\n",
+        edit("b\nlf", "B\nLF", true),
+    )
+    .await;
+    assert_eq!(bytes, "a\r\nB\r\nLF\nc\r\nB\r\nLF\n");
+    assert_eq!(
+        (before.as_str(), after.as_str()),
+        ("b\nlf\nc\nb\nlf\n", "B\nLF\nc\nB\nLF\n")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_edits_from_one_version_one_wins_one_is_stale() {
     let (_d, root, fs) = setup();
@@ -411,14 +449,19 @@ fn limits(offset: u64, limit: u64) -> dsh_fs::LineLimits {
 #[tokio::test]
 async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line() {
     let (_d, root, fs) = setup();
+    let go = CancelToken::new();
     std::fs::write(
         root.join("w"),
         "one\r\ntwo\nthree-is-much-longer-than-ten\nfour\n",
     )
     .expect("write");
     let t = fs.resolve("w", None).await.expect("resolve");
-    let w = fs.read_lines(&t, limits(1, 10)).await.expect("window");
-    assert_eq!(w.total_lines, 4, "a final line break opens no line");
+    let w = fs.read_lines(&t, limits(1, 10), &go).await.expect("window");
+    assert_eq!(
+        w.total_lines,
+        TotalLines::Exact(4),
+        "a final line break opens no line"
+    );
     assert_eq!(
         w.lines[0],
         (1, "one".to_owned()),
@@ -428,25 +471,25 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         w.lines[2],
         (3, "three-is-m... (line truncated to 10 chars)".to_owned())
     );
-    let w = fs.read_lines(&t, limits(2, 1)).await.expect("window");
+    let w = fs.read_lines(&t, limits(2, 1), &go).await.expect("window");
     assert_eq!(w.lines, [(2, "two".to_owned())]);
     std::fs::write(root.join("many"), "0123456789\n".repeat(20)).expect("write");
     let m = fs.resolve("many", None).await.expect("resolve");
-    let w = fs.read_lines(&m, limits(1, 20)).await.expect("window");
+    let w = fs.read_lines(&m, limits(1, 20), &go).await.expect("window");
     assert!(w.truncated_by_bytes);
-    assert_eq!((w.lines.len(), w.total_lines), (5, 20));
+    assert_eq!((w.lines.len(), w.total_lines), (5, TotalLines::Exact(20)));
     assert_eq!(
-        code(fs.read_lines(&m, limits(21, 1)).await),
+        code(fs.read_lines(&m, limits(21, 1), &go).await),
         ErrorCode::FsNotFound
     );
     std::fs::write(root.join("empty"), "").expect("write");
     let e = fs.resolve("empty", None).await.expect("resolve");
     assert_eq!(
-        fs.read_lines(&e, limits(1, 5))
+        fs.read_lines(&e, limits(1, 5), &go)
             .await
             .expect("empty")
             .total_lines,
-        0
+        TotalLines::Exact(0)
     );
     std::fs::write(
         root.join("late-bad"),
@@ -455,7 +498,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
     .expect("write");
     let b = fs.resolve("late-bad", None).await.expect("resolve");
     assert_eq!(
-        code(fs.read_lines(&b, limits(1, 1)).await),
+        code(fs.read_lines(&b, limits(1, 1), &go).await),
         ErrorCode::FsNotText
     );
     // A multi-byte character split across read chunks is decoded whole.
@@ -471,10 +514,95 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
                 max_line_chars: 100_000,
                 max_bytes: 1 << 20,
             },
+            &go,
         )
         .await
         .expect("split");
     assert!(w.lines[0].1.ends_with('é'));
+}
+
+/// `lines` short lines, then a hole to `len` bytes (NULs past the binary sample are
+/// text, with no line break): no disk space is used.
+fn sparse(path: &Path, lines: usize, len: u64) {
+    std::fs::write(path, "a line of text\n".repeat(lines)).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(len))
+        .expect("set_len");
+}
+
+#[tokio::test]
+async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
+    let (_d, root, fs) = setup();
+    let go = CancelToken::new();
+    let wide = |offset, limit| dsh_fs::LineLimits {
+        offset,
+        limit,
+        max_line_chars: 2000,
+        max_bytes: 51_200,
+    };
+    // 10 KB of text, then an 8 GiB line: reading it all would take many seconds.
+    sparse(&root.join("huge"), 640, 8 << 30);
+    let t = fs.resolve("huge", None).await.expect("resolve");
+    let w = fs.read_lines(&t, wide(1, 1), &go).await.expect("window");
+    assert_eq!(w.lines, [(1, "a line of text".to_owned())]);
+    assert_eq!(
+        w.total_lines,
+        TotalLines::AtLeast(641),
+        "counted to COUNT_AHEAD past the window: the text and the start of the long line"
+    );
+    // A cut line is not read to its end: not at all when it is the window's last, else
+    // for COUNT_AHEAD bytes, and the window ends in it.
+    let cut = format!("{}... (line truncated to 2000 chars)", "\0".repeat(2000));
+    for limit in [1, 5] {
+        let w = fs
+            .read_lines(&t, wide(641, limit), &go)
+            .await
+            .expect("window");
+        assert_eq!(w.lines, [(641, cut.clone())], "limit {limit}");
+        assert_eq!(w.total_lines, TotalLines::AtLeast(641), "limit {limit}");
+        assert!(!w.truncated_by_bytes);
+    }
+    // The count is exact when the rest fits in COUNT_AHEAD, a lower bound when not.
+    let lines = usize::try_from(COUNT_AHEAD / 15).expect("fits");
+    std::fs::write(root.join("fits"), "a line of text\n".repeat(lines)).expect("write");
+    let f = fs.resolve("fits", None).await.expect("resolve");
+    let w = fs.read_lines(&f, wide(1, 1), &go).await.expect("window");
+    assert_eq!(w.total_lines, TotalLines::Exact(lines as u64));
+    std::fs::write(root.join("long"), "a line of text\n".repeat(lines * 2)).expect("write");
+    let l = fs.resolve("long", None).await.expect("resolve");
+    let w = fs.read_lines(&l, wide(1, 1), &go).await.expect("window");
+    assert!(
+        matches!(w.total_lines, TotalLines::AtLeast(n) if n >= lines as u64 && n < 2 * lines as u64),
+        "{:?}",
+        w.total_lines
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_window_stops_reading() {
+    let (_d, root, fs) = setup();
+    sparse(&root.join("huge"), 640, 8 << 30);
+    let t = fs.resolve("huge", None).await.expect("resolve");
+    let cancelled = CancelToken::new();
+    cancelled.cancel("test");
+    assert_eq!(
+        code(fs.read_lines(&t, limits(1, 1), &cancelled).await),
+        ErrorCode::FsAborted
+    );
+    // Line 642 lies past 8 GiB of line 641, which must be read through: a cancel stops
+    // that.
+    let cancel = CancelToken::new();
+    let later = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        later.cancel("test");
+    });
+    assert_eq!(
+        code(fs.read_lines(&t, limits(642, 1), &cancel).await),
+        ErrorCode::FsAborted
+    );
 }
 
 #[tokio::test]

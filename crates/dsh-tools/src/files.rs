@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_fs::{EditRequest, FileSystem, FsKind, FsTarget, LineLimits, WriteIntent};
+use dsh_fs::{EditRequest, FileSystem, FsKind, FsTarget, LineLimits, TotalLines, WriteIntent};
 use dsh_sandbox::escalation::{denial_marker, escalation_hint, Subject};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
@@ -228,6 +228,7 @@ impl Tool for ReadTool {
                     max_line_chars: READ_MAX_LINE_CHARS,
                     max_bytes: READ_MAX_BYTES,
                 },
+                ctx.cancel,
             )
             .await?;
         ctx.world.observe(
@@ -241,14 +242,19 @@ impl Tool for ReadTool {
                 "(Output capped. Showing lines {offset}-{end}. Use offset={} to continue.)",
                 end + 1
             )
-        } else if end < w.total_lines {
-            format!(
-                "(Showing lines {offset}-{end} of {}. Use offset={} to continue.)",
-                w.total_lines,
-                end + 1
-            )
         } else {
-            format!("(End of file - total {} lines)", w.total_lines)
+            match w.total_lines {
+                TotalLines::Exact(total) if end < total => format!(
+                    "(Showing lines {offset}-{end} of {total}. Use offset={} to continue.)",
+                    end + 1
+                ),
+                TotalLines::Exact(total) => format!("(End of file - total {total} lines)"),
+                // Not counted to the end: more may follow even the last line counted.
+                TotalLines::AtLeast(total) => format!(
+                    "(Showing lines {offset}-{end} of at least {total}. Use offset={} to continue.)",
+                    end + 1
+                ),
+            }
         };
         let body = if w.lines.is_empty() {
             footer
@@ -264,7 +270,8 @@ impl Tool for ReadTool {
                 "key": target.key(),
                 "offset": offset,
                 "lines": w.lines.len(),
-                "totalLines": w.total_lines,
+                "totalLines": w.total_lines.count(),
+                "totalLinesExact": matches!(w.total_lines, TotalLines::Exact(_)),
                 "version": w.version.as_str(),
             })),
         })

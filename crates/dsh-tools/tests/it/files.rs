@@ -94,6 +94,41 @@ async fn read_renders_the_envelope_and_its_footers() {
 }
 
 #[tokio::test]
+async fn read_of_a_huge_file_says_its_total_is_a_lower_bound() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    // 10 KB of lines, then 8 GiB of one line (a hole: no disk space).
+    let path = ws.join("huge.txt");
+    std::fs::write(&path, "a line of text\n".repeat(640)).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|h| h.set_len(8 << 30))
+        .expect("set_len");
+    f.session.begin_turn().await.expect("turn");
+    let r = f
+        .world
+        .call(
+            Some(&f.session),
+            call("read", json!({"file_path": "huge.txt", "limit": 1})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(
+        r.text.ends_with(
+            "1: a line of text\n\n(Showing lines 1-1 of at least 641. Use offset=2 to continue.)\n</content>"
+        ),
+        "{}",
+        r.text
+    );
+    let meta = r.meta.as_ref().expect("meta");
+    assert_eq!(
+        (&meta["totalLines"], &meta["totalLinesExact"]),
+        (&json!(641), &json!(false))
+    );
+}
+
+#[tokio::test]
 async fn writes_need_a_read_and_the_sandbox_needs_an_approved_escalation() {
     let f = fixture(
         |b| b,
