@@ -370,10 +370,12 @@ async fn a_stopped_reaper_does_not_hang_terminate() {
     for sub in providers() {
         let dir = tempfile::tempdir().expect("tempdir");
         let pids_file = dir.path().join("pids");
-        // The leader stops its reaper first, then reports, so terminate always meets a
-        // stopped reaper.
-        let mut spec =
-            bash("kill -STOP $PPID; sleep 1000 & echo $! > \"$PIDS\"; echo stopped; wait");
+        // The leader stops its reaper, reports, and keeps stopping it (the owner continues
+        // a stopped reaper by itself while it waits), so terminate meets a stopped reaper.
+        let mut spec = bash(
+            "kill -STOP $PPID; sleep 1000 & echo $! > \"$PIDS\"; echo stopped; \
+             while :; do kill -STOP $PPID; sleep 0.05; done",
+        );
         crate::support::record_pids_in(&mut spec, &pids_file);
         spec.grace = Duration::from_millis(100);
         let p = sub.spawn(spec).expect("spawn");
