@@ -119,6 +119,7 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
         p.jump_if(nr(libc::SYS_socket), Label::CheckFamily);
         p.jump_if(nr(libc::SYS_socketpair), Label::CheckFamily);
         denied.extend(NETWORK);
+        denied.extend(IO_URING);
     }
     if denials.metadata {
         denied.extend(METADATA);
@@ -204,13 +205,9 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
     Some(p.finish())
 }
 
-/// Denied outright under [`Denials::network`] (sockets are checked by family and type).
-const NETWORK: [u32; 4] = [
-    nr(libc::SYS_connect),
-    nr(libc::SYS_io_uring_setup),
-    nr(libc::SYS_io_uring_enter),
-    nr(libc::SYS_io_uring_register),
-];
+/// Denied outright under [`Denials::network`], with [`IO_URING`] (sockets are checked by
+/// family and type).
+const NETWORK: [u32; 1] = [nr(libc::SYS_connect)];
 
 /// io_uring, denied under [`Denials::network`] and [`Denials::metadata`].
 const IO_URING: [u32; 3] = [
