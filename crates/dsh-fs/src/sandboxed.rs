@@ -33,9 +33,8 @@ use crate::{
 /// replaces the directory entry itself. Each directory opened is also checked by
 /// identity: it must not be a protected directory, and the entry taken from it must not
 /// be a protected entry (`(dev, ino)` of its directory plus its name), whatever it is
-/// called now. Identities are taken at each call and, for the default policy, when the
-/// provider is made, so a protected directory renamed before a call (`mv .git g`, then
-/// a write of `g/hooks/x`) is still recognised.
+/// called now. Identities are taken at each call (one recorded earlier could be an inode
+/// number a new file has reused since).
 ///
 /// Where `openat2` is missing (Linux < 5.6), writes under workspace-write are refused
 /// rather than done with a weaker check (`dsh doctor` reports `openat2`).
@@ -43,8 +42,6 @@ pub struct SandboxedFs {
     local: LocalFs,
     default: SandboxPolicy,
     temp: Option<PathBuf>,
-    /// The default policy's protected paths, as found when the provider was made.
-    recorded: std::sync::Arc<Protected>,
 }
 
 impl std::fmt::Debug for SandboxedFs {
@@ -58,12 +55,10 @@ impl std::fmt::Debug for SandboxedFs {
 impl SandboxedFs {
     /// A fenced provider over `local`, applying `default` to calls that carry no policy.
     pub fn new(local: LocalFs, default: SandboxPolicy) -> SandboxedFs {
-        let recorded = std::sync::Arc::new(Protected::of(&default.protected));
         SandboxedFs {
             local,
             default,
             temp: None,
-            recorded,
         }
     }
 
@@ -80,7 +75,6 @@ impl SandboxedFs {
     fn fence(
         policy: &SandboxPolicy,
         temp: Option<&Path>,
-        recorded: &Protected,
         target: &FsTarget,
         verb: &str,
     ) -> Result<Option<(OwnedFd, OsString)>, HarnessError> {
@@ -109,16 +103,14 @@ impl SandboxedFs {
         let Some(root) = roots.iter().find(|r| fresh.starts_with(r)) else {
             return Err(denied(SandboxMode::WorkspaceWrite));
         };
+        // Taken now, so every identity is of an object that exists now: an inode number
+        // freed by a deleted protected path and reused by a new file is not mistaken.
         let guard = Protected::of(&policy.protected);
-        if [&guard, recorded]
-            .iter()
-            .any(|g| g.paths.iter().any(|p| fresh.starts_with(p)))
-        {
+        if guard.paths.iter().any(|p| fresh.starts_with(p)) {
             return Err(protected());
         }
-        let is_protected = |st: &Stat| guard.is_dir_or_file(st) || recorded.is_dir_or_file(st);
-        let is_entry =
-            |dir: &Stat, name: &OsStr| guard.is_entry(dir, name) || recorded.is_entry(dir, name);
+        let is_protected = |st: &Stat| guard.is_dir_or_file(st);
+        let is_entry = |dir: &Stat, name: &OsStr| guard.is_entry(dir, name);
         let rel = fresh.strip_prefix(root).unwrap_or(Path::new(""));
         let (Some(name), parent_rel) = (rel.file_name(), rel.parent().unwrap_or(Path::new("")))
         else {
@@ -187,7 +179,8 @@ fn step_beneath(dir: &OwnedFd, part: &OsStr, create: bool) -> Result<OwnedFd, ru
     };
     match open() {
         Err(rustix::io::Errno::NOENT) if create => {
-            match rustix::fs::mkdirat(dir, part, Mode::from_raw_mode(0o755)) {
+            // 0777 less the umask, as `mkdir -p` makes them.
+            match rustix::fs::mkdirat(dir, part, Mode::from_raw_mode(0o777)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => open(),
                 Err(e) => Err(e),
             }
@@ -348,16 +341,14 @@ impl FileSystem for SandboxedFs {
             self.temp.clone(),
             self.local.diff_max(),
         );
-        let recorded = self.recorded.clone();
         self.local
             .locked(
                 target.key(),
                 blocking(move || {
-                    let (dir, name) =
-                        SandboxedFs::fence(&policy, temp.as_deref(), &recorded, &t, "write")?
-                            .ok_or_else(|| {
-                                HarnessError::internal("fence: confined mode without a directory")
-                            })?;
+                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "write")?
+                        .ok_or_else(|| {
+                            HarnessError::internal("fence: confined mode without a directory")
+                        })?;
                     publish::write(
                         &dir,
                         &name,
@@ -388,16 +379,14 @@ impl FileSystem for SandboxedFs {
             expected.cloned(),
             self.temp.clone(),
         );
-        let recorded = self.recorded.clone();
         self.local
             .locked(
                 target.key(),
                 blocking(move || {
-                    let (dir, name) =
-                        SandboxedFs::fence(&policy, temp.as_deref(), &recorded, &t, "edit")?
-                            .ok_or_else(|| {
-                                HarnessError::internal("fence: confined mode without a directory")
-                            })?;
+                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "edit")?
+                        .ok_or_else(|| {
+                            HarnessError::internal("fence: confined mode without a directory")
+                        })?;
                     publish::edit(&dir, &name, t.display(), &edit, expected.as_ref())
                 }),
             )

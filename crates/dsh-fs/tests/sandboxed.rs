@@ -345,38 +345,6 @@ async fn protected_paths_reached_through_symlinks_are_refused() {
     );
 }
 
-#[tokio::test]
-async fn a_protected_directory_moved_under_another_name_stays_protected() {
-    let s = setup();
-    std::fs::create_dir_all(s.ws.join(".git/hooks")).expect("mkdir");
-    std::fs::write(s.ws.join(".git/config"), "[core]\n").expect("write");
-    let fs = fenced(&s, SandboxMode::WorkspaceWrite);
-    // A confined command may rename `.git` (only its hooks and config are protected),
-    // ask for a write under the new name, then rename it back.
-    std::fs::rename(s.ws.join(".git"), s.ws.join("g")).expect("rename");
-    for p in ["g/hooks/pre-commit", "g/config"] {
-        assert_eq!(
-            write_denied(&fs, p).await,
-            ErrorCode::FsSandboxDenied,
-            "{p}"
-        );
-    }
-    assert_eq!(
-        std::fs::read_dir(s.ws.join("g/hooks"))
-            .expect("list")
-            .count(),
-        0
-    );
-    assert_eq!(
-        std::fs::read_to_string(s.ws.join("g/config")).expect("read"),
-        "[core]\n"
-    );
-    let other = fs.resolve("g/description", None).await.expect("resolve");
-    fs.write_text(&other, "ok", None, None)
-        .await
-        .expect("the rest of the directory is writable");
-}
-
 #[test]
 fn a_directory_swapped_with_a_link_to_a_protected_one_is_never_written_through() {
     let s = setup();

@@ -250,9 +250,16 @@ impl Tool for ReadTool {
                 ),
                 TotalLines::Exact(total) => format!("(End of file - total {total} lines)"),
                 // Not counted to the end: more may follow even the last line counted.
-                TotalLines::AtLeast(total) => format!(
+                TotalLines::AtLeast(total) if end < total => format!(
                     "(Showing lines {offset}-{end} of at least {total}. Use offset={} to continue.)",
                     end + 1
+                ),
+                // The count stopped inside the window's last line: no later line was seen,
+                // so none is promised.
+                TotalLines::AtLeast(_) => format!(
+                    "(Showing lines {offset}-{end}. Line {end} runs on for more than {} MiB; \
+                     the file was not read past that.)",
+                    dsh_fs::COUNT_AHEAD >> 20
                 ),
             }
         };

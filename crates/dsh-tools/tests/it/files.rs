@@ -126,6 +126,25 @@ async fn read_of_a_huge_file_says_its_total_is_a_lower_bound() {
         (&meta["totalLines"], &meta["totalLinesExact"]),
         (&json!(641), &json!(false))
     );
+    // A window that ends in the long line: no line after it was seen, none is promised.
+    let r = f
+        .world
+        .call(
+            Some(&f.session),
+            call(
+                "read",
+                json!({"file_path": "huge.txt", "offset": 641, "limit": 1}),
+            ),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(
+        r.text.ends_with(
+            "(Showing lines 641-641. Line 641 runs on for more than 1 MiB; the file was not read past that.)\n</content>"
+        ),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]
