@@ -123,6 +123,7 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
     }
     if denials.metadata {
         denied.extend(METADATA);
+        denied.extend(METADATA_PATH_ONLY);
         denied.extend(IO_URING);
         denied.push(SYS_FILE_SETATTR);
         checks.push((
@@ -242,32 +243,7 @@ const SYS_FCHMODAT2: u32 = 452;
 const SYS_SETXATTRAT: u32 = 463;
 const SYS_REMOVEXATTRAT: u32 = 466;
 
-/// Under [`Denials::metadata`]. The path-only variants (`chmod`, `chown`, `lchown`, `utime`,
-/// `utimes`, `futimesat`) exist on x86_64 alone.
-#[cfg(target_arch = "x86_64")]
-const METADATA: [u32; 20] = [
-    nr(libc::SYS_chmod),
-    nr(libc::SYS_fchmod),
-    nr(libc::SYS_fchmodat),
-    SYS_FCHMODAT2,
-    nr(libc::SYS_chown),
-    nr(libc::SYS_fchown),
-    nr(libc::SYS_lchown),
-    nr(libc::SYS_fchownat),
-    nr(libc::SYS_utime),
-    nr(libc::SYS_utimes),
-    nr(libc::SYS_futimesat),
-    nr(libc::SYS_utimensat),
-    nr(libc::SYS_setxattr),
-    nr(libc::SYS_lsetxattr),
-    nr(libc::SYS_fsetxattr),
-    nr(libc::SYS_removexattr),
-    nr(libc::SYS_lremovexattr),
-    nr(libc::SYS_fremovexattr),
-    SYS_SETXATTRAT,
-    SYS_REMOVEXATTRAT,
-];
-#[cfg(not(target_arch = "x86_64"))]
+/// Under [`Denials::metadata`], with [`METADATA_PATH_ONLY`] on x86_64.
 const METADATA: [u32; 14] = [
     nr(libc::SYS_fchmod),
     nr(libc::SYS_fchmodat),
@@ -284,6 +260,19 @@ const METADATA: [u32; 14] = [
     SYS_SETXATTRAT,
     SYS_REMOVEXATTRAT,
 ];
+
+/// The older path-only variants, which exist on x86_64 alone.
+#[cfg(target_arch = "x86_64")]
+const METADATA_PATH_ONLY: [u32; 6] = [
+    nr(libc::SYS_chmod),
+    nr(libc::SYS_chown),
+    nr(libc::SYS_lchown),
+    nr(libc::SYS_utime),
+    nr(libc::SYS_utimes),
+    nr(libc::SYS_futimesat),
+];
+#[cfg(not(target_arch = "x86_64"))]
+const METADATA_PATH_ONLY: [u32; 0] = [];
 
 /// Under [`Denials::keyrings`].
 const KEYRINGS: [u32; 3] = [
@@ -510,7 +499,12 @@ mod tests {
         };
         let arch = AUDIT_ARCH.expect("supported");
         let deny = SECCOMP_RET_ERRNO | libc::EPERM as u32;
-        for n in METADATA.iter().chain(&KEYRINGS).chain(&HOST_IPC) {
+        for n in METADATA
+            .iter()
+            .chain(&METADATA_PATH_ONLY)
+            .chain(&KEYRINGS)
+            .chain(&HOST_IPC)
+        {
             assert_eq!(run(&all, *n, arch, 0, 0), deny, "syscall {n}");
             assert_eq!(run(&none, *n, arch, 0, 0), SECCOMP_RET_ALLOW, "syscall {n}");
             assert_eq!(
