@@ -49,25 +49,21 @@ struct BashArgs {
     justification: Option<String>,
 }
 
-fn invalid(msg: impl Into<String>) -> HarnessError {
-    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
-}
+use crate::invalid_args;
 
 fn parse(args: &Value) -> Result<BashArgs, HarnessError> {
-    if !args.is_object() {
-        return Err(invalid("invalid arguments: expected a JSON object"));
-    }
-    let a: BashArgs = serde_json::from_value(args.clone())
-        .map_err(|e| invalid(format!("invalid arguments: {e}")))?;
+    let a: BashArgs = crate::parse_args(args)?;
     if a.command.trim().is_empty() {
-        return Err(invalid("invalid command: expected a non-empty string"));
+        return Err(invalid_args("invalid command: expected a non-empty string"));
     }
     if a.description.trim().is_empty() {
-        return Err(invalid("invalid description: expected a non-empty string"));
+        return Err(invalid_args(
+            "invalid description: expected a non-empty string",
+        ));
     }
     if let Some(t) = a.timeout_ms {
         if !(t.is_finite() && t > 0.0) {
-            return Err(invalid(format!(
+            return Err(invalid_args(format!(
                 "invalid timeout_ms: expected a positive number, got {}",
                 args.get("timeout_ms").cloned().unwrap_or(Value::Null)
             )));

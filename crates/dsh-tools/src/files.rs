@@ -34,16 +34,7 @@ pub const WRITE_MAX_BYTES: usize = 16 << 20;
 
 const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
 
-fn invalid(msg: impl Into<String>) -> HarnessError {
-    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(args: &Value) -> Result<T, HarnessError> {
-    if !args.is_object() {
-        return Err(invalid("invalid arguments: expected a JSON object"));
-    }
-    serde_json::from_value(args.clone()).map_err(|e| invalid(format!("invalid arguments: {e}")))
-}
+use crate::{invalid_args, parse_args};
 
 fn fs_of(world: &World) -> Result<&std::sync::Arc<dyn FileSystem>, HarnessError> {
     world.fs().ok_or_else(|| {
@@ -55,7 +46,7 @@ fn fs_of(world: &World) -> Result<&std::sync::Arc<dyn FileSystem>, HarnessError>
 
 fn check_path(path: &str) -> Result<(), HarnessError> {
     if path.trim().is_empty() {
-        return Err(invalid("file_path must be a non-empty string"));
+        return Err(invalid_args("file_path must be a non-empty string"));
     }
     Ok(())
 }
@@ -171,18 +162,18 @@ impl Tool for ReadTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        let a: ReadArgs = parse(args)?;
+        let a: ReadArgs = parse_args(args)?;
         check_path(&a.file_path)?;
         let offset = a.offset.unwrap_or(1);
         let limit = a.limit.unwrap_or(READ_LIMIT);
         if offset == 0 {
-            return Err(invalid("offset must be a positive integer"));
+            return Err(invalid_args("offset must be a positive integer"));
         }
         if limit == 0 {
-            return Err(invalid("limit must be a positive integer"));
+            return Err(invalid_args("limit must be a positive integer"));
         }
         if limit > READ_LIMIT {
-            return Err(invalid(format!(
+            return Err(invalid_args(format!(
                 "limit must be less than or equal to {READ_LIMIT}"
             )));
         }
@@ -344,10 +335,10 @@ impl Tool for WriteTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        let a: WriteArgs = parse(args)?;
+        let a: WriteArgs = parse_args(args)?;
         check_path(&a.file_path)?;
         if a.content.len() > WRITE_MAX_BYTES {
-            return Err(invalid(format!(
+            return Err(invalid_args(format!(
                 "content is {} bytes; the limit is {WRITE_MAX_BYTES}",
                 a.content.len()
             )));
@@ -434,13 +425,13 @@ impl Tool for EditTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        let a: EditArgs = parse(args)?;
+        let a: EditArgs = parse_args(args)?;
         check_path(&a.file_path)?;
         if a.old_string.is_empty() {
-            return Err(invalid("old_string must be a non-empty string"));
+            return Err(invalid_args("old_string must be a non-empty string"));
         }
         if a.old_string == a.new_string {
-            return Err(invalid("old_string and new_string must differ"));
+            return Err(invalid_args("old_string and new_string must differ"));
         }
         let (target, policy) = target_and_policy(
             ctx,

@@ -73,15 +73,7 @@ impl Tool for ReadImageTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        if !args.is_object() {
-            return Err(HarnessError::new(
-                ErrorCode::InvalidArgs,
-                "invalid arguments: expected a JSON object",
-            ));
-        }
-        let a: ReadImageArgs = serde_json::from_value(args.clone()).map_err(|e| {
-            HarnessError::new(ErrorCode::InvalidArgs, format!("invalid arguments: {e}"))
-        })?;
+        let a: ReadImageArgs = crate::parse_args(args)?;
         if a.file_path.trim().is_empty() {
             return Err(HarnessError::new(
                 ErrorCode::InvalidArgs,

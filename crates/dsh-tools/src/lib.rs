@@ -227,6 +227,21 @@ pub trait PostExecute: Send + Sync {
 /// it. Guards can only deny.
 pub type Guard = Arc<dyn Fn(&CallView) -> Option<String> + Send + Sync>;
 
+/// An `INVALID_ARGS` error saying `msg`.
+pub(crate) fn invalid_args(msg: impl Into<String>) -> HarnessError {
+    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
+}
+
+/// A tool's arguments as `T`: `INVALID_ARGS` unless `args` is a JSON object that
+/// deserializes.
+pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, HarnessError> {
+    if !args.is_object() {
+        return Err(invalid_args("invalid arguments: expected a JSON object"));
+    }
+    serde_json::from_value(args.clone())
+        .map_err(|e| invalid_args(format!("invalid arguments: {e}")))
+}
+
 /// The JSON schema of a tool's argument type (an empty object schema if it cannot be
 /// rendered, which a derived schema always can).
 pub(crate) fn args_schema<T: schemars::JsonSchema>() -> Value {

@@ -39,16 +39,7 @@ pub const SEARCH_MAX_FOUND: usize = 1_000_000;
 
 const VCS_DIRS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
 
-fn invalid(msg: impl Into<String>) -> HarnessError {
-    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(args: &Value) -> Result<T, HarnessError> {
-    if !args.is_object() {
-        return Err(invalid("invalid arguments: expected a JSON object"));
-    }
-    serde_json::from_value(args.clone()).map_err(|e| invalid(format!("invalid arguments: {e}")))
-}
+use crate::{invalid_args, parse_args};
 
 /// The workspace of the call and the root to search.
 fn roots(ctx: &CallContext<'_>, path: Option<&str>) -> Result<(PathBuf, PathBuf), HarnessError> {
@@ -60,7 +51,7 @@ fn roots(ctx: &CallContext<'_>, path: Option<&str>) -> Result<(PathBuf, PathBuf)
     let cwd = dsh_sandbox::root_of(&cwd);
     let root = match path {
         Some(p) if p.trim().is_empty() => {
-            return Err(invalid("path must be a non-empty string when given"))
+            return Err(invalid_args("path must be a non-empty string when given"))
         }
         Some(p) => dsh_sandbox::root_of(&cwd.join(p)),
         None => cwd.clone(),
@@ -220,9 +211,9 @@ impl Tool for GlobTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        let a: GlobArgs = parse(args)?;
+        let a: GlobArgs = parse_args(args)?;
         if a.pattern.trim().is_empty() {
-            return Err(invalid("pattern must be a non-empty string"));
+            return Err(invalid_args("pattern must be a non-empty string"));
         }
         let (cwd, root) = roots(ctx, a.path.as_deref())?;
         let cancel = ctx.cancel.clone();
@@ -250,10 +241,14 @@ struct GrepArgs {
 /// Rejects what ripgrep's `--glob` would read differently: blank, negated, comma lists.
 fn check_include(include: &str) -> Result<(), HarnessError> {
     if include.trim().is_empty() {
-        return Err(invalid("include must be a non-empty string when given"));
+        return Err(invalid_args(
+            "include must be a non-empty string when given",
+        ));
     }
     if include.starts_with('!') {
-        return Err(invalid("include must not be negated (a leading \"!\")"));
+        return Err(invalid_args(
+            "include must not be negated (a leading \"!\")",
+        ));
     }
     let mut depth = 0i32;
     for c in include.chars() {
@@ -261,7 +256,7 @@ fn check_include(include: &str) -> Result<(), HarnessError> {
             '{' => depth += 1,
             '}' => depth -= 1,
             ',' if depth == 0 => {
-                return Err(invalid(
+                return Err(invalid_args(
                     "include must be one glob; use {a,b} for alternatives, not a comma list",
                 ))
             }
@@ -443,9 +438,9 @@ impl Tool for GrepTool {
     }
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
-        let a: GrepArgs = parse(args)?;
+        let a: GrepArgs = parse_args(args)?;
         if a.pattern.is_empty() {
-            return Err(invalid("pattern must be a non-empty string"));
+            return Err(invalid_args("pattern must be a non-empty string"));
         }
         if let Some(i) = &a.include {
             check_include(i)?;
