@@ -4,7 +4,8 @@
 //! [`ApprovalService::request`] is the whole contract:
 //! 1. the session must be inside an open turn (the turn is the audit boundary); otherwise
 //!    the request is refused and nothing is logged;
-//! 2. `approval/asked {id, toolName, callId?, reason?}` is appended (a fresh random id);
+//! 2. `approval/asked {id, toolName, callId?, action?, reason?}` is appended (a fresh
+//!    random id; `action` is [`Action::to_json`]);
 //! 3. the decision: a request already cancelled is `cancelled`; policy `never` is
 //!    `rejected` before any answerer is consulted; otherwise the [`Answerer`]s are asked in
 //!    order until one answers; none, one that fails or one that panics gives
@@ -19,6 +20,15 @@
 //! ([`ApprovalPolicy::Ask`] unless configured). Answerers: [`ScriptedAnswerer`] (tests,
 //! scripted runs), [`TerminalAnswerer`] (the CLI, only when there is a terminal), and any
 //! type implementing [`Answerer`] (the MCP server asks its client).
+//!
+//! # What a person is shown
+//! A question shows what will be done (its [`Action`]: the command line, the file), then
+//! the wider mode asked for and the agent's justification, labelled as the agent's words.
+//! Everything of the model's is shown through [`shown`]: controls and invisible characters
+//! as visible escapes ([`dsh_core::visible`]), and at most [`ACTION_SHOWN_CHARS`] of an
+//! action or [`REASON_SHOWN_CHARS`] of a justification or reason, a longer text being cut
+//! with a notice of how much is not shown, never silently. Nothing of the model's reaches
+//! a terminal raw.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,9 +36,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use dsh_core::journal::{EventKind, Journal};
 use dsh_core::{CancelToken, HarnessError};
+use dsh_sandbox::SandboxMode;
 use serde_json::{json, Map, Value};
 
 pub use dsh_sandbox::escalation::ApprovalOutcome;
+pub use terminal::TerminalAnswerer;
+
+mod terminal;
 
 /// Whether approvals may be asked at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -65,6 +79,94 @@ impl std::str::FromStr for ApprovalPolicy {
     }
 }
 
+/// What a call will do if it is allowed: the first thing every question shows, and the
+/// `action` of the `approval/asked` event. It is taken from the call's own arguments, so
+/// it is what runs, whatever the justification says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// A command line (`bash`), run in `workdir` when the call names one (as the model
+    /// gave it; a relative one is under the workspace root).
+    Command {
+        /// The command line, exactly as it will be run.
+        command: String,
+        /// The call's `workdir` argument, if any.
+        workdir: Option<String>,
+    },
+    /// A file the call changes (`write`, `edit`).
+    File {
+        /// The path as the model gave it.
+        path: String,
+        /// Where it leads: against the workspace root, `.` and `..` folded, as the file
+        /// tools resolve it (links are followed later, under the sandbox); `None` when not
+        /// known or the same as `path`.
+        resolved: Option<String>,
+    },
+    /// Any other call: its arguments.
+    Arguments(Value),
+}
+
+impl Action {
+    /// The form logged in `approval/asked`: `{command, workdir?}`, `{path, resolved?}` or
+    /// `{arguments}`.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        match self {
+            Action::Command { command, workdir } => {
+                m.insert("command".into(), json!(command));
+                if let Some(w) = workdir {
+                    m.insert("workdir".into(), json!(w));
+                }
+            }
+            Action::File { path, resolved } => {
+                m.insert("path".into(), json!(path));
+                if let Some(r) = resolved {
+                    m.insert("resolved".into(), json!(r));
+                }
+            }
+            Action::Arguments(a) => {
+                m.insert("arguments".into(), a.clone());
+            }
+        }
+        Value::Object(m)
+    }
+}
+
+/// At most this many characters of an [`Action`]'s text (the command line, the workdir,
+/// the path, the arguments) are shown, each rendered by [`shown`]. 4096 is a choice: a
+/// screen or two of a terminal (52 lines of 80 columns), which a person can still read
+/// to the end; a command longer than that is cut with a notice saying how much is not
+/// shown and to reject it.
+pub const ACTION_SHOWN_CHARS: usize = 4096;
+
+/// At most this many characters of a justification or a reason are shown (a choice: 13
+/// lines of 80 columns, so that the words around an action cannot push it off the screen).
+pub const REASON_SHOWN_CHARS: usize = 1024;
+
+/// `text` as a question shows it: rendered visible ([`dsh_core::visible::visible`]: no
+/// control or invisible character, a backslash doubled), whole when that rendering has
+/// at most `max_chars` characters; otherwise its start, then
+/// ` … [N more bytes not shown; reject what you cannot read in full]`, N counting the
+/// bytes of `text` left out.
+///
+/// ```
+/// use dsh_approval::shown;
+/// assert_eq!(shown("make test\x1b[1A", 100), r"make test\x1b[1A");
+/// assert_eq!(
+///     shown("rm -rf /", 3),
+///     "rm  … [5 more bytes not shown; reject what you cannot read in full]"
+/// );
+/// ```
+pub fn shown(text: &str, max_chars: usize) -> String {
+    let (mut out, covered) = dsh_core::visible::visible_prefix(text, max_chars);
+    if covered < text.len() {
+        out.push_str(&format!(
+            " … [{} more bytes not shown; reject what you cannot read in full]",
+            text.len() - covered
+        ));
+    }
+    out
+}
+
 /// What is being asked.
 #[derive(Clone, Debug, Default)]
 pub struct ApprovalRequest {
@@ -72,13 +174,24 @@ pub struct ApprovalRequest {
     pub tool_name: String,
     /// The call that asks.
     pub call_id: Option<String>,
-    /// Why, in one honest sentence (what, why, which wider mode).
+    /// What the call will do if allowed (logged as `action`).
+    pub action: Option<Action>,
+    /// The wider sandbox mode an escalation asks for (the `requested` of
+    /// [`dsh_sandbox::escalation::EscalationRequest`]); `None` for other questions.
+    pub requested: Option<SandboxMode>,
+    /// The agent's own words for why (an escalation's `justification`): shown labelled as
+    /// the agent's, never as dsh's. Not logged apart: an escalation's `reason` holds it.
+    pub justification: Option<String>,
+    /// Why, in one honest sentence (what, why, which wider mode), as logged. Shown when no
+    /// wider mode is `requested` (an escalation's reason repeats the mode and the
+    /// justification, which are shown apart).
     pub reason: Option<String>,
     /// Cancels the request.
     pub cancel: Option<CancelToken>,
 }
 
-/// A request as an answerer sees it.
+/// A request as an answerer sees it. Every text in it may hold what the model wrote: an
+/// answerer that shows it to a person shows it through [`shown`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Question {
     /// The request id, as logged.
@@ -89,7 +202,13 @@ pub struct Question {
     pub tool_name: String,
     /// The call that asks.
     pub call_id: Option<String>,
-    /// Why.
+    /// What the call will do if allowed.
+    pub action: Option<Action>,
+    /// The wider sandbox mode asked for, if any.
+    pub requested: Option<SandboxMode>,
+    /// The agent's own words for why, if any.
+    pub justification: Option<String>,
+    /// Why, as logged.
     pub reason: Option<String>,
 }
 
@@ -194,6 +313,9 @@ impl ApprovalService {
         if let Some(c) = &request.call_id {
             asked.insert("callId".into(), json!(c));
         }
+        if let Some(a) = &request.action {
+            asked.insert("action".into(), a.to_json());
+        }
         if let Some(r) = &request.reason {
             asked.insert("reason".into(), json!(r));
         }
@@ -205,6 +327,9 @@ impl ApprovalService {
             session: session.session_id().to_string(),
             tool_name: request.tool_name,
             call_id: request.call_id,
+            action: request.action,
+            requested: request.requested,
+            justification: request.justification,
             reason: request.reason,
         };
         let outcome = self.decide(session, question, request.cancel).await;
@@ -294,52 +419,4 @@ impl Answerer for ScriptedAnswerer {
             .unwrap_or_else(|p| p.into_inner())
             .pop_front()
     }
-}
-
-/// Asks on the controlling terminal (`/dev/tty`): prints the question and reads `y` or
-/// `n`. Passes when there is no terminal, so a non-interactive run falls through to
-/// `unavailable` instead of waiting for input that cannot come.
-#[derive(Debug, Default)]
-pub struct TerminalAnswerer;
-
-#[async_trait]
-impl Answerer for TerminalAnswerer {
-    async fn answer(&self, question: &Question) -> Option<ApprovalOutcome> {
-        use std::io::IsTerminal;
-        if !std::io::stdin().is_terminal() {
-            return None;
-        }
-        let q = question.clone();
-        tokio::task::spawn_blocking(move || ask_tty(&q))
-            .await
-            .ok()
-            .flatten()
-    }
-}
-
-fn ask_tty(q: &Question) -> Option<ApprovalOutcome> {
-    use std::io::{BufRead, Write};
-    let tty = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/tty")
-        .ok()?;
-    let mut out = &tty;
-    let _ = write!(
-        out,
-        "\ndsh: {} asks for approval{}\n  {}\nAllow once? [y/N] ",
-        q.tool_name,
-        q.call_id
-            .as_deref()
-            .map(|c| format!(" (call {c})"))
-            .unwrap_or_default(),
-        q.reason.as_deref().unwrap_or("(no reason given)")
-    );
-    let _ = out.flush();
-    let mut line = String::new();
-    std::io::BufReader::new(&tty).read_line(&mut line).ok()?;
-    Some(match line.trim() {
-        "y" | "Y" | "yes" => ApprovalOutcome::AllowedOnce,
-        _ => ApprovalOutcome::Rejected,
-    })
 }

@@ -298,13 +298,7 @@ fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
     if usable(Runner::Bwrap) {
         let ours = exec(&["--runner", "bwrap", "--mode", "read-only"]);
         // The argv dsh runs, minus `--seccomp FD` (the raw baseline has no fd to pass).
-        let policy = SandboxPolicy {
-            mode: SandboxMode::ReadOnly,
-            network: Network::Deny,
-            workspace_root: "/".into(),
-            writable_roots: Vec::new(),
-            protected: Vec::new(),
-        };
+        let policy = SandboxPolicy::bare(SandboxMode::ReadOnly, Path::new("/"));
         let raw = bwrap::argv(
             Path::new("bwrap"),
             &policy,

@@ -289,7 +289,30 @@ impl HarnessError {
     pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
         HarnessError::new(ErrorCode::Internal, message)
     }
+
+    /// `INTERNAL` for a panic caught in `what` (`the tool call`, `the glob worker`): the
+    /// panic's message (its first 500 characters: it may quote the input), that this is a
+    /// bug in dsh to report, and that only this call's work was abandoned: dsh goes on
+    /// serving other calls.
+    pub fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Self {
+        let said = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        let said = match said.char_indices().nth(PANIC_MESSAGE_CHARS) {
+            Some((cut, _)) => format!("{}… ({} bytes in all)", &said[..cut], said.len()),
+            None => said.to_owned(),
+        };
+        HarnessError::internal(format!(
+            "{what} panicked: {said}. This is a bug in dsh; please report it with this \
+             message. Only this call's work was abandoned: dsh keeps serving other calls."
+        ))
+    }
 }
+
+/// How much of a panic's message [`HarnessError::panicked`] keeps.
+const PANIC_MESSAGE_CHARS: usize = 500;
 
 impl fmt::Display for HarnessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -399,5 +422,28 @@ mod tests {
         let e = HarnessError::aborted_before_start("spawn", "too late");
         assert_eq!(e.message(), "aborted before spawn: too late");
         assert_eq!(e.code(), ErrorCode::Aborted);
+    }
+
+    #[test]
+    fn a_panic_is_internal_says_it_is_a_bug_and_quotes_a_bounded_message() {
+        let payload =
+            std::panic::catch_unwind(|| panic!("bad {}", "state")).expect_err("it panicked");
+        let e = HarnessError::panicked("the tool call", payload.as_ref());
+        assert_eq!(e.code(), ErrorCode::Internal);
+        assert_eq!(
+            e.message(),
+            "the tool call panicked: bad state. This is a bug in dsh; please report it with \
+             this message. Only this call's work was abandoned: dsh keeps serving other calls."
+        );
+        let e = HarnessError::panicked("the glob worker", &42u32);
+        assert!(
+            e.message()
+                .starts_with("the glob worker panicked: (no message). This is a bug in dsh"),
+            "{}",
+            e.message()
+        );
+        let e = HarnessError::panicked("the grep worker", &"é".repeat(2000));
+        let quoted = format!("{}… (4000 bytes in all)", "é".repeat(500));
+        assert!(e.message().contains(&quoted), "{}", e.message());
     }
 }

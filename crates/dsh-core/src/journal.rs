@@ -29,11 +29,19 @@ pub enum EventKind {
     ApprovalAsked,
     /// `approval/decided {id, outcome}`.
     ApprovalDecided,
+    /// `log/capped {capBytes, loggedBytes}`: the session's log reached its size cap; every
+    /// later event is summarised (ids, outcome and sizes; long text as its length and
+    /// digest). Written once, before the first summarised event.
+    LogCapped,
+    /// `sandbox/new-git-dir {callId?, paths}`: a confined command made git dirs, pointer
+    /// files, hooks folders or other paths the host's tools run or read by themselves,
+    /// which it could write while it ran; every later command gets them protected.
+    SandboxNewGitDir,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::TurnStart,
         EventKind::TurnEnd,
         EventKind::ToolCall,
@@ -42,6 +50,8 @@ impl EventKind {
         EventKind::ApprovalPolicy,
         EventKind::ApprovalAsked,
         EventKind::ApprovalDecided,
+        EventKind::LogCapped,
+        EventKind::SandboxNewGitDir,
     ];
 
     /// The stable type name (`turn/start`, …).
@@ -55,6 +65,8 @@ impl EventKind {
             EventKind::ApprovalPolicy => "approval/policy",
             EventKind::ApprovalAsked => "approval/asked",
             EventKind::ApprovalDecided => "approval/decided",
+            EventKind::LogCapped => "log/capped",
+            EventKind::SandboxNewGitDir => "sandbox/new-git-dir",
         }
     }
 
@@ -75,7 +87,9 @@ pub struct Event {
     pub time_ms: u64,
     /// What it is.
     pub kind: EventKind,
-    /// Its payload.
+    /// Its payload, as logged: the session log keeps a long string as its head, length
+    /// and digest, and past its size cap summarises the payload (dsh-store's
+    /// `log_bounds` module has the shapes).
     pub data: Value,
 }
 

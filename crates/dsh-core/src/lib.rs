@@ -12,6 +12,8 @@
 //! - [`ring`]: the fixed-capacity byte ring behind bounded output capture.
 //! - [`spill`]: private spill directories and exclusive 0600 spill files.
 //! - [`utf8`]: UTF-8-safe cut points.
+//! - [`visible`]: model text made safe to show on a terminal (controls and invisible
+//!   characters shown as escapes).
 //! - [`journal`]: the session events and the [`journal::Journal`] seams write them to.
 //!
 //! ```
@@ -25,6 +27,8 @@
 //! - [`ErrorCode::as_str`] never changes for an existing variant.
 //! - A [`Deadline`] reports at most one [`Cause`].
 //! - [`ring::ByteRing`] never holds more than its capacity.
+//! - [`visible::visible`] returns no control and no invisible character, and never the same
+//!   rendering for two different texts.
 //!
 //! # Limits
 //! - [`spill::SpillDir`] removes its directory on drop; a process killed with SIGKILL
@@ -42,6 +46,7 @@ pub mod retention;
 pub mod ring;
 pub mod spill;
 pub mod utf8;
+pub mod visible;
 
 pub use deadline::{clamp_timeout, CancelToken, Cause, Deadline, MAX_TIMER_DELAY_MS};
 pub use error::{ErrorCode, HarnessError};

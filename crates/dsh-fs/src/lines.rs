@@ -6,7 +6,6 @@ use std::io::Read;
 use std::path::Path;
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
-use rustix::fs::{Mode, OFlags};
 
 use crate::publish::version_of;
 use crate::{fs_error, LineLimits, LinesWindow, TotalLines, BINARY_SAMPLE, COUNT_AHEAD};
@@ -19,12 +18,7 @@ pub(crate) fn read_lines(
     cancel: &CancelToken,
 ) -> Result<LinesWindow, HarnessError> {
     let d = display.display();
-    let fd = rustix::fs::open(
-        key,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-    )
-    .map_err(|e| crate::os_error("read", display, e.into()))?;
+    let fd = crate::local::open_for_read(key, display)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| crate::os_error("read", display, e.into()))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(fs_error(

@@ -90,7 +90,12 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, HarnessError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| HarnessError::internal(format!("file worker failed: {e}")))?
+        .map_err(|e| match e.try_into_panic() {
+            Ok(payload) => HarnessError::panicked("the file worker", payload.as_ref()),
+            Err(e) => HarnessError::internal(format!(
+            "the file worker was cancelled before it finished ({e}); the runtime is shutting down"
+        )),
+        })?
 }
 
 /// Lexical absolute form: `cwd.join(path)` with `.` and `..` folded.
@@ -210,6 +215,35 @@ pub(crate) fn stat_path(path: &Path, follow: bool) -> Result<Option<FsInfo>, Har
     }
 }
 
+/// `openat2(key, O_RDONLY | O_NONBLOCK, RESOLVE_NO_SYMLINKS)`: the file at the canonical
+/// `key` itself, never one a symlink swapped in since `key` was resolved leads to (that is
+/// `FS_STALE_VERSION`: the path changed under the call), so what a check of `key` decided
+/// holds for what is read. Non-blocking, so a FIFO is never waited on. Where `openat2` is
+/// missing (Linux < 5.6), a plain `open`.
+pub(crate) fn open_for_read(key: &Path, display: &Path) -> Result<OwnedFd, HarnessError> {
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let opened = rustix::fs::openat2(
+        rustix::fs::CWD,
+        key,
+        flags,
+        Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS,
+    );
+    match opened {
+        Ok(fd) => Ok(fd),
+        Err(rustix::io::Errno::NOSYS) => rustix::fs::open(key, flags, Mode::empty())
+            .map_err(|e| crate::os_error("read", display, e.into())),
+        Err(rustix::io::Errno::LOOP) => Err(fs_error(
+            ErrorCode::FsStaleVersion,
+            format!(
+                "cannot read \"{}\": a symlink appeared on its path while the call ran; read it again",
+                display.display()
+            ),
+        )),
+        Err(e) => Err(crate::os_error("read", display, e.into())),
+    }
+}
+
 /// Reads a regular file at `key` whole, at most `max` bytes; never opens anything that
 /// could block (a FIFO is opened non-blocking and refused).
 pub(crate) fn read_file(
@@ -218,12 +252,7 @@ pub(crate) fn read_file(
     max: u64,
 ) -> Result<(Vec<u8>, FsVersion), HarnessError> {
     let d = display.display();
-    let fd = rustix::fs::open(
-        key,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-    )
-    .map_err(|e| crate::os_error("read", display, e.into()))?;
+    let fd = open_for_read(key, display)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| crate::os_error("read", display, e.into()))?;
     if kind_of(st.st_mode) != FsKind::File {
         return Err(fs_error(

@@ -16,7 +16,13 @@ use crate::{
     WriteIntent, WriteOutcome,
 };
 
-/// The host filesystem with a fence on writes and edits. Reads are never restricted.
+/// The host filesystem with a fence on writes and edits, and on reads of the paths a
+/// policy denies (credential stores: see [`dsh_sandbox::deny_read`]).
+///
+/// Reads of a path [`with_deny_read`](SandboxedFs::with_deny_read) names (as written,
+/// where its links lead, or beneath it) are `FS_SANDBOX_DENIED`, whatever the call's mode;
+/// the file is opened at its resolved path with no symlink allowed on the way, so what was
+/// checked is what is read. Other reads are not restricted.
 ///
 /// For each write or edit, the call's policy (else the provider's default) decides:
 /// danger-full-access writes anywhere; read-only refuses (`FS_SANDBOX_DENIED`); under
@@ -36,12 +42,17 @@ use crate::{
 /// called now. Identities are taken at each call (one recorded earlier could be an inode
 /// number a new file has reused since).
 ///
+/// No write or edit under workspace-write may touch a path with a `.git` component: a new
+/// `.git` pointer file or directory would be a repository whose hooks and config nothing
+/// protects yet.
+///
 /// Where `openat2` is missing (Linux < 5.6), writes under workspace-write are refused
 /// rather than done with a weaker check (`dsh doctor` reports `openat2`).
 pub struct SandboxedFs {
     local: LocalFs,
     default: SandboxPolicy,
     temp: Option<PathBuf>,
+    deny_read: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for SandboxedFs {
@@ -55,11 +66,42 @@ impl std::fmt::Debug for SandboxedFs {
 impl SandboxedFs {
     /// A fenced provider over `local`, applying `default` to calls that carry no policy.
     pub fn new(local: LocalFs, default: SandboxPolicy) -> SandboxedFs {
+        let deny_read = default.deny_read.clone();
         SandboxedFs {
             local,
             default,
             temp: None,
+            deny_read,
         }
+    }
+
+    /// Refuses reads of `patterns` too (absolute; `*` and `?` in the last component).
+    /// Default: the default policy's `deny_read`.
+    pub fn with_deny_read(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
+        for p in patterns {
+            if !self.deny_read.contains(&p) {
+                self.deny_read.push(p);
+            }
+        }
+        self
+    }
+
+    /// `FS_SANDBOX_DENIED` when `target` is a path whose reads are denied.
+    fn check_read(&self, target: &FsTarget) -> Result<(), HarnessError> {
+        let denied = [target.display(), target.key()]
+            .iter()
+            .any(|p| dsh_sandbox::deny_read::denies(&self.deny_read, p));
+        if denied {
+            return Err(fs_error(
+                ErrorCode::FsSandboxDenied,
+                format!(
+                    "cannot read \"{}\": it holds credentials, and the sandbox denies reading it \
+                     (deny_read); ask the user for what you need from it",
+                    target.display().display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Also allows writes beneath `dir` under workspace-write (the sandbox's private temp
@@ -108,6 +150,19 @@ impl SandboxedFs {
         let guard = Protected::of(&policy.protected);
         if guard.paths.iter().any(|p| fresh.starts_with(p)) {
             return Err(protected());
+        }
+        let in_git_dir = |p: &Path| {
+            p.strip_prefix(root)
+                .is_ok_and(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
+        };
+        if in_git_dir(&fresh) || in_git_dir(target.display()) {
+            return Err(fs_error(
+                ErrorCode::FsSandboxDenied,
+                format!(
+                    "cannot {verb} \"{d}\": file access denied under workspace-write mode (the \
+                     file tools never write inside .git, nor make a .git: use git itself)"
+                ),
+            ));
         }
         let is_protected = |st: &Stat| guard.is_dir_or_file(st);
         let is_entry = |dir: &Stat, name: &OsStr| guard.is_entry(dir, name);
@@ -300,6 +355,7 @@ impl FileSystem for SandboxedFs {
         target: &FsTarget,
         max_bytes: u64,
     ) -> Result<(Vec<u8>, FsVersion), HarnessError> {
+        self.check_read(target)?;
         self.local.read_bytes(target, max_bytes).await
     }
 
@@ -308,6 +364,7 @@ impl FileSystem for SandboxedFs {
         target: &FsTarget,
         max_bytes: u64,
     ) -> Result<(String, FsVersion), HarnessError> {
+        self.check_read(target)?;
         self.local.read_text(target, max_bytes).await
     }
 
@@ -317,6 +374,7 @@ impl FileSystem for SandboxedFs {
         limits: crate::LineLimits,
         cancel: &dsh_core::CancelToken,
     ) -> Result<crate::LinesWindow, HarnessError> {
+        self.check_read(target)?;
         self.local.read_lines(target, limits, cancel).await
     }
 

@@ -14,6 +14,11 @@
 //! elicitation ([`elicitation`] says how, for old and new protocol versions); a client
 //! without elicitation gets `unavailable` and the call fails closed, saying so.
 //!
+//! A call that hits a bug in dsh (a panic) gets an `INTERNAL` error result saying so; the
+//! server, the other calls and their processes carry on. Every string argument has a size
+//! bound (`dsh_tools::bounds`), and the session log keeps a head, the length and a digest
+//! of large values (`dsh_store::log_bounds`).
+//!
 //! [`LineTransport`] frames the protocol on stdio: every bad request gets an answer, a
 //! message over 16 MiB a JSON-RPC error instead of silence. Calls run concurrently up to
 //! what the open-file limit allows, and queue beyond it. When the connection ends,
@@ -117,12 +122,15 @@ fn call_slots() -> usize {
     usize::try_from(soft.saturating_sub(64) / 16).map_or(64, |n| n.clamp(4, 64))
 }
 
-/// A fingerprint of a call's arguments (a retry must repeat them).
+/// A fingerprint of a call's arguments (a retry must repeat them): the first 8 bytes of
+/// their SHA-256, which a client cannot steer to match other arguments (SipHash with
+/// fixed keys, `DefaultHasher::new`, it could) and which costs less on a 16 MiB message.
 fn hash(arguments: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    arguments.hash(&mut h);
-    h.finish()
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(arguments.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// The annotations that are true of a tool.
@@ -385,10 +393,15 @@ impl DshServer {
             }
             Leg::Done(done) => {
                 self.desk.unroute(&flight.call_id);
+                // The pipeline turns a panic in a tool body into its result; this catches
+                // one anywhere else in the call's task (a hook, the log).
                 let result = done.unwrap_or_else(|e| {
-                    ToolResult::from_error(&HarnessError::internal(format!(
-                        "the tool call failed unexpectedly: {e}"
-                    )))
+                    ToolResult::from_error(&match e.try_into_panic() {
+                        Ok(payload) => HarnessError::panicked("the tool call", payload.as_ref()),
+                        Err(e) => HarnessError::internal(format!(
+                            "the tool call's task was cancelled ({e}); the server is shutting down"
+                        )),
+                    })
                 });
                 Ok(to_mcp(&result).into())
             }

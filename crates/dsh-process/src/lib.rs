@@ -35,6 +35,10 @@
 //!   descendant still holds the output pipes.
 //! - Captured output costs at most `max_bytes` of memory per stream, whatever the
 //!   command prints; the spill file holds at most `max_spill_bytes`.
+//! - A command's environment is the host's without `DSH_*` names, credential-shaped
+//!   names and values holding a URL with a password (the [`env`](mod@env) module lists
+//!   the rules), except the names the host program lets through ([`EnvAllow`]), plus
+//!   the spec's overlay, which wins over every rule.
 //!
 //! # Limits
 //! - Linux only: the subreaper, `/proc/thread-self/children` and `signalfd` are Linux
@@ -42,12 +46,15 @@
 //! - The graceful SIGTERM reaches the leader's process group and the processes already
 //!   re-parented to the reaper; a descendant that left the group while its parent is
 //!   still alive gets only the SIGKILL after the grace.
+//! - The environment scrub judges the shape of names and values: a credential under a
+//!   plain name in a plain value reaches the command. The sandbox, not the scrub, is
+//!   what confines it.
 //!
 //! # Errors
 //! `INVALID_ARGUMENT` (empty argv, bad grace), `ABORTED` (cancelled before spawn),
 //! `PROCESS_CWD_INVALID`, `PROCESS_NOT_FOUND`, `PROCESS_NOT_EXECUTABLE`,
 //! `PROCESS_SPAWN_FAILED`. A non-zero exit or a signal death is an [`Outcome`], not an
-//! error.
+//! error. `CONFIG_INVALID` from [`EnvAllow::new`] for a name that cannot be let through.
 
 pub mod capture;
 mod cgroup;
@@ -70,7 +77,7 @@ use dsh_core::{CancelToken, HarnessError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use capture::{Capture, CaptureLimits, CollectedOutput, OutputRead, SpillInfo, StreamName};
-pub use env::EnvOverlay;
+pub use env::{EnvAllow, EnvOverlay};
 pub use local::LocalSubprocess;
 
 /// The process seam: executable lookup and managed spawns of whole process trees.

@@ -35,7 +35,7 @@ use crate::control::{self, LocalControl, Monitor, Watchdog};
 use crate::exec_plan::ExecPlan;
 use crate::reaper::{self, ReaperFds};
 use crate::{
-    env, resolve, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
+    env, resolve, EnvAllow, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
     Subprocess, TreeMechanism,
 };
 
@@ -57,6 +57,7 @@ pub struct LocalSubprocess {
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
     live: LiveSet,
     next_id: AtomicU64,
+    env_allow: EnvAllow,
 }
 
 struct LiveEntry {
@@ -74,6 +75,7 @@ impl std::fmt::Debug for LocalSubprocess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalSubprocess")
             .field("tree_mechanism", &self.tree_mechanism())
+            .field("env_allow", &self.env_allow)
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +96,7 @@ impl LocalSubprocess {
             spill_dir: Arc::new(OnceLock::new()),
             live: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(0),
+            env_allow: EnvAllow::default(),
         }
     }
 
@@ -134,6 +137,23 @@ impl LocalSubprocess {
     pub fn keep_spill_files(mut self, keep: bool) -> Self {
         self.keep_spill = keep;
         self
+    }
+
+    /// Lets the host variables named in `allow` through the environment scrub: each
+    /// reaches every command this provider spawns with its value unchecked, unless the
+    /// spawn's overlay sets or removes it. Names are matched exactly and
+    /// case-sensitively; `DSH_*` names cannot be entries (see [`EnvAllow`] and the
+    /// precedence in the [`env`](mod@crate::env) module). Replaces any earlier
+    /// allow-list. Default: empty (the scrub applies to every name).
+    pub fn with_env_allow(mut self, allow: EnvAllow) -> Self {
+        self.env_allow = allow;
+        self
+    }
+
+    /// The host variables let through the environment scrub (see
+    /// [`with_env_allow`](Self::with_env_allow)).
+    pub fn env_allow(&self) -> &EnvAllow {
+        &self.env_allow
     }
 
     /// The spill directory, if one was made.
@@ -257,7 +277,7 @@ impl Subprocess for LocalSubprocess {
         let mut plan = ExecPlan::new(
             program.as_os_str(),
             &spec.argv,
-            &env::child_env(&spec.env),
+            &env::child_env(&spec.env, &self.env_allow),
             spec.grace,
         )
         .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;

@@ -54,6 +54,18 @@
 //! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
 //! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
 //! rustix because the async-signal-safe list is written in terms of these libc calls.)
+//!
+//! # Panics
+//! Nothing here panics on any input: slices are indexed within lengths fixed before the
+//! fork (the spawner refuses more than `MAX_CARRIED_FDS` carried fds), clock arithmetic is
+//! on `i128` nanoseconds, pid parsing saturates, and failures are errnos. Should a bug
+//! panic anyway, it cannot unwind into the owner's frames, of which the child has a copy
+//! (dsh is built with `panic = "unwind"`, so that a panicking tool call ends alone): std
+//! calls `std::panic::always_abort()` in the child right after `fork`, before the
+//! `pre_exec` hook, so a panic in [`enter`] or [`Reaper::serve`] aborts the child without
+//! running the panic hook or a destructor (the owner sees its reaper die). The leader
+//! shares the reaper's memory, that flag included, and [`leader_main`] is `extern "C"`,
+//! which cannot unwind. `tests/fork_child_panic.rs` pins the std behaviour.
 
 use std::io;
 use std::os::fd::RawFd;

@@ -133,13 +133,7 @@ pub fn argv(
 
 /// The probe argv: every feature a call may use, on `true`.
 pub fn probe_argv(program: &Path) -> Vec<OsString> {
-    let policy = SandboxPolicy {
-        mode: SandboxMode::ReadOnly,
-        network: Network::Deny,
-        workspace_root: PathBuf::from("/"),
-        writable_roots: Vec::new(),
-        protected: Vec::new(),
-    };
+    let policy = SandboxPolicy::bare(SandboxMode::ReadOnly, Path::new("/"));
     argv(program, &policy, &Layout::default(), &["true".into()])
 }
 
@@ -159,13 +153,7 @@ mod tests {
     }
 
     fn policy(mode: SandboxMode, network: Network) -> SandboxPolicy {
-        SandboxPolicy {
-            mode,
-            network,
-            workspace_root: "/ws".into(),
-            writable_roots: vec![],
-            protected: vec![],
-        }
+        SandboxPolicy::bare(mode, Path::new("/ws")).with_network(network)
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub struct RulesetSpec<'a> {
     pub writable: Vec<&'a Path>,
     /// Whether TCP and abstract Unix sockets are scoped away (network denied).
     pub deny_network: bool,
+    /// Existing paths (canonical) that must not be read: read grants go around them.
+    pub deny_read: Vec<&'a Path>,
 }
 
 /// A Landlock ruleset fd, ready for `landlock_restrict_self` in a child.
@@ -185,7 +187,11 @@ impl Ruleset {
         let ruleset = Ruleset {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         };
-        ruleset.allow(Path::new("/"), access::READ & handled)?;
+        if spec.deny_read.is_empty() {
+            ruleset.allow(Path::new("/"), access::READ & handled)?;
+        } else {
+            ruleset.allow_around(&spec.deny_read, handled)?;
+        }
         ruleset.allow(
             Path::new("/dev/null"),
             (access::READ_FILE | access::WRITE_FILE | access::TRUNCATE | access::IOCTL_DEV)
@@ -197,10 +203,59 @@ impl Ruleset {
         Ok(ruleset)
     }
 
+    /// Grants reading everywhere but beneath the `denied` paths: listing directories
+    /// beneath `/`, and reading and executing files beneath every entry of each directory on
+    /// the way to a denied path except the denied paths and those directories themselves
+    /// (symlinks are skipped: where they lead is governed by its own rules).
+    fn allow_around(&self, denied: &[&Path], handled: u64) -> io::Result<()> {
+        self.allow(Path::new("/"), access::READ_DIR & handled)?;
+        let denied: Vec<std::path::PathBuf> = denied.iter().map(|p| p.to_path_buf()).collect();
+        let split = crate::deny_read::split_dirs(&denied);
+        for dir in &split {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if denied.contains(&path) || split.contains(&path) {
+                    continue;
+                }
+                if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                    continue;
+                }
+                match self.allow_nofollow(&path, access::READ & handled) {
+                    Ok(()) => {}
+                    // Gone since it was listed, or not ours to open: nothing to grant.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Adds a rule granting `rights` beneath `path` (masked to file rights for a file).
     fn allow(&self, path: &Path, rights: u64) -> io::Result<()> {
-        let file = open_path(path)?;
-        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+        self.add_rule(path, rights, false)
+    }
+
+    /// [`allow`](Self::allow) for `path` itself, never where a symlink there leads.
+    fn allow_nofollow(&self, path: &Path, rights: u64) -> io::Result<()> {
+        self.add_rule(path, rights, true)
+    }
+
+    fn add_rule(&self, path: &Path, rights: u64, nofollow: bool) -> io::Result<()> {
+        let file = open_path(path, nofollow)?;
+        let is_dir = {
+            // SAFETY: a zeroed stat is a valid out-buffer for fstat(2) on our fd.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            let ok = unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0;
+            ok && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+        };
         let attr = PathBeneathAttr {
             allowed_access: if is_dir {
                 rights
@@ -235,13 +290,14 @@ impl Ruleset {
     }
 }
 
-/// `open(path, O_PATH | O_CLOEXEC)`.
-fn open_path(path: &Path) -> io::Result<OwnedFd> {
+/// `open(path, O_PATH | O_CLOEXEC [| O_NOFOLLOW])`.
+fn open_path(path: &Path, nofollow: bool) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
     // SAFETY: a valid C string; the result is a new fd or -1.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 };
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
     if fd < 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(

@@ -54,16 +54,22 @@ use dsh_core::{ErrorCode, HarnessError};
 
 pub mod bwrap;
 mod child;
+pub mod deny_read;
 pub mod escalation;
+pub mod gitconfig;
 pub mod landlock;
 mod local;
+mod placeholder;
 pub mod policy;
 pub mod protected;
 pub mod seatbelt;
 pub mod seccomp;
+pub mod walk;
+pub mod watch;
 
 pub use child::{ChildRestrictions, ConfineStep};
-pub use local::{LocalSandbox, Placeholders, RunnerStatus};
+pub use local::{LocalSandbox, RunnerStatus};
+pub use placeholder::Placeholders;
 pub use policy::PolicyService;
 
 /// What a confined command may write. Strictly ordered: each mode allows everything the
@@ -161,9 +167,32 @@ impl FromStr for Network {
     }
 }
 
+/// What a confinement does when the runners here can enforce its policy only in part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OnPartial {
+    /// Refuse with `SANDBOX_UNAVAILABLE`, naming what is missing and how to get it (the
+    /// default). `as_str()`: `refuse`.
+    #[default]
+    Refuse,
+    /// Run with what can be enforced; every result says which part is missing (the
+    /// user's choice: `allow_partial = true`, `--allow-partial`). `as_str()`: `accept`.
+    Accept,
+}
+
+impl OnPartial {
+    /// `refuse` or `accept`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnPartial::Refuse => "refuse",
+            OnPartial::Accept => "accept",
+        }
+    }
+}
+
 /// The boundary of one call. Build it with [`SandboxPolicy::for_workspace`], which fills
-/// the defaults for that workspace (network denied, the default protected paths and, for
-/// a linked git worktree, the common git dir entries a commit needs).
+/// the defaults for that workspace (network denied, the protected paths of every git dir
+/// and tool setting in it, the credential stores denied for reading, partial enforcement
+/// refused).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxPolicy {
     /// What may be written.
@@ -177,23 +206,72 @@ pub struct SandboxPolicy {
     /// Paths that stay read-only (and cannot be created) inside the writable roots, under
     /// workspace-write. Absolute.
     pub protected: Vec<PathBuf>,
+    /// Paths no confined command may read, in every confined mode: absolute, with `*`
+    /// and `?` allowed in the last component (see [`deny_read`]).
+    pub deny_read: Vec<PathBuf>,
+    /// What to do when the runners can enforce this policy only in part.
+    pub on_partial: OnPartial,
+    /// The git dirs and hooks folders the protected paths were found from (see
+    /// [`protected`]): the check after a command compares against them.
+    pub git_dirs: Vec<PathBuf>,
+    /// Writable roots whose walk for nested repositories stopped short (too large, or a
+    /// directory dsh cannot list): their protection is incomplete, a gap of every runner.
+    pub incomplete_roots: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
     /// The policy of `mode` for the workspace at `root`: network denied, the protected
-    /// paths of [`protected::for_workspace`], and the extra writable roots a linked git
-    /// worktree needs to commit. `root` goes through [`root_of`]; a root that does not
-    /// exist then matches nothing rather than inventing a grant.
+    /// paths of [`protected::for_workspace`] (a walk of the root), the extra writable
+    /// roots a linked git worktree needs to commit, [`deny_read::defaults`], partial
+    /// enforcement refused. `root` goes through [`root_of`]; a root that does not exist
+    /// then matches nothing rather than inventing a grant.
     pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
         let root = root_of(root.as_ref());
         let layout = protected::for_workspace(&root);
+        SandboxPolicy::bare(mode, &root)
+            .with_layout(&root, layout)
+            .with_deny_read(deny_read::defaults())
+    }
+
+    /// The policy of `mode` for `root` (used as given) with nothing protected and nothing
+    /// denied: the base [`for_workspace`](Self::for_workspace) adds to, and what probes
+    /// use.
+    pub fn bare(mode: SandboxMode, root: &Path) -> SandboxPolicy {
         SandboxPolicy {
             mode,
             network: Network::Deny,
-            workspace_root: root,
-            writable_roots: layout.writable,
-            protected: layout.protected,
+            workspace_root: root.to_path_buf(),
+            writable_roots: Vec::new(),
+            protected: Vec::new(),
+            deny_read: Vec::new(),
+            on_partial: OnPartial::Refuse,
+            git_dirs: Vec::new(),
+            incomplete_roots: Vec::new(),
         }
+    }
+
+    /// The same policy with the protected paths, commit roots and git dirs of `root`'s
+    /// layout added.
+    pub fn with_layout(mut self, root: &Path, layout: protected::WorkspaceLayout) -> SandboxPolicy {
+        for p in layout.protected {
+            if !self.protected.contains(&p) {
+                self.protected.push(p);
+            }
+        }
+        for w in layout.writable {
+            if !self.writable_roots.contains(&w) && w != self.workspace_root {
+                self.writable_roots.push(w);
+            }
+        }
+        for g in layout.git_dirs {
+            if !self.git_dirs.contains(&g) {
+                self.git_dirs.push(g);
+            }
+        }
+        if !layout.complete && !self.incomplete_roots.iter().any(|r| r == root) {
+            self.incomplete_roots.push(root.to_path_buf());
+        }
+        self
     }
 
     /// The same policy with `network`.
@@ -202,12 +280,51 @@ impl SandboxPolicy {
         self
     }
 
-    /// The same policy with one more writable directory (canonicalised).
-    pub fn with_writable_root(mut self, dir: impl AsRef<Path>) -> SandboxPolicy {
+    /// The same policy with one more writable directory (canonicalised), protected as the
+    /// workspace is (its own walk: see [`protected::for_root`]).
+    pub fn with_writable_root(self, dir: impl AsRef<Path>) -> SandboxPolicy {
         let dir = canonical_path(dir.as_ref());
-        if !self.writable_roots.contains(&dir) && dir != self.workspace_root {
-            self.writable_roots.push(dir);
+        let layout = protected::for_workspace(&dir);
+        self.with_writable_root_layout(&dir, layout)
+    }
+
+    /// The same policy with one more writable directory (canonical) and its layout,
+    /// found by the caller (a cached walk).
+    pub fn with_writable_root_layout(
+        mut self,
+        dir: &Path,
+        layout: protected::WorkspaceLayout,
+    ) -> SandboxPolicy {
+        if !self.writable_roots.iter().any(|w| w == dir) && dir != self.workspace_root {
+            self.writable_roots.push(dir.to_path_buf());
         }
+        self.with_layout(dir, layout)
+    }
+
+    /// The same policy with more protected paths (absolute; only ever added).
+    pub fn with_protected(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
+        for p in paths {
+            if !self.protected.contains(&p) {
+                self.protected.push(p);
+            }
+        }
+        self
+    }
+
+    /// The same policy with more paths denied for reading (absolute patterns; only ever
+    /// added).
+    pub fn with_deny_read(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
+        for p in paths {
+            if !self.deny_read.contains(&p) {
+                self.deny_read.push(p);
+            }
+        }
+        self
+    }
+
+    /// The same policy with `on_partial`.
+    pub fn with_on_partial(mut self, on_partial: OnPartial) -> SandboxPolicy {
+        self.on_partial = on_partial;
         self
     }
 
@@ -226,6 +343,41 @@ impl SandboxPolicy {
         let mut dirs = vec![self.workspace_root.clone()];
         dirs.extend(self.writable_roots.iter().cloned());
         dirs
+    }
+
+    /// Whether a confined command under this policy may not read `path` (absolute).
+    pub fn denies_read(&self, path: &Path) -> bool {
+        self.mode.is_confined() && deny_read::denies(&self.deny_read, path)
+    }
+}
+
+/// The home directory of the user dsh runs as: `$HOME` when it is absolute, else the
+/// password database's entry.
+pub fn home_dir() -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from) {
+        if h.is_absolute() {
+            return Some(h);
+        }
+    }
+    // SAFETY: getpwuid_r(3) with a live passwd struct and buffer of the sizes given; the
+    // returned pointers point into `buf`, read before it goes.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 4096];
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let r = libc::getpwuid_r(
+            libc::getuid(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        );
+        if r != 0 || out.is_null() || pw.pw_dir.is_null() {
+            return None;
+        }
+        let dir = std::ffi::CStr::from_ptr(pw.pw_dir);
+        use std::os::unix::ffi::OsStrExt;
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
     }
 }
 

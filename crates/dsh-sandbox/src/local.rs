@@ -1,14 +1,13 @@
 //! [`LocalSandbox`]: the runners of this machine, probed once, chosen per call.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dsh_core::{ErrorCode, HarnessError};
@@ -16,10 +15,11 @@ use dsh_core::{ErrorCode, HarnessError};
 use crate::bwrap::{self, Carve};
 use crate::child::ChildRestrictions;
 use crate::landlock::{self, Ruleset, RulesetSpec};
-use crate::protected::{COMMONDIR_PLACEHOLDER, DIRECTORY_NAMES};
+use crate::placeholder::{Kind, Placeholders};
+use crate::protected::DIRECTORY_NAMES;
 use crate::{
-    sandbox_unavailable, seatbelt, seccomp, Confinement, Enforcement, Network, Runner, Sandbox,
-    SandboxMode, SandboxPolicy,
+    deny_read, sandbox_unavailable, seatbelt, seccomp, Confinement, Enforcement, Network,
+    OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
 
 /// Default bound on one runner probe.
@@ -57,7 +57,6 @@ pub struct LocalSandbox {
     bwrap: OnceLock<Result<PathBuf, String>>,
     landlock: OnceLock<Result<u32, String>>,
     area: OnceLock<Result<Area, String>>,
-    placeholders: Arc<Mutex<HashMap<PathBuf, usize>>>,
 }
 
 /// A runner and whether it works here.
@@ -99,7 +98,6 @@ impl LocalSandbox {
             bwrap: OnceLock::new(),
             landlock: OnceLock::new(),
             area: OnceLock::new(),
-            placeholders: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -267,7 +265,7 @@ impl LocalSandbox {
     /// What `runner` would leave unenforced of `policy` (nothing: full enforcement), or
     /// why it cannot run at all.
     fn gaps(&self, runner: Runner, policy: &SandboxPolicy) -> Result<Vec<String>, String> {
-        let mut gaps = Vec::new();
+        let mut gaps = policy_gaps(policy);
         match runner {
             Runner::Landlock => {
                 let abi = self.landlock_abi()?;
@@ -287,6 +285,16 @@ impl LocalSandbox {
                          outside the writable roots (bubblewrap's read-only mounts can)"
                             .into(),
                     );
+                    let writable = policy.writable_dirs();
+                    if let Some(d) = deny_read::expand(&policy.deny_read)
+                        .into_iter()
+                        .find(|d| writable.iter().any(|w| d.starts_with(w)))
+                    {
+                        gaps.push(format!(
+                            "Landlock cannot deny reading {} inside a writable root (bubblewrap can)",
+                            d.display()
+                        ));
+                    }
                 }
                 if !seccomp::supported() {
                     gaps.push(
@@ -479,25 +487,21 @@ impl LocalSandbox {
     }
 
     /// The read-only carve-outs for the protected paths under the writable dirs, with the
-    /// placeholders they need registered, and the anchors: every directory between a
-    /// writable root and a carve-out, bound onto itself so it is a mount point that cannot
-    /// be renamed or removed (which would carry the carve-outs away: `mv .git .git-old;
-    /// mkdir .git` would otherwise make fresh, writable hooks).
+    /// placeholders they need held (see the `placeholder` module), and the anchors: every
+    /// directory between a writable root and a carve-out, bound onto itself so it is a
+    /// mount point that cannot be renamed or removed (which would carry the carve-outs
+    /// away: `mv .git .git-old; mkdir .git` would otherwise make fresh, writable hooks).
     fn carves(
         &self,
         policy: &SandboxPolicy,
         area: &Area,
     ) -> (Vec<Carve>, Vec<PathBuf>, Placeholders) {
         let writable = policy.writable_dirs();
-        let mut guard = Placeholders {
-            paths: Vec::new(),
-            registry: self.placeholders.clone(),
-        };
+        let mut held = Placeholders::new();
         let mut carves: Vec<Carve> = Vec::new();
         let mut anchors: Vec<PathBuf> = Vec::new();
-        let mut registry = lock(&self.placeholders);
         for p in &policy.protected {
-            let Some(root) = writable.iter().find(|w| p.starts_with(w)) else {
+            let Some(root) = writable.iter().find(|w| p.starts_with(w) && p != *w) else {
                 continue;
             };
             let at = first_missing(root, p).unwrap_or_else(|| p.clone());
@@ -514,31 +518,28 @@ impl LocalSandbox {
                     anchors.push(anchor.to_path_buf());
                 }
             }
-            let placeholder = registry.contains_key(&at) || std::fs::symlink_metadata(&at).is_err();
-            let source = if !placeholder {
-                at.clone()
-            } else {
-                *registry.entry(at.clone()).or_insert(0) += 1;
-                guard.paths.push(at.clone());
-                let is_commondir = at == *p && at.file_name().is_some_and(|n| n == "commondir");
-                let dir_like = at != *p
-                    || at
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| DIRECTORY_NAMES.contains(&n));
-                if is_commondir && make_commondir_placeholder(&at) {
-                    at.clone()
-                } else if dir_like {
-                    area.empty_dir.clone()
-                } else {
-                    area.empty_file.clone()
+            if at == *p {
+                if let Some(copy) = config_without_worktree(p, area, &mut held) {
+                    carves.push(Carve { at, source: copy });
+                    continue;
                 }
+            }
+            let missing = std::fs::symlink_metadata(&at).is_err();
+            let kind = placeholder_kind(&at, p);
+            // Made (or joined) and locked for as long as the command runs, so that no
+            // other dsh process removes it meanwhile; where that cannot be done safely
+            // (a symlink on the way, no openat2), bubblewrap makes the mount point.
+            let source = match held.ensure(&at, kind) {
+                Ok(()) => at.clone(),
+                Err(_) if !missing => at.clone(),
+                Err(_) if kind == Kind::Dir => area.empty_dir.clone(),
+                Err(_) => area.empty_file.clone(),
             };
             carves.push(Carve { at, source });
         }
         // Outer directories first, so each bind lands on the one before it.
         anchors.sort_by_key(|a| a.components().count());
-        (carves, anchors, guard)
+        (carves, anchors, held)
     }
 
     fn confine_landlock(
@@ -557,11 +558,13 @@ impl LocalSandbox {
         // A root that does not exist grants nothing (rather than failing the call).
         writable.retain(|p| p.exists());
         let deny_network = policy.network == Network::Deny;
+        let denied = deny_read::expand(&policy.deny_read);
         let ruleset = Ruleset::build(
             abi,
             &RulesetSpec {
                 writable,
                 deny_network,
+                deny_read: denied.iter().map(PathBuf::as_path).collect(),
             },
         )
         .map_err(|e| {
@@ -608,37 +611,51 @@ impl Sandbox for LocalSandbox {
             ));
         }
         let (runner, enforcement) = self.choose(policy)?;
-        // Under read-only nothing is writable, the temp dir neither: no private directory.
+        if let (Enforcement::Partial(why), OnPartial::Refuse) = (&enforcement, policy.on_partial) {
+            return Err(partial_refused(policy.mode, why));
+        }
+        let denied = deny_read::expand(&policy.deny_read);
+        // The private directory: the temp dir under workspace-write; under read-only only
+        // the empty stand-ins bubblewrap mounts over denied paths need it.
         let area = match policy.mode {
             SandboxMode::WorkspaceWrite => Some(self.area()?),
+            _ if !denied.is_empty() && matches!(runner, Runner::Bwrap | Runner::Operator) => {
+                Some(self.area()?)
+            }
             _ => None,
         };
+        let temp_area = area.filter(|_| policy.mode == SandboxMode::WorkspaceWrite);
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, area)?),
+                Some(self.confine_landlock(policy, temp_area)?),
                 None,
             ),
             Runner::Bwrap | Runner::Operator => {
-                let (a, r) = if runner == Runner::Bwrap {
-                    self.confine_bwrap(argv, policy, area)?
+                let (mut a, r) = if runner == Runner::Bwrap {
+                    self.confine_bwrap(argv, policy, temp_area)?
                 } else {
-                    self.confine_operator(argv, policy, area)?
+                    self.confine_operator(argv, policy, temp_area)?
                 };
-                match area {
-                    Some(area) => {
-                        let (carves, anchors, guard) = self.carves(policy, area);
-                        (with_carves(a, &anchors, carves), Some(r), Some(guard))
-                    }
-                    None => (a, Some(r), None),
+                let mut held = None;
+                if let Some(area) = temp_area {
+                    let (mut carves, anchors, mut guard) = self.carves(policy, area);
+                    carves.extend(exclude_placeholders(policy, &mut guard, area));
+                    a = with_carves(a, &anchors, carves);
+                    held = Some(guard);
                 }
+                if let Some(area) = area {
+                    a = with_denied(a, &denied, area);
+                }
+                (a, Some(r), held)
             }
             Runner::Seatbelt => (
-                seatbelt::argv(policy, area.map(|a| a.temp.as_path()), argv),
+                seatbelt::argv(policy, temp_area.map(|a| a.temp.as_path()), argv),
                 None,
                 None,
             ),
         };
+        let area = temp_area;
         let env = area
             .map(|area| {
                 let inside = match runner {
@@ -713,89 +730,183 @@ fn with_carves(mut argv: Vec<OsString>, anchors: &[PathBuf], carves: Vec<Carve>)
     argv
 }
 
-/// Removes the placeholder at `p` if it is still an empty directory, an empty file or a
-/// `commondir` placeholder, without following a symlink anywhere on the way: the command
-/// may have swapped a parent for a link to elsewhere (`.git -> /some/dir`), where an
-/// empty `hooks` or `config` is not ours. Where `openat2` is missing it is left in place.
-fn remove_placeholder(p: &Path) {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
-        return;
-    };
-    let (Ok(parent_c), Ok(name_c)) = (
-        CString::new(parent.as_os_str().as_bytes()),
-        CString::new(name.as_bytes()),
-    ) else {
-        return;
-    };
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
+/// Appends a read-only mount of an unreadable (mode 000) directory or file over each
+/// denied path (after every writable bind, so it wins): reading it fails with "Permission
+/// denied", for a root command too (it has no capability left to override the mode).
+fn with_denied(mut argv: Vec<OsString>, denied: &[PathBuf], area: &Area) -> Vec<OsString> {
+    let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let binds = denied.iter().flat_map(|d| {
+        let source = if d.is_dir() {
+            &area.denied_dir
+        } else {
+            &area.denied_file
+        };
+        [
+            OsString::from("--ro-bind"),
+            source.clone().into_os_string(),
+            d.clone().into_os_string(),
+        ]
+    });
+    let binds: Vec<OsString> = binds.collect();
+    argv.splice(at..at, binds);
+    argv
+}
+
+/// For each writable root whose `.git` is a directory with an `info/exclude`, a
+/// read-only stand-in for that file holding its lines plus one per placeholder file made in
+/// the root's worktree, so that `git status` and `git add -A` in the sandbox do not see the
+/// empty `.bashrc`, `.mcp.json`, … the command's mounts need (empty directories git does
+/// not list anyway). The host's `info/exclude` is unchanged.
+fn exclude_placeholders(
+    policy: &SandboxPolicy,
+    held: &mut Placeholders,
+    area: &Area,
+) -> Vec<Carve> {
+    let made = held.made();
+    let mut out = Vec::new();
+    for root in policy.writable_dirs() {
+        let exclude = root.join(".git/info/exclude");
+        let lines: Vec<String> = made
+            .iter()
+            .filter_map(|p| p.strip_prefix(&root).ok())
+            .filter(|rel| !rel.components().any(|c| c.as_os_str() == ".git"))
+            .filter(|rel| std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_file()))
+            .map(|rel| format!("/{}", gitignore_escape(&rel.to_string_lossy())))
+            .collect();
+        if lines.is_empty() || !std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("# dsh: empty placeholders of protected paths, for this command only\n");
+        for l in lines {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        let generated = area
+            .root
+            .join(format!("exclude-{}", dsh_core::spill::random_hex(12)));
+        if std::fs::write(&generated, text).is_ok() {
+            held.remove_on_drop(generated.clone());
+            out.push(Carve {
+                at: exclude,
+                source: generated,
+            });
+        }
     }
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS,
-    };
-    // SAFETY: openat2(2) with a valid C string and an open_how of the size given.
-    let dir = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            parent_c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    let Ok(dir) = i32::try_from(dir) else {
-        return;
-    };
-    if dir < 0 {
-        return;
+    out
+}
+
+/// `name` as a gitignore pattern that matches only itself.
+fn gitignore_escape(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if matches!(c, '*' | '?' | '[' | '\\') || (i == 0 && matches!(c, '!' | '#')) {
+            out.push('\\');
+        }
+        out.push(c);
     }
-    // SAFETY: an fd openat2 just returned, owned here.
-    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
-    // Through the directory fd, so the name is resolved where it was checked.
-    let in_dir = Path::new("/proc/self/fd")
-        .join(dir.as_raw_fd().to_string())
-        .join(name);
-    let flags = match std::fs::symlink_metadata(&in_dir) {
-        Ok(m) if m.is_dir() => libc::AT_REMOVEDIR,
-        Ok(m) if m.is_file() && (m.len() == 0 || is_commondir_placeholder(&in_dir)) => 0,
-        _ => return,
-    };
-    // SAFETY: unlinkat(2) on our fd with a valid C string; rmdir refuses a non-empty one.
-    unsafe {
-        libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags);
+    if let Some(stripped) = out.strip_suffix(' ') {
+        out = format!("{stripped}\\ ");
+    }
+    out
+}
+
+/// For a protected git `config` that sets `core.worktree` (a submodule's, under
+/// `.git/modules`), a read-only copy without that line, to mount in its place: `git
+/// submodule update` rewrites `core.worktree` whenever it is set (even to the same value),
+/// which a read-only config refuses; without it git finds the worktree from the `.git`
+/// file, as it does for every command run in the submodule. The host's file is unchanged.
+fn config_without_worktree(p: &Path, area: &Area, held: &mut Placeholders) -> Option<PathBuf> {
+    if p.file_name()? != "config" {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(p).ok()?;
+    if !meta.is_file() || meta.len() > crate::gitconfig::MAX_CONFIG_BYTES {
+        return None;
+    }
+    let text = std::fs::read_to_string(p).ok()?;
+    let sets_worktree = crate::gitconfig::entries(&text)
+        .iter()
+        .any(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree");
+    if !sets_worktree {
+        return None;
+    }
+    let mut out = String::new();
+    let mut in_core = false;
+    let mut continued = false;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if continued {
+            continued = line.trim_end().ends_with('\\');
+            continue;
+        }
+        if trimmed.starts_with('[') {
+            let header = trimmed
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .trim_start_matches('[');
+            in_core = header.trim().eq_ignore_ascii_case("core");
+        } else if in_core {
+            let key = trimmed
+                .split(|c: char| c == '=' || c.is_whitespace())
+                .next()
+                .unwrap_or("");
+            if key.eq_ignore_ascii_case("worktree") {
+                continued = line.trim_end().ends_with('\\');
+                continue;
+            }
+        }
+        out.push_str(line);
+    }
+    let copy = area
+        .root
+        .join(format!("config-{}", dsh_core::spill::random_hex(12)));
+    std::fs::write(&copy, out).ok()?;
+    held.remove_on_drop(copy.clone());
+    Some(copy)
+}
+
+/// What stands in for the missing `at` on the way to (or at) the protected path `p`.
+fn placeholder_kind(at: &Path, p: &Path) -> Kind {
+    let name = at.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if at != p || DIRECTORY_NAMES.contains(&name) {
+        Kind::Dir
+    } else if name == "commondir" {
+        Kind::Commondir
+    } else {
+        Kind::File
     }
 }
 
-/// Creates the missing `commondir` at `at` holding [`COMMONDIR_PLACEHOLDER`] (see the
-/// `protected` module), so that git, on the host and in the sandbox, reads the git dir
-/// itself from it. True when the file at `at` now holds exactly that (made here, or by a
-/// concurrent confinement).
-fn make_commondir_placeholder(at: &Path) -> bool {
-    use std::io::Write;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o644)
-        .open(at)
-    {
-        Ok(mut f) => f.write_all(COMMONDIR_PLACEHOLDER.as_bytes()).is_ok(),
-        Err(_) => is_commondir_placeholder(at),
-    }
-}
-
-/// Whether `p` is a regular file holding exactly [`COMMONDIR_PLACEHOLDER`].
-fn is_commondir_placeholder(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
-        && std::fs::read(p).is_ok_and(|b| b == COMMONDIR_PLACEHOLDER.as_bytes())
+/// The fail-closed answer to a policy the runners here enforce only in part: what is
+/// missing, how to get it, and how to accept the gap on purpose.
+fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
+    let fix = if why.contains("is a symlink") {
+        "replace that symlink with the directory or file it points to"
+    } else if why.contains("contains the home directory") {
+        "use a workspace below your home directory, not the home directory itself"
+    } else if why.contains("could not be walked") {
+        "make every directory of the workspace readable, or use a smaller workspace"
+    } else if why.contains("Landlock ABI") {
+        "run a newer kernel (Linux 6.12+ has Landlock ABI 6) or install bubblewrap"
+    } else {
+        "install bubblewrap (apt-get install bubblewrap) with unprivileged user namespaces \
+         allowed (on Ubuntu 24.04: sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+    };
+    HarnessError::new(
+        ErrorCode::SandboxUnavailable,
+        format!(
+            "sandbox mode \"{mode}\" can only be enforced in part here, and dsh will not run \
+             the command in a weaker sandbox than asked: {why}. To fix: {fix}; `dsh doctor` \
+             shows what this machine lacks. To run with the gap on purpose, pass \
+             --allow-partial or set allow_partial = true in ~/.config/dsh/config.toml; every \
+             result then says what is not enforced."
+        ),
+    )
 }
 
 /// Removes `--bind T T` (T under /tmp would be hidden by `--bind T /tmp` anyway).
@@ -806,6 +917,35 @@ fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
     {
         argv.drain(i..i + 3);
     }
+}
+
+/// What no runner can enforce of `policy` on this filesystem: a writable root that holds
+/// the home directory (its startup files, autostart entries and user units cannot all be
+/// listed), and roots whose walk for nested repositories stopped short.
+fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
+    let mut gaps = Vec::new();
+    if policy.mode != SandboxMode::WorkspaceWrite {
+        return gaps;
+    }
+    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
+        if let Some(root) = policy.writable_dirs().iter().find(|w| home.starts_with(w)) {
+            gaps.push(format!(
+                "the writable root {} contains the home directory {}: what runs at login or \
+                 on a schedule (shell startup files, ~/.config/autostart, user units, \
+                 ~/.local/bin) cannot all be protected",
+                root.display(),
+                home.display()
+            ));
+        }
+    }
+    for root in &policy.incomplete_roots {
+        gaps.push(format!(
+            "{} could not be walked whole for nested git repositories (too large, or a \
+             directory dsh cannot list): one there keeps writable hooks and config",
+            root.display()
+        ));
+    }
+    gaps
 }
 
 /// Under workspace-write, the first symlink on the way from a writable root to one of its
@@ -848,10 +988,6 @@ fn first_missing(root: &Path, path: &Path) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A pipe holding `bytes`, its write end closed: the read end yields them, then EOF.
@@ -954,6 +1090,10 @@ struct Area {
     temp: PathBuf,
     empty_dir: PathBuf,
     empty_file: PathBuf,
+    /// Mounted over denied paths: mode 000, so a read fails (a command has no capability
+    /// that could override it, root's included) instead of finding an empty file.
+    denied_dir: PathBuf,
+    denied_file: PathBuf,
 }
 
 impl Area {
@@ -992,6 +1132,8 @@ impl Area {
             temp: root.join("tmp"),
             empty_dir: root.join("empty-dir"),
             empty_file: root.join("empty-file"),
+            denied_dir: root.join("denied-dir"),
+            denied_file: root.join("denied-file"),
             root,
         };
         let made = (|| -> std::io::Result<()> {
@@ -1004,6 +1146,17 @@ impl Area {
                 .create_new(true)
                 .mode(0o400)
                 .open(&area.empty_file)?;
+            std::fs::DirBuilder::new()
+                .mode(0o000)
+                .create(&area.denied_dir)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o000)
+                .open(&area.denied_file)?;
+            // The umask cannot add bits, but be exact about the mode that denies.
+            std::fs::set_permissions(&area.denied_dir, std::fs::Permissions::from_mode(0o000))?;
+            std::fs::set_permissions(&area.denied_file, std::fs::Permissions::from_mode(0o000))?;
             Ok(())
         })();
         made.map_err(|e| format!("cannot prepare {}: {e}", area.root.display()))?;
@@ -1031,35 +1184,5 @@ fn remove_stale_areas(parent: &Path) {
 impl Drop for Area {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// Placeholders a confinement registered; on drop, each one no other live confinement of
-/// this provider uses is removed if it is still an empty directory or an empty file.
-pub struct Placeholders {
-    paths: Vec<PathBuf>,
-    registry: Arc<Mutex<HashMap<PathBuf, usize>>>,
-}
-
-impl std::fmt::Debug for Placeholders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.paths).finish()
-    }
-}
-
-impl Drop for Placeholders {
-    fn drop(&mut self) {
-        let mut registry = lock(&self.registry);
-        for p in &self.paths {
-            let Some(count) = registry.get_mut(p) else {
-                continue;
-            };
-            *count -= 1;
-            if *count > 0 {
-                continue;
-            }
-            registry.remove(p);
-            remove_placeholder(p);
-        }
     }
 }

@@ -6,14 +6,24 @@
 //! `link/..` follows the link) and only then made absolute; without a session, the
 //! service's fallback root. [`PolicyService::set_mode`] is the only way to change a
 //! session's mode, and it leaves an event.
+//!
+//! The protected paths come from a walk of the root for nested repositories, made once
+//! per root and then kept current with inotify (a [`TreeWatch`]), so a call costs the
+//! walk only the first time. After a confined command, [`PolicyService::appeared_since`]
+//! says what it made that the host's tools would run or read (a new git dir, a hooks
+//! folder): the next policy protects it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use dsh_core::journal::{EventKind, Journal};
 use dsh_core::HarnessError;
 use serde_json::{json, Value};
 
-use crate::{root_of, Network, SandboxMode, SandboxPolicy};
+use crate::protected::{self, WorkspaceLayout};
+use crate::watch::TreeWatch;
+use crate::{deny_read, root_of, Network, OnPartial, SandboxMode, SandboxPolicy};
 
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -21,17 +31,57 @@ pub struct PolicyService {
     default_mode: SandboxMode,
     network: Network,
     fallback_root: PathBuf,
+    on_partial: OnPartial,
+    /// More protected paths; a relative one is taken in the call's workspace root.
+    protect: Vec<PathBuf>,
+    /// Every read-denial pattern (the defaults and the configured ones).
+    deny_read: Vec<PathBuf>,
+    watches: Arc<Mutex<HashMap<PathBuf, TreeWatch>>>,
 }
 
 impl PolicyService {
     /// A service defaulting to `mode` and `network`, with `fallback_root` for calls
-    /// without a session.
+    /// without a session, the default read denials, and partial enforcement refused.
     pub fn new(mode: SandboxMode, network: Network, fallback_root: &Path) -> PolicyService {
         PolicyService {
             default_mode: mode,
             network,
             fallback_root: root_of(fallback_root),
+            on_partial: OnPartial::Refuse,
+            protect: Vec::new(),
+            deny_read: deny_read::defaults(),
+            watches: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Runs every call's command even where the runners enforce its policy only in part
+    /// (the user's choice). Default: refused.
+    pub fn with_on_partial(mut self, on_partial: OnPartial) -> PolicyService {
+        self.on_partial = on_partial;
+        self
+    }
+
+    /// Protects `paths` too (relative ones in each call's workspace root). Default: none
+    /// beyond [`protected`]'s.
+    pub fn with_protected(mut self, paths: impl IntoIterator<Item = PathBuf>) -> PolicyService {
+        self.protect.extend(paths);
+        self
+    }
+
+    /// Denies reading `patterns` too (absolute; see [`deny_read`]). Default:
+    /// [`deny_read::defaults`] only.
+    pub fn with_deny_read(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> PolicyService {
+        for p in patterns {
+            if !self.deny_read.contains(&p) {
+                self.deny_read.push(p);
+            }
+        }
+        self
+    }
+
+    /// Every read-denial pattern in force (the defaults and the configured ones).
+    pub fn deny_read(&self) -> &[PathBuf] {
+        &self.deny_read
     }
 
     /// The deployment default mode.
@@ -58,7 +108,55 @@ impl PolicyService {
         };
         let mode = explicit.or(session_mode).unwrap_or(self.default_mode);
         let root = session.map_or_else(|| self.fallback_root.clone(), |(_, cwd)| root_of(cwd));
-        SandboxPolicy::for_workspace(mode, root).with_network(self.network)
+        let layout = self.layout_of(&root).await;
+        self.policy_with(mode, &root, layout)
+    }
+
+    /// What a command under `policy` made that the host's tools would run or read (see
+    /// [`protected::appeared`]); the next policy for that root protects it.
+    pub async fn appeared_since(&self, policy: &SandboxPolicy) -> Vec<PathBuf> {
+        let layout = self.layout_of(&policy.workspace_root).await;
+        protected::appeared(policy, &layout)
+    }
+
+    /// The policy of `mode` for `root` (canonical) with `layout`.
+    fn policy_with(
+        &self,
+        mode: SandboxMode,
+        root: &Path,
+        layout: WorkspaceLayout,
+    ) -> SandboxPolicy {
+        SandboxPolicy::bare(mode, root)
+            .with_layout(root, layout)
+            .with_protected(self.protect.iter().map(|p| root.join(p)))
+            .with_deny_read(self.deny_read.iter().cloned())
+            .with_on_partial(self.on_partial)
+            .with_network(self.network)
+    }
+
+    /// The layout of `root` from its watched walk, made on a blocking thread (the first
+    /// one walks the whole root).
+    async fn layout_of(&self, root: &Path) -> WorkspaceLayout {
+        let (watches, root) = (self.watches.clone(), root.to_path_buf());
+        let work = move || {
+            let mut map = watches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let watch = map
+                .entry(root.clone())
+                .or_insert_with(|| TreeWatch::new(&root));
+            protected::for_root(&root, watch.walk())
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => match tokio::task::spawn_blocking(work).await {
+                Ok(layout) => layout,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The runtime is shutting down: a layout that says it is incomplete, so
+                // nothing runs on it unless the user accepts partial enforcement.
+                Err(_) => WorkspaceLayout::default(),
+            },
+            Err(_) => work(),
+        }
     }
 
     /// Sets the session's mode: appends one `sandbox/mode {mode}` event.

@@ -1,17 +1,29 @@
-//! Paths that stay read-only inside a writable workspace, and the git entries that stay
+//! Paths that stay read-only inside a writable root, and the git entries that stay
 //! writable so `git add` and `git commit` still work.
 //!
-//! A command that may write the workspace could otherwise plant code that runs later,
-//! outside the sandbox: a git hook, a `core.fsmonitor` line in `.git/config`, a shell rc
-//! file, an editor task, an agent or MCP configuration. Under workspace-write these stay
-//! read-only, and one that does not exist cannot be created (a runner that cannot promise
-//! that reports [`Enforcement::Partial`](crate::Enforcement::Partial)).
+//! A command that may write a root could otherwise plant code that runs later, outside the
+//! sandbox, without anyone asking: a git hook, a `core.fsmonitor` line in a git config, a
+//! shell rc file, an editor task, a toolchain or package manager setting that names a
+//! program, an agent's MCP configuration. Under workspace-write these stay read-only in
+//! every writable root, and one that does not exist cannot be created (a runner that cannot
+//! promise that reports [`Enforcement::Partial`](crate::Enforcement::Partial)).
 //!
-//! | workspace | protected | extra writable |
-//! |---|---|---|
-//! | any | [`PROTECTED_NAMES`] under the root | — |
-//! | `.git` is a directory | `.git/hooks`, `.git/config`, `.git/commondir`; each linked worktree's `commondir` and `config.worktree` under `.git/worktrees`; each submodule git dir's `hooks`, `config`, `commondir` under `.git/modules` | — (inside the root) |
-//! | `.git` is a pointer file (linked worktree, submodule) | the pointer file; the git dir's `hooks`, `config`, `config.worktree`, `commondir`; for a worktree the common dir's `hooks` and `config` | the git dir; for a worktree the common dir's `objects`, `refs`, `logs` |
+//! For each root, [`for_root`] protects:
+//! - [`PROTECTED_NAMES`] under the root (a file as written, a folder whole), and each
+//!   existing root entry matching [`PROTECTED_PATTERNS`];
+//! - for every git dir the root's repository and the repositories below it use (the
+//!   root's `.git`, each nested `.git` directory or pointer file the [walk](crate::walk)
+//!   finds, each bare repository, each submodule's under `.git/modules`, each linked
+//!   worktree's under `.git/worktrees`, and the common dir a `commondir` names): its
+//!   [`GIT_DIR_PARTS`];
+//! - every `.git` pointer file itself (it names the git dir);
+//! - every folder a `core.hooksPath` names and every file an `include.path` or
+//!   `includeIf.*.path` pulls in, read from those git dirs' config files and from the
+//!   user's global and the system config (see [`gitconfig`](crate::gitconfig)).
+//!
+//! Objects, refs, the index and logs stay writable. For a root whose own `.git` is a
+//! pointer (a linked worktree, a submodule checkout), its git dir and the common dir's
+//! `objects`, `refs` and `logs` become writable roots too, so commits work there.
 //!
 //! A `commondir` file redirects git to another directory's `config` and `hooks`, so one
 //! that does not exist must not be created either. Its placeholder is not empty (git
@@ -20,37 +32,115 @@
 
 use std::path::{Path, PathBuf};
 
-/// Names under the workspace root that are protected whatever the repository layout.
+use crate::gitconfig;
+use crate::walk::{self, Walk};
+
+/// Names under each writable root that are protected whatever the repository layout, and
+/// why: see the README's table. A name ending in no extension and listed in
+/// [`DIRECTORY_NAMES`] is a folder, protected whole.
 pub const PROTECTED_NAMES: &[&str] = &[
+    // git: hooks run, config names programs (fsmonitor, pager, sshCommand), commondir and
+    // config.worktree redirect or extend the config; .gitmodules names submodules.
     ".git/hooks",
     ".git/config",
+    ".git/config.worktree",
     ".git/commondir",
+    ".gitmodules",
+    // Hook managers: their config names the commands the hooks run.
+    ".husky",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".lefthook-local.yml",
+    ".lefthook",
+    // dsh's own configuration.
     ".dsh",
+    // Shells: startup files (a root that is a home directory) and direnv.
     ".bashrc",
     ".bash_profile",
     ".profile",
     ".zshrc",
     ".zprofile",
-    ".gitmodules",
+    ".envrc",
+    // Editors: tasks that run on opening the folder, settings that name programs.
     ".vscode",
     ".idea",
+    ".zed",
+    ".devcontainer",
+    ".devcontainer.json",
+    // Agents: their settings and MCP servers (programs they start).
     ".mcp.json",
     ".claude",
+    ".cursor",
+    ".codex",
+    ".gemini",
+    ".windsurf",
+    ".amazonq",
+    ".kiro",
+    ".roo",
+    ".continue",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+    // Toolchains and package managers: settings that name a program they run
+    // (build.rustc-wrapper, a toolchain path, yarnPath, node-options, a tool path).
+    ".cargo",
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".tool-versions",
+    "mise.toml",
+    ".mise.toml",
 ];
+
+/// Patterns (`*` in the last component) matched against the entries of each writable
+/// root when a policy is made: matching entries are protected as files. A new entry that
+/// matches cannot be stopped by a read-only mount (the name is not known in advance); the
+/// check after each command reports it.
+pub const PROTECTED_PATTERNS: &[&str] = &["*.code-workspace"];
+
+/// The parts of every git dir that stay read-only: what git runs (`hooks`), what it reads
+/// as configuration (`config`, `config.worktree`), and what redirects both (`commondir`).
+pub const GIT_DIR_PARTS: [&str; 4] = ["hooks", "config", "config.worktree", "commondir"];
 
 /// The content of a placeholder `commondir`: the git dir itself.
 pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
 
 /// How deep submodule git dirs are looked for under `.git/modules` (`modules/a/modules/b`
-/// is depth 2).
-const MODULE_DEPTH: usize = 3;
+/// is depth 2; a name with `/` adds levels).
+const MODULE_DEPTH: usize = 6;
 
 /// Names that are directories when they exist (a placeholder for a missing one is an empty
 /// directory, so tools that look for a file of that name are not confused).
-pub(crate) const DIRECTORY_NAMES: &[&str] =
-    &[".git", "hooks", ".dsh", ".vscode", ".idea", ".claude"];
+pub const DIRECTORY_NAMES: &[&str] = &[
+    ".git",
+    "hooks",
+    ".husky",
+    ".lefthook",
+    ".dsh",
+    ".vscode",
+    ".idea",
+    ".zed",
+    ".devcontainer",
+    ".claude",
+    ".cursor",
+    ".codex",
+    ".gemini",
+    ".windsurf",
+    ".amazonq",
+    ".kiro",
+    ".roo",
+    ".continue",
+    ".opencode",
+    ".cargo",
+];
 
-/// The protected paths and extra writable roots of one workspace.
+/// The protected paths and extra writable roots of one root.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkspaceLayout {
     /// Absolute paths that stay read-only (and uncreatable) under workspace-write.
@@ -58,77 +148,303 @@ pub struct WorkspaceLayout {
     /// Directories outside the root that must be writable for commits (a linked
     /// worktree's git dir and its common dir's objects, refs and logs).
     pub writable: Vec<PathBuf>,
+    /// Every git dir and hooks folder found: what the check after a command compares
+    /// against to find the ones the command made.
+    pub git_dirs: Vec<PathBuf>,
+    /// Whether the walk read the whole root (see [`walk`](crate::walk)).
+    pub complete: bool,
 }
 
-/// The layout of the workspace at `root` (canonical): see the [module docs](self).
+/// The layout of the root at `root` (canonical), walking it now.
 pub fn for_workspace(root: &Path) -> WorkspaceLayout {
-    let mut layout = WorkspaceLayout {
-        protected: PROTECTED_NAMES.iter().map(|n| root.join(n)).collect(),
-        writable: Vec::new(),
+    for_root(root, &walk::walk(root, |_| {}))
+}
+
+/// The layout of the root at `root` (canonical) from a walk of it: see the [module
+/// docs](self).
+pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
+    let mut b = Builder {
+        layout: WorkspaceLayout {
+            protected: PROTECTED_NAMES.iter().map(|n| root.join(n)).collect(),
+            writable: Vec::new(),
+            git_dirs: Vec::new(),
+            complete: walk.complete,
+        },
+        global: Vec::new(),
     };
+    b.layout.protected.extend(pattern_matches(root));
+    for config in global_configs() {
+        let facts = gitconfig::read(&config);
+        b.layout.protected.push(config);
+        b.layout.protected.extend(facts.includes.iter().cloned());
+        b.global.extend(facts.hooks_paths);
+    }
     let dot_git = root.join(".git");
-    let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
-        return layout;
-    };
-    if meta.is_dir() {
-        protect_linked_git_dirs(&dot_git, &mut layout.protected);
-        return layout;
-    }
-    if !meta.is_file() {
-        return layout;
-    }
-    // A pointer file: `gitdir: <path>`, relative to the root.
-    layout.protected.retain(|p| !p.starts_with(&dot_git));
-    layout.protected.push(dot_git.clone());
-    let Some(git_dir) = read_pointer(&dot_git).map(|p| crate::canonical_path(&root.join(p))) else {
-        return layout;
-    };
-    for name in ["hooks", "config", "config.worktree", "commondir"] {
-        layout.protected.push(git_dir.join(name));
-    }
-    layout.writable.push(git_dir.clone());
-    if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
-        let common = crate::canonical_path(&git_dir.join(common.trim()));
-        for name in ["hooks", "config"] {
-            layout.protected.push(common.join(name));
-        }
-        for name in ["objects", "refs", "logs"] {
-            let dir = common.join(name);
-            if dir.is_dir() {
-                layout.writable.push(dir);
+    if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
+        // The root's own pointer: its git dir must be writable for commits.
+        b.layout
+            .protected
+            .retain(|p| !p.starts_with(&dot_git) || *p == dot_git);
+        if let Some(git_dir) = b.pointer(&dot_git) {
+            b.layout.writable.push(git_dir.clone());
+            if let Some(common) = common_dir(&git_dir) {
+                for name in ["objects", "refs", "logs"] {
+                    let dir = common.join(name);
+                    if dir.is_dir() {
+                        b.layout.writable.push(dir);
+                    }
+                }
             }
         }
     }
-    layout
+    for entry in &walk.git_entries {
+        b.entry(entry);
+    }
+    let mut seen = std::collections::HashSet::new();
+    b.layout.protected.retain(|p| seen.insert(p.clone()));
+    b.layout.git_dirs.sort();
+    b.layout.git_dirs.dedup();
+    b.layout
 }
 
-/// The git dirs a repository's `.git` directory holds for others: each linked worktree's
-/// (`worktrees/NAME`: its `commondir` and `config.worktree`) and each submodule's
-/// (`modules/NAME`, nested ones too: `hooks`, `config`, `commondir`).
-fn protect_linked_git_dirs(dot_git: &Path, protected: &mut Vec<PathBuf>) {
-    for wt in subdirs(&dot_git.join("worktrees")) {
-        protected.push(wt.join("commondir"));
-        protected.push(wt.join("config.worktree"));
+struct Builder {
+    layout: WorkspaceLayout,
+    /// The hooks paths the user's global and the system config name (they apply to every
+    /// repository; a relative one, in each repository's worktree).
+    global: Vec<PathBuf>,
+}
+
+impl Builder {
+    /// One entry of the walk: a `.git` directory, pointer file or symlink, or a bare
+    /// repository directory.
+    fn entry(&mut self, entry: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(entry) else {
+            return;
+        };
+        let top = entry.parent().unwrap_or(entry).to_path_buf();
+        if entry.file_name().is_some_and(|n| n != ".git") {
+            // A bare repository: hooks run (and relative hook paths resolve) in it.
+            self.git_dir(entry, Some(entry));
+        } else if meta.is_dir() {
+            // An empty `.git` is not a repository (git skips it), and is what a placeholder
+            // for a missing `.git/hooks` looks like: nothing to protect in it yet.
+            if std::fs::read_dir(entry).is_ok_and(|mut d| d.next().is_none()) {
+                return;
+            }
+            self.git_dir(entry, Some(&top));
+        } else if meta.is_file() {
+            self.layout.protected.push(entry.to_path_buf());
+            if let Some(git_dir) = self.pointer(entry) {
+                self.git_dir(&git_dir, Some(&top));
+            }
+        } else if meta.file_type().is_symlink() {
+            // The link itself cannot be held by a mount (see `symlinked_protected_path`);
+            // where it leads is protected.
+            self.layout.protected.push(entry.to_path_buf());
+            let target = crate::canonical_path(entry);
+            if target.is_dir() {
+                self.git_dir(&target, Some(&top));
+            }
+        }
     }
-    let mut level = vec![dot_git.to_path_buf()];
+
+    /// The git dir a pointer file names (canonical), protected with its own parts.
+    fn pointer(&mut self, file: &Path) -> Option<PathBuf> {
+        let base = file.parent()?;
+        let target = read_pointer(file)?;
+        Some(crate::canonical_path(&base.join(target)))
+    }
+
+    /// Protects the git dir `g` (whose hooks run in `top`), the git dirs it holds for
+    /// submodules and linked worktrees, its common dir, and what their configs name.
+    fn git_dir(&mut self, g: &Path, top: Option<&Path>) {
+        if self.layout.git_dirs.iter().any(|d| d == g) {
+            return;
+        }
+        self.layout.git_dirs.push(g.to_path_buf());
+        for part in GIT_DIR_PARTS {
+            self.layout.protected.push(g.join(part));
+        }
+        let mut configs = vec![g.join("config"), g.join("config.worktree")];
+        if let Some(common) = common_dir(g).filter(|c| c != g) {
+            if !self.layout.git_dirs.contains(&common) {
+                self.layout.git_dirs.push(common.clone());
+                for part in GIT_DIR_PARTS {
+                    self.layout.protected.push(common.join(part));
+                }
+            }
+            configs.push(common.join("config"));
+        }
+        let top = top.map(Path::to_path_buf).or_else(|| worktree_of(g));
+        let mut hooks_paths = self.global.clone();
+        for config in configs {
+            let facts = gitconfig::read(&config);
+            self.layout.protected.extend(facts.includes);
+            hooks_paths.extend(facts.hooks_paths);
+        }
+        {
+            for hooks in hooks_paths {
+                let path = match (&top, hooks.is_absolute()) {
+                    (_, true) => hooks,
+                    (Some(top), false) => top.join(hooks),
+                    // A relative hooks path of a git dir whose worktree is unknown.
+                    (None, false) => continue,
+                };
+                let path = crate::fold_dots(&path);
+                self.layout.git_dirs.push(path.clone());
+                self.layout.protected.push(path);
+            }
+        }
+        for wt in subdirs(&g.join("worktrees")) {
+            let wt_top = std::fs::read_to_string(wt.join("gitdir"))
+                .ok()
+                .and_then(|t| Path::new(t.trim()).parent().map(Path::to_path_buf));
+            self.git_dir(&wt, wt_top.as_deref());
+        }
+        for module in module_dirs(g) {
+            self.git_dir(&module, None);
+        }
+    }
+}
+
+/// What a confined command made, found by comparing the layout of its root after it ran
+/// with the policy it ran under: new git dirs and hooks folders, new `.git` entries, new
+/// entries matching [`PROTECTED_PATTERNS`]. Sorted.
+pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = after
+        .git_dirs
+        .iter()
+        .filter(|g| !before.git_dirs.contains(g))
+        .cloned()
+        .collect();
+    out.extend(
+        after
+            .protected
+            .iter()
+            .filter(|p| !before.protected.contains(p))
+            .filter(|p| {
+                p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n == ".git" || PROTECTED_PATTERNS.iter().any(|pat| name_matches(pat, &n))
+                })
+            })
+            .cloned(),
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The submodule git dirs under `g/modules`, nested ones too: directories that hold a
+/// `HEAD` (a submodule's name may contain `/`, so its git dir can be deeper).
+fn module_dirs(g: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut level = subdirs(&g.join("modules"));
     for _ in 0..MODULE_DEPTH {
         let mut next = Vec::new();
-        for dir in &level {
-            for module in subdirs(&dir.join("modules")) {
-                // A submodule's name may contain `/`: its git dir is where `HEAD` is.
-                if module.join("HEAD").is_file() {
-                    for name in ["hooks", "config", "commondir"] {
-                        protected.push(module.join(name));
-                    }
-                }
-                next.push(module);
+        for dir in level {
+            if walk::is_git_dir(&dir) || dir.join("HEAD").is_file() {
+                out.push(dir);
+            } else {
+                next.extend(subdirs(&dir));
             }
         }
         level = next;
     }
+    out
 }
 
-/// The real (not symlinked) directories directly in `dir`.
+/// The common dir `g/commondir` names (canonical), if it names one.
+fn common_dir(g: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(g.join("commondir")).ok()?;
+    let rel = text.lines().next()?.trim();
+    (!rel.is_empty()).then(|| crate::canonical_path(&g.join(rel)))
+}
+
+/// The worktree of a submodule's git dir, from its `core.worktree` (relative to `g`).
+fn worktree_of(g: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(g.join("config")).ok()?;
+    gitconfig::entries(&text)
+        .into_iter()
+        .filter(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree")
+        .filter_map(|e| e.value)
+        .next_back()
+        .map(|w| crate::fold_dots(&g.join(w)))
+}
+
+/// The user's global and the system git config files, where git looks for them.
+fn global_configs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(p) = std::env::var_os("GIT_CONFIG_GLOBAL") {
+        out.push(PathBuf::from(p));
+    } else {
+        if let Some(home) = crate::home_dir() {
+            out.push(home.join(".gitconfig"));
+        }
+        match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+            Some(x) => out.push(PathBuf::from(x).join("git/config")),
+            None => {
+                if let Some(home) = crate::home_dir() {
+                    out.push(home.join(".config/git/config"));
+                }
+            }
+        }
+    }
+    match std::env::var_os("GIT_CONFIG_SYSTEM") {
+        Some(p) => out.push(PathBuf::from(p)),
+        None => {
+            out.push(PathBuf::from("/etc/gitconfig"));
+            out.push(PathBuf::from("/usr/local/etc/gitconfig"));
+        }
+    }
+    out.retain(|p| p.is_file());
+    out
+}
+
+/// The entries of `root` matching [`PROTECTED_PATTERNS`].
+fn pattern_matches(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            PROTECTED_PATTERNS.iter().any(|p| name_matches(p, &name))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters and `?` one
+/// character (no other syntax).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The classic two-pointer match with one backtrack point.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The real (not symlinked) directories directly in `dir`, sorted.
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -144,7 +460,13 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 
 /// The target of a `gitdir: PATH` pointer file.
 fn read_pointer(file: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(file).ok()?;
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
     let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     (!target.is_empty()).then(|| PathBuf::from(target))
 }
@@ -153,20 +475,26 @@ fn read_pointer(file: &Path) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    fn canonical_tempdir() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = crate::canonical_path(dir.path());
+        (dir, root)
+    }
+
     #[test]
     fn a_plain_directory_gets_the_default_names() {
-        let dir = tempfile::tempdir().expect("must succeed");
-        let root = dir.path();
-        let layout = for_workspace(root);
+        let (_d, root) = canonical_tempdir();
+        let layout = for_workspace(&root);
         assert!(layout.protected.contains(&root.join(".git/hooks")));
         assert!(layout.protected.contains(&root.join(".mcp.json")));
+        assert!(layout.protected.contains(&root.join(".cursor")));
         assert!(layout.writable.is_empty());
+        assert!(layout.complete);
     }
 
     #[test]
     fn worktree_and_submodule_git_dirs_inside_dot_git_are_protected() {
-        let dir = tempfile::tempdir().expect("must succeed");
-        let root = crate::canonical_path(dir.path());
+        let (_d, root) = canonical_tempdir();
         let git = root.join(".git");
         std::fs::create_dir_all(git.join("worktrees/wt")).expect("must succeed");
         std::fs::create_dir_all(git.join("modules/lib/modules/inner")).expect("must succeed");
@@ -175,10 +503,12 @@ mod tests {
         let layout = for_workspace(&root);
         for p in [
             ".git/commondir",
+            ".git/config.worktree",
             ".git/worktrees/wt/commondir",
             ".git/worktrees/wt/config.worktree",
             ".git/modules/lib/hooks",
             ".git/modules/lib/config",
+            ".git/modules/lib/config.worktree",
             ".git/modules/lib/commondir",
             ".git/modules/lib/modules/inner/hooks",
         ] {
@@ -188,8 +518,7 @@ mod tests {
 
     #[test]
     fn a_linked_worktree_protects_its_pointer_and_the_common_dir() {
-        let dir = tempfile::tempdir().expect("must succeed");
-        let base = crate::canonical_path(dir.path());
+        let (_d, base) = canonical_tempdir();
         let common = base.join("main/.git");
         let wt_git = common.join("worktrees/wt");
         std::fs::create_dir_all(&wt_git).expect("must succeed");
@@ -211,5 +540,76 @@ mod tests {
             layout.writable,
             vec![wt_git, common.join("objects"), common.join("refs")]
         );
+    }
+
+    #[test]
+    fn hooks_paths_includes_nested_repositories_and_bare_ones_are_protected() {
+        let (_d, root) = canonical_tempdir();
+        std::fs::create_dir_all(root.join(".git")).expect("git");
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../.gitconfig\n",
+        )
+        .expect("config");
+        std::fs::write(
+            root.join(".gitconfig"),
+            "[core]\n\thooksPath = tools/hooks\n",
+        )
+        .expect("shared config");
+        std::fs::create_dir_all(root.join("vendor/foo/.git")).expect("nested");
+        std::fs::write(
+            root.join("vendor/foo/.git/config.worktree"),
+            "[core]\n\thooksPath = ../h\n",
+        )
+        .expect("nested config");
+        for d in ["srv/r.git/objects", "srv/r.git/refs"] {
+            std::fs::create_dir_all(root.join(d)).expect("bare");
+        }
+        std::fs::write(root.join("srv/r.git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(root.join("x.code-workspace"), "{}").expect("ws file");
+        let layout = for_workspace(&root);
+        for p in [
+            ".husky/_",
+            ".gitconfig",
+            "tools/hooks",
+            "vendor/foo/.git/hooks",
+            "vendor/foo/.git/config",
+            "vendor/h",
+            "srv/r.git/hooks",
+            "srv/r.git/config",
+            "x.code-workspace",
+        ] {
+            assert!(layout.protected.contains(&root.join(p)), "{p}");
+        }
+        for g in [".git", "vendor/foo/.git", "srv/r.git", ".husky/_"] {
+            assert!(layout.git_dirs.contains(&root.join(g)), "{g}");
+        }
+    }
+
+    #[test]
+    fn a_nested_pointer_file_is_protected_with_the_git_dir_it_names() {
+        let (_d, root) = canonical_tempdir();
+        std::fs::create_dir_all(root.join(".git/modules/sub")).expect("modules");
+        std::fs::write(root.join(".git/modules/sub/HEAD"), "x\n").expect("HEAD");
+        std::fs::create_dir_all(root.join("sub")).expect("sub");
+        std::fs::write(root.join("sub/.git"), "gitdir: ../.git/modules/sub\n").expect("ptr");
+        let layout = for_workspace(&root);
+        assert!(layout.protected.contains(&root.join("sub/.git")));
+        assert!(layout
+            .protected
+            .contains(&root.join(".git/modules/sub/config")));
+        // A nested pointer's git dir is not made writable (only the root's own is).
+        assert!(layout.writable.is_empty());
+    }
+
+    #[test]
+    fn name_patterns_match_as_shell_globs_do() {
+        assert!(name_matches("*.code-workspace", "a.code-workspace"));
+        assert!(name_matches("*.code-workspace", ".code-workspace"));
+        assert!(!name_matches("*.code-workspace", "a.code-workspace.bak"));
+        assert!(name_matches("id_*", "id_ed25519"));
+        assert!(!name_matches("id_*", "known_hosts"));
+        assert!(name_matches("a?c*", "abcdef"));
+        assert!(name_matches("*", ""));
     }
 }

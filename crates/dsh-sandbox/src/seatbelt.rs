@@ -4,7 +4,8 @@
 //! reads, sysctl and Mach lookups, ptys), writes to `/dev/null`, and under workspace-write
 //! writes beneath each writable root. Protected paths are denied afterwards (later rules
 //! win in SBPL), which also keeps a missing one from being created. The network is allowed
-//! only with [`Network::Allow`](crate::Network::Allow).
+//! only with [`Network::Allow`](crate::Network::Allow). Reading a denied path (see
+//! [`deny_read`](crate::deny_read)) is denied last.
 //!
 //! Paths never appear in the profile text: each is a `-D NAME=PATH` parameter read with
 //! `(param "NAME")`, so no path can break out of its string.
@@ -65,6 +66,16 @@ pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>) -> Profile {
             text.push_str(")\n");
         }
     }
+    let denied = crate::deny_read::expand(&policy.deny_read);
+    if !denied.is_empty() {
+        text.push_str("(deny file-read*");
+        for (i, p) in denied.into_iter().enumerate() {
+            let name = format!("DENY_READ_{i}");
+            text.push_str(&format!(" (subpath (param \"{name}\"))"));
+            params.push((name, p));
+        }
+        text.push_str(")\n");
+    }
     if policy.network == Network::Allow {
         text.push_str("(allow network*)\n(allow system-socket)\n");
     }
@@ -91,13 +102,9 @@ mod tests {
     use super::*;
 
     fn policy(mode: SandboxMode, network: Network) -> SandboxPolicy {
-        SandboxPolicy {
-            mode,
-            network,
-            workspace_root: "/ws \"quoted\"".into(),
-            writable_roots: vec![],
-            protected: vec!["/ws \"quoted\"/.git/hooks".into()],
-        }
+        SandboxPolicy::bare(mode, Path::new("/ws \"quoted\""))
+            .with_network(network)
+            .with_protected(["/ws \"quoted\"/.git/hooks".into()])
     }
 
     #[test]

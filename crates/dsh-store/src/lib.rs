@@ -19,13 +19,16 @@
 //! [`session::SessionLog`] keeps each session as an append-only list of
 //! [`session::Event`]s (session id, sequence number, time, JSON payload) in a unit of its
 //! own, closes a turn a crash left open when the session is reloaded, and lists sessions.
+//! The log is bounded ([`log_bounds`]): long strings are logged as their head, length and
+//! SHA-256, and past a per-session cap every event is summarised.
 //!
 //! Unit and table names match `^[a-z][a-z0-9_]*$`.
 //!
 //! # Errors
 //! `STORAGE_VERSION_MISMATCH` (a unit stored with another version; untouched),
 //! `STORAGE_MALFORMED` (unreadable stored data), `STORAGE_CLOSED` (a call after close),
-//! `INVALID_ARGUMENT` (a bad name, an undeclared table, a unit opened twice), `IO_FAILED`.
+//! `INVALID_ARGUMENT` (a bad name, an undeclared table, a unit opened twice), `IO_FAILED`,
+//! `INTERNAL` (a bug: a storage job panicked; the storage thread goes on with the next).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,6 +40,7 @@ use serde_json::Value;
 
 pub mod domain;
 mod jsonl;
+pub mod log_bounds;
 pub mod session;
 mod sqlite;
 mod worker;

@@ -7,6 +7,14 @@
 //! Each session is one storage unit (`s_<id>`, table `events`); the [`SessionLog`] index
 //! unit lists them with their header (id, working directory, creation time).
 //!
+//! # Bounds
+//! A session's log is bounded whatever the events carry: a string longer than
+//! [`LOG_HEAD_BYTES`](crate::log_bounds::LOG_HEAD_BYTES) is logged as its head, its length
+//! and its SHA-256, and once a session's stored events reach its cap
+//! ([`DEFAULT_LOG_CAP_BYTES`] by default, see [`SessionLog::with_cap`]) a `log/capped`
+//! event is written and every later event is summarised: ids, outcome and sizes. The
+//! exact shapes are in [`log_bounds`](crate::log_bounds).
+//!
 //! # Crash recovery
 //! A torn final write is discarded by the provider; nothing committed is ever rewritten.
 //! A turn left open by a crash is kept and closed when the session is opened again: every
@@ -26,6 +34,7 @@ pub use dsh_core::journal::{Event, EventKind};
 use dsh_core::{ErrorCode, HarnessError, SessionId};
 use serde_json::{json, Value};
 
+use crate::log_bounds::{bound, json_len, summarise, DEFAULT_LOG_CAP_BYTES};
 use crate::{Storage, Unit, UnitSpec};
 
 /// What a session is: its id, the working directory it was created in (its workspace
@@ -48,6 +57,8 @@ pub struct SessionLog {
     storage: Arc<dyn Storage>,
     index: Arc<dyn Unit>,
     open: Mutex<HashMap<SessionId, Weak<Session>>>,
+    /// Bytes of stored events after which a session's events are summarised.
+    cap_bytes: u64,
 }
 
 fn now_ms() -> u64 {
@@ -95,11 +106,27 @@ fn header_from(v: &Value) -> Option<SessionHeader> {
 }
 
 impl SessionLog {
-    /// The log kept in `storage`.
+    /// The log kept in `storage`, each session capped at [`DEFAULT_LOG_CAP_BYTES`].
     ///
     /// # Errors
     /// The storage's errors opening the index unit.
     pub async fn new(storage: Arc<dyn Storage>) -> Result<SessionLog, HarnessError> {
+        SessionLog::with_cap(storage, DEFAULT_LOG_CAP_BYTES).await
+    }
+
+    /// The log kept in `storage`, where a session whose stored events (their JSON) reach
+    /// `cap_bytes` gets a `log/capped` event and has every later event summarised (see
+    /// [`log_bounds`](crate::log_bounds)). The cap applies to the sessions this log
+    /// creates and opens, old ones included, and never rewrites what is stored; a session
+    /// that has its `log/capped` event stays summarised under any cap. Default (with
+    /// [`new`](Self::new)): [`DEFAULT_LOG_CAP_BYTES`].
+    ///
+    /// # Errors
+    /// The storage's errors opening the index unit.
+    pub async fn with_cap(
+        storage: Arc<dyn Storage>,
+        cap_bytes: u64,
+    ) -> Result<SessionLog, HarnessError> {
         let index = storage
             .open(UnitSpec {
                 name: INDEX.into(),
@@ -112,6 +139,7 @@ impl SessionLog {
             storage,
             index,
             open: Mutex::new(HashMap::new()),
+            cap_bytes,
         })
     }
 
@@ -152,6 +180,7 @@ impl SessionLog {
         let session = Arc::new(Session {
             header,
             unit,
+            cap_bytes: self.cap_bytes,
             state: tokio::sync::Mutex::new(State::default()),
         });
         self.remember(&session);
@@ -189,6 +218,7 @@ impl SessionLog {
         let session = Arc::new(Session {
             header,
             unit,
+            cap_bytes: self.cap_bytes,
             state: tokio::sync::Mutex::new(State::from_events(events)),
         });
         session.close_interrupted_turn().await?;
@@ -258,6 +288,13 @@ fn event_from(session: &SessionId, v: &Value) -> Option<Event> {
     })
 }
 
+/// An event as stored: `{seq, time, type, data}`.
+fn stored(event: &Event) -> Value {
+    json!({
+        "seq": event.seq, "time": event.time_ms, "type": event.kind.as_str(), "data": event.data,
+    })
+}
+
 #[derive(Default)]
 struct State {
     events: Vec<Event>,
@@ -265,23 +302,24 @@ struct State {
     open_turn: Option<u64>,
     /// The last turn number used.
     last_turn: u64,
+    /// The size of the stored events (their JSON).
+    logged_bytes: u64,
+    /// Whether the `log/capped` event was written: every later event is summarised.
+    capped: bool,
 }
 
 impl State {
     fn from_events(events: Vec<Event>) -> State {
-        let mut st = State {
-            events: Vec::new(),
-            open_turn: None,
-            last_turn: 0,
-        };
+        let mut st = State::default();
         for e in events {
-            st.track(&e);
+            st.track(&e, json_len(&stored(&e)));
             st.events.push(e);
         }
         st
     }
 
-    fn track(&mut self, e: &Event) {
+    fn track(&mut self, e: &Event, stored_bytes: usize) {
+        self.logged_bytes = self.logged_bytes.saturating_add(stored_bytes as u64);
         let turn = e.data.get("turn").and_then(Value::as_u64);
         match e.kind {
             EventKind::TurnStart => {
@@ -289,6 +327,7 @@ impl State {
                 self.last_turn = self.last_turn.max(turn.unwrap_or(0));
             }
             EventKind::TurnEnd => self.open_turn = None,
+            EventKind::LogCapped => self.capped = true,
             _ => {}
         }
     }
@@ -302,6 +341,8 @@ impl State {
 pub struct Session {
     header: SessionHeader,
     unit: Arc<dyn Unit>,
+    /// See [`SessionLog::with_cap`].
+    cap_bytes: u64,
     state: tokio::sync::Mutex<State>,
 }
 
@@ -346,6 +387,10 @@ impl Session {
     /// Appends an event; returns it once it is durable. Appends are applied one at a time
     /// in the order they get here, with consecutive sequence numbers.
     ///
+    /// The event is logged, and returned, within the log's bounds (see the [module
+    /// docs](self)): long strings as their head, length and digest; once the session's
+    /// cap is reached, preceded by one `log/capped` event and summarised.
+    ///
     /// # Errors
     /// The storage's errors; then nothing was appended.
     pub async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError> {
@@ -361,6 +406,27 @@ impl Session {
         data: Value,
         time_ms: u64,
     ) -> Result<Event, HarnessError> {
+        if !st.capped && st.logged_bytes >= self.cap_bytes {
+            let marker = json!({"capBytes": self.cap_bytes, "loggedBytes": st.logged_bytes});
+            self.put_locked(st, EventKind::LogCapped, marker, time_ms)
+                .await?;
+        }
+        let data = if st.capped {
+            summarise(&data)
+        } else {
+            bound(&data)
+        };
+        self.put_locked(st, kind, data, time_ms).await
+    }
+
+    /// Stores `data` as it is, as the next event.
+    async fn put_locked(
+        &self,
+        st: &mut State,
+        kind: EventKind,
+        data: Value,
+        time_ms: u64,
+    ) -> Result<Event, HarnessError> {
         let event = Event {
             session: self.header.id.clone(),
             seq: st.next_seq(),
@@ -368,13 +434,11 @@ impl Session {
             kind,
             data,
         };
-        let stored = json!({
-            "seq": event.seq, "time": event.time_ms, "type": kind.as_str(), "data": event.data,
-        });
+        let stored = stored(&event);
         self.unit
             .put(EVENTS, &format!("{:012}", event.seq), &stored)
             .await?;
-        st.track(&event);
+        st.track(&event, json_len(&stored));
         st.events.push(event.clone());
         Ok(event)
     }
@@ -433,8 +497,16 @@ impl Session {
 
     /// The last event of `kind`, if any.
     pub async fn last_of(&self, kind: EventKind) -> Option<Event> {
+        self.find_last(|e| (e.kind == kind).then(|| e.clone()))
+            .await
+    }
+
+    /// What `f` finds in the last event it finds something in, searching from the newest
+    /// event back, without copying the log (which [`events`](Self::events) does). Appends
+    /// wait while it runs.
+    pub async fn find_last<T>(&self, f: impl FnMut(&Event) -> Option<T>) -> Option<T> {
         let st = self.state.lock().await;
-        st.events.iter().rev().find(|e| e.kind == kind).cloned()
+        st.events.iter().rev().find_map(f)
     }
 
     /// Closes a turn a crash left open (see the [module docs](self)).

@@ -38,7 +38,9 @@ impl<S: Send + 'static> Worker<S> {
     /// Runs `f` on the thread, after every job queued before it.
     ///
     /// # Errors
-    /// `STORAGE_CLOSED` once [`close`](Self::close) was called; else what `f` returns.
+    /// `STORAGE_CLOSED` once [`close`](Self::close) was called; `INTERNAL` when `f` panics
+    /// (a bug: the thread lives on for the jobs after it, every session's log with it);
+    /// else what `f` returns.
     pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, HarnessError>
     where
         T: Send + 'static,
@@ -46,7 +48,11 @@ impl<S: Send + 'static> Worker<S> {
     {
         let (tx, rx) = oneshot::channel();
         let job: Job<S> = Box::new(move |s| {
-            let _ = tx.send(f(s));
+            // AssertUnwindSafe: a job's effects on the state are one statement or one
+            // transaction, which SQLite rolls back when its guard drops in the unwind.
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s)))
+                .unwrap_or_else(|p| Err(HarnessError::panicked("the storage worker", p.as_ref())));
+            let _ = tx.send(out);
         });
         {
             let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,5 +141,36 @@ impl<S: OpenUnits + Send + 'static> Drop for UnitHandle<S> {
             let name = self.spec.name.clone();
             self.worker.post(move |st| st.release(&name));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Worker;
+    use dsh_core::ErrorCode;
+
+    #[tokio::test]
+    async fn a_panicking_job_is_internal_and_the_jobs_after_it_still_run() {
+        let w = Worker::start("test-worker", 0u32).expect("start");
+        let e = w
+            .run(|_: &mut u32| -> Result<(), _> { panic!("bad row") })
+            .await
+            .expect_err("panicked");
+        assert_eq!(e.code(), ErrorCode::Internal);
+        assert!(
+            e.message()
+                .starts_with("the storage worker panicked: bad row."),
+            "{}",
+            e.message()
+        );
+        let n = w
+            .run(|n: &mut u32| {
+                *n += 1;
+                Ok(*n)
+            })
+            .await
+            .expect("the thread lives on");
+        assert_eq!(n, 1);
+        w.close().await;
     }
 }

@@ -12,10 +12,13 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+use dsh_approval::Action;
+use dsh_core::journal::EventKind;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::escalation::{
     denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
 };
+use dsh_sandbox::{Enforcement, SandboxMode};
 use dsh_shell::render::render_result_with;
 use dsh_shell::shell_env::ExecContext;
 use dsh_shell::ShellRequest;
@@ -23,6 +26,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::bounds::{self, Bound, Bounded};
 use crate::policy::Escalation;
 use crate::{CallContext, Tool, ToolOutput, World};
 
@@ -47,6 +51,28 @@ struct BashArgs {
     sandbox_permissions: Option<Escalation>,
     /// Why the wider mode is needed, in one sentence the user will read.
     justification: Option<String>,
+}
+
+impl Bounded for BashArgs {
+    const BOUNDS: &'static [Bound] = &[
+        Bound {
+            arg: "command",
+            max: bounds::COMMAND_MAX_BYTES,
+            advice: "no single argument of a program can be longer on Linux; write a long \
+                     script to a file and run the file",
+        },
+        Bound {
+            arg: "description",
+            max: bounds::DESCRIPTION_MAX_BYTES,
+            advice: "say what the command does in a few words",
+        },
+        Bound {
+            arg: "workdir",
+            max: bounds::PATH_MAX_BYTES,
+            advice: bounds::PATH_ADVICE,
+        },
+        bounds::JUSTIFICATION,
+    ];
 }
 
 use crate::invalid_args;
@@ -111,6 +137,18 @@ impl Tool for BashTool {
         v
     }
 
+    /// The command line and the workdir, as given.
+    fn action(&self, args: &Value) -> Action {
+        let text = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
+        match text("command") {
+            Some(command) => Action::Command {
+                command,
+                workdir: text("workdir"),
+            },
+            None => Action::Arguments(args.clone()),
+        }
+    }
+
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a = parse(args)?;
         let world = ctx.world;
@@ -122,6 +160,7 @@ impl Tool for BashTool {
             a.justification.as_deref(),
             Subject::Command,
             "bash",
+            self.action(args),
         )
         .await?;
         let base: Option<PathBuf> = policy
@@ -154,7 +193,39 @@ impl Tool for BashTool {
                 markers.push(escalation_hint(Subject::Command));
             }
         }
-        let text = render_result_with(&result, &markers);
+        let mut text = render_result_with(&result, &markers);
+        let partial = result.sandbox.as_ref().and_then(|f| match &f.enforcement {
+            Some(Enforcement::Partial(why)) => Some(why.clone()),
+            _ => None,
+        });
+        if let Some(why) = &partial {
+            text.push_str(&format!(
+                "\n[sandbox: enforced only in part, as the user allowed: {why}]"
+            ));
+        }
+        let appeared = match &policy {
+            Some(p) if p.mode == SandboxMode::WorkspaceWrite => {
+                world.policy().appeared_since(p).await
+            }
+            _ => Vec::new(),
+        };
+        if !appeared.is_empty() {
+            let list: Vec<String> = appeared.iter().map(|p| p.display().to_string()).collect();
+            text.push_str(&format!(
+                "\n[sandbox: the command made {}; the host's git and editors run or read what is \
+                 in them, and it was writable during this command; from now on it is protected. \
+                 Do not make repositories or hook folders for the user to run.]",
+                list.join(", ")
+            ));
+            if let Some(session) = ctx.session {
+                session
+                    .append(
+                        EventKind::SandboxNewGitDir,
+                        json!({"callId": ctx.call_id.as_str(), "paths": list}),
+                    )
+                    .await?;
+            }
+        }
         let meta = json!({
             "exitCode": result.exit_code,
             "signal": result.signal.map(|s| s.name()),
@@ -164,7 +235,9 @@ impl Tool for BashTool {
                 "mode": f.mode.as_str(),
                 "denied": f.denied,
                 "enforcement": f.enforcement.as_ref().map(|e| e.as_str()),
+                "partialReason": partial,
                 "runner": f.runner.map(|r| r.as_str()),
+                "appeared": appeared,
             })),
         });
         Ok(ToolOutput {

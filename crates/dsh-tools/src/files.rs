@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_fs::{EditRequest, FileSystem, FsKind, FsTarget, LineLimits, TotalLines, WriteIntent};
 use dsh_sandbox::escalation::{denial_marker, escalation_hint, Subject};
@@ -19,6 +20,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::bounds::{self, Bound, Bounded};
 use crate::policy::Escalation;
 use crate::world::Observation;
 use crate::{CallContext, Tool, ToolOutput, World};
@@ -29,8 +31,7 @@ pub const READ_LIMIT: u64 = 2000;
 pub const READ_MAX_LINE_CHARS: usize = 2000;
 /// Bytes of the lines of one `read`.
 pub const READ_MAX_BYTES: usize = 51_200;
-/// The largest text `write` accepts.
-pub const WRITE_MAX_BYTES: usize = 16 << 20;
+pub use crate::bounds::WRITE_MAX_BYTES;
 
 const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
 
@@ -105,18 +106,20 @@ async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
         return Some(o);
     }
     let key = key.to_string_lossy();
-    let events = session.events().await;
-    events.iter().rev().find_map(|e| {
-        let meta = e.data.get("meta")?;
-        let ok = e.kind == dsh_core::journal::EventKind::ToolResult && e.data["isError"] == false;
-        (ok && meta.get("key").and_then(Value::as_str) == Some(&key))
-            .then(|| meta.get("version").and_then(Value::as_str))
-            .flatten()
-            .map(|v| Observation::Present(dsh_fs::FsVersion::from_token(v)))
-    })
+    session
+        .find_last(|e| {
+            let meta = e.data.get("meta")?;
+            let ok =
+                e.kind == dsh_core::journal::EventKind::ToolResult && e.data["isError"] == false;
+            (ok && meta.get("key").and_then(Value::as_str) == Some(&key))
+                .then(|| meta.get("version").and_then(Value::as_str))
+                .flatten()
+                .map(|v| Observation::Present(dsh_fs::FsVersion::from_token(v)))
+        })
+        .await
 }
 
-fn schema_of<T: JsonSchema>(world: &World) -> Value {
+fn schema_of<T: JsonSchema + Bounded>(world: &World) -> Value {
     let mut v = crate::args_schema::<T>();
     let confined = world.fs().is_some_and(|f| f.sandbox_mode().is_some());
     if !confined {
@@ -141,6 +144,10 @@ struct ReadArgs {
     offset: Option<u64>,
     /// How many lines (default and at most 2000).
     limit: Option<u64>,
+}
+
+impl Bounded for ReadArgs {
+    const BOUNDS: &'static [Bound] = &[bounds::FILE_PATH];
 }
 
 #[async_trait]
@@ -294,6 +301,34 @@ struct WriteArgs {
     justification: Option<String>,
 }
 
+impl Bounded for WriteArgs {
+    const BOUNDS: &'static [Bound] = &[
+        bounds::FILE_PATH,
+        Bound {
+            arg: "content",
+            max: bounds::WRITE_MAX_BYTES,
+            advice: "write a smaller file, or build a large one from parts with bash",
+        },
+        bounds::JUSTIFICATION,
+    ];
+}
+
+/// What a `write` or `edit` of `path` does, as an approval question shows it.
+fn file_action(path: &str) -> Action {
+    Action::File {
+        path: path.to_owned(),
+        resolved: None,
+    }
+}
+
+/// [`Tool::action`] of `write` and `edit`: the file, else the arguments.
+fn file_action_of(args: &Value) -> Action {
+    match args.get("file_path").and_then(Value::as_str) {
+        Some(path) => file_action(path),
+        None => Action::Arguments(args.clone()),
+    }
+}
+
 async fn target_and_policy(
     ctx: &CallContext<'_>,
     path: &str,
@@ -310,6 +345,7 @@ async fn target_and_policy(
         justification,
         Subject::Operation,
         tool,
+        file_action(path),
     )
     .await?;
     let base = base_dir(ctx, policy.as_ref(), path);
@@ -321,6 +357,10 @@ async fn target_and_policy(
 impl Tool for WriteTool {
     fn name(&self) -> &str {
         "write"
+    }
+
+    fn action(&self, args: &Value) -> Action {
+        file_action_of(args)
     }
 
     fn description(&self, _world: &World) -> String {
@@ -337,12 +377,6 @@ impl Tool for WriteTool {
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: WriteArgs = parse_args(args)?;
         check_path(&a.file_path)?;
-        if a.content.len() > WRITE_MAX_BYTES {
-            return Err(invalid_args(format!(
-                "content is {} bytes; the limit is {WRITE_MAX_BYTES}",
-                a.content.len()
-            )));
-        }
         let (target, policy) = target_and_policy(
             ctx,
             &a.file_path,
@@ -407,10 +441,31 @@ struct EditArgs {
     justification: Option<String>,
 }
 
+impl Bounded for EditArgs {
+    const BOUNDS: &'static [Bound] = &[
+        bounds::FILE_PATH,
+        Bound {
+            arg: "old_string",
+            max: bounds::EDIT_MAX_BYTES,
+            advice: "replace a shorter, unique part of the text",
+        },
+        Bound {
+            arg: "new_string",
+            max: bounds::EDIT_MAX_BYTES,
+            advice: "make the change in several smaller edits",
+        },
+        bounds::JUSTIFICATION,
+    ];
+}
+
 #[async_trait]
 impl Tool for EditTool {
     fn name(&self) -> &str {
         "edit"
+    }
+
+    fn action(&self, args: &Value) -> Action {
+        file_action_of(args)
     }
 
     fn description(&self, _world: &World) -> String {

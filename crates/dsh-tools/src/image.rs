@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::bounds::{self, Bound, Bounded};
 use crate::{CallContext, Image, Tool, ToolOutput, World};
 
 /// The largest image `read_image` returns.
@@ -28,6 +29,10 @@ struct ReadImageArgs {
     /// The image file (`.png`, `.jpg`, `.jpeg`, `.gif`, `.webp`), absolute or relative to
     /// the session's workspace.
     file_path: String,
+}
+
+impl Bounded for ReadImageArgs {
+    const BOUNDS: &'static [Bound] = &[bounds::FILE_PATH];
 }
 
 /// The MIME type an extension promises.

@@ -12,14 +12,19 @@
 //!    service), then the guards may deny;
 //! 4. cancelled now: `ABORTED_BEFORE_DISPATCH`; else the body runs (an unknown name is
 //!    `UNKNOWN_TOOL` here). A body that started is always awaited; a success overtaken by a
-//!    cancel is `ABORTED`;
+//!    cancel is `ABORTED`; a body that panics is `INTERNAL` (a bug in dsh, and the message
+//!    says so): that call's work is dropped, and the World goes on serving other calls;
 //! 5. the [`PostExecute`] hooks accept, block (the result becomes an error with their
 //!    feedback) or replace the text;
 //! 6. the tool's finalizer runs exactly once, on every outcome.
 //!
 //! With a session, the call is logged: `tool/call` before step 3 and `tool/result` after
-//! step 6, so an approval's `approval/asked` + `approval/decided` pair sits between them.
-//! Every error result carries `{name, code}` ([`ErrorInfo`]).
+//! step 6, so an approval's `approval/asked` + `approval/decided` pair sits between them;
+//! the session log keeps a head, the length and a digest of a long argument or result
+//! (`dsh_store::log_bounds`). Every error result carries `{name, code}` ([`ErrorInfo`]).
+//!
+//! Every string argument of the built-in tools has a size bound, checked before it is
+//! used: [`bounds`] lists them. An argument past its bound is `INVALID_ARGS`.
 
 use std::sync::Arc;
 
@@ -29,6 +34,7 @@ use dsh_store::session::Session;
 use serde_json::Value;
 
 pub mod bash;
+pub mod bounds;
 pub mod files;
 pub mod image;
 mod pipeline;
@@ -164,6 +170,13 @@ pub trait Tool: Send + Sync {
     fn finalize(&self, _result: &ToolResult) -> Option<String> {
         None
     }
+
+    /// What a call with `args` will do, as an approval question shows it first and logs
+    /// it. Taken from the arguments alone (no I/O). The default is the arguments
+    /// themselves; `bash` gives its command line, `write` and `edit` their file.
+    fn action(&self, args: &Value) -> dsh_approval::Action {
+        dsh_approval::Action::Arguments(args.clone())
+    }
 }
 
 /// A call as hooks see it.
@@ -232,19 +245,30 @@ pub(crate) fn invalid_args(msg: impl Into<String>) -> HarnessError {
     HarnessError::new(ErrorCode::InvalidArgs, msg.into())
 }
 
-/// A tool's arguments as `T`: `INVALID_ARGS` unless `args` is a JSON object that
-/// deserializes.
-pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, HarnessError> {
+/// A tool's arguments as `T`: `INVALID_ARGS` unless `args` is a JSON object whose string
+/// arguments are within their [bounds](bounds) (checked first, before anything is
+/// copied) and that deserializes. The deserializer's message is quoted in part: it may
+/// quote an argument.
+pub(crate) fn parse_args<T>(args: &Value) -> Result<T, HarnessError>
+where
+    T: serde::de::DeserializeOwned + bounds::Bounded,
+{
     if !args.is_object() {
         return Err(invalid_args("invalid arguments: expected a JSON object"));
     }
-    serde_json::from_value(args.clone())
-        .map_err(|e| invalid_args(format!("invalid arguments: {e}")))
+    bounds::check(args, T::BOUNDS)?;
+    T::deserialize(args).map_err(|e| {
+        invalid_args(format!(
+            "invalid arguments: {}",
+            bounds::shorten(&e.to_string())
+        ))
+    })
 }
 
-/// The JSON schema of a tool's argument type (an empty object schema if it cannot be
-/// rendered, which a derived schema always can).
-pub(crate) fn args_schema<T: schemars::JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T))
-        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+/// The JSON schema of a tool's argument type, each bounded string with its `maxLength`
+/// (an empty object schema if it cannot be rendered, which a derived schema always can).
+pub(crate) fn args_schema<T: schemars::JsonSchema + bounds::Bounded>() -> Value {
+    let schema = serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+    bounds::with_max_lengths(schema, T::BOUNDS)
 }

@@ -1,8 +1,12 @@
 //! [`World::call`]: the execution pipeline of the [crate docs](crate).
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use dsh_approval::{ApprovalOutcome, ApprovalRequest};
+use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
 use dsh_core::journal::EventKind;
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
@@ -147,8 +151,15 @@ impl World {
             cancel,
             world: self,
         };
-        // A body that started is awaited to its end, cancelled or not.
-        let outcome = tool.call(&view.arguments, &ctx).await;
+        // A body that started is awaited to its end, cancelled or not. A panic in it ends
+        // this call alone.
+        let outcome = match CatchUnwind(tool.call(&view.arguments, &ctx)).await {
+            Ok(outcome) => outcome,
+            Err(payload) => Err(HarnessError::panicked(
+                &format!("the {} tool", view.name),
+                payload.as_ref(),
+            )),
+        };
         Stage::Post(match outcome {
             Ok(_) if cancel.is_cancelled() => {
                 ToolResult::from_error(&HarnessError::new(ErrorCode::Aborted, "tool call aborted"))
@@ -185,8 +196,15 @@ impl World {
                 ApprovalRequest {
                     tool_name: name.clone(),
                     call_id: Some(view.call_id.to_string()),
+                    // What the call would do (a bash call's command line), not only the
+                    // hook's reason: the user decides on what runs.
+                    action: Some(match self.tools.get(name) {
+                        Some(tool) => tool.action(&view.arguments),
+                        None => Action::Arguments((*view.arguments).clone()),
+                    }),
                     reason,
                     cancel: Some(cancel.clone()),
+                    ..ApprovalRequest::default()
                 },
             )
             .await?;
@@ -228,6 +246,29 @@ impl World {
             ));
         }
         result
+    }
+}
+
+/// A tool body that reports a panic as `Err(payload)` instead of unwinding into the
+/// pipeline (and, from there, the server).
+///
+/// `AssertUnwindSafe` is sound here because the body is never seen again after a panic:
+/// this future is then ready, and the pipeline drops it (which kills any process it
+/// started). What it shared with the rest of dsh is behind locks that a panic does not
+/// leave unusable: tokio's do not poison, and std's are taken with
+/// `unwrap_or_else(PoisonError::into_inner)`.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let body = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(body).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
     }
 }
 

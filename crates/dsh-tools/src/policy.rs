@@ -1,7 +1,7 @@
 //! The sandbox policy of one call, with the one approved escalation a tool may ask for;
 //! shared by `bash`, `write` and `edit`.
 
-use dsh_approval::ApprovalRequest;
+use dsh_approval::{Action, ApprovalRequest};
 use dsh_core::journal::Journal;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::escalation::{
@@ -17,6 +17,8 @@ use crate::CallContext;
 /// The policy this call runs under: the session's standing policy, or, when the model
 /// asked for `requested` with a `justification` and the user allowed it once, the same
 /// policy in that mode. `None` when the capability does not confine (`confined` false).
+/// The user is shown `action` (what the call will do), a file's path resolved against the
+/// workspace root.
 ///
 /// # Errors
 /// `ESCALATION_INVALID` (unpaired or blank arguments, a mode not strictly wider),
@@ -29,6 +31,7 @@ pub(crate) async fn call_policy(
     justification: Option<&str>,
     subject: Subject,
     tool_name: &str,
+    action: Action,
 ) -> Result<Option<SandboxPolicy>, HarnessError> {
     validate_escalation_args(requested, justification)?;
     let world = ctx.world;
@@ -68,6 +71,7 @@ pub(crate) async fn call_policy(
         call_id: ctx.call_id.to_string(),
         has_session: ctx.session.is_some(),
     };
+    let action = with_resolved_path(action, &standing.workspace_root);
     let approver = |q: ApprovalQuestion| async move {
         let Some(session) = ctx.session else {
             return ApprovalOutcome::Unavailable;
@@ -79,6 +83,9 @@ pub(crate) async fn call_policy(
                 ApprovalRequest {
                     tool_name: q.tool_name,
                     call_id: Some(q.call_id),
+                    action: Some(action),
+                    requested: Some(wanted),
+                    justification: Some(why.to_owned()),
                     reason: Some(q.reason),
                     cancel: Some(ctx.cancel.clone()),
                 },
@@ -88,6 +95,26 @@ pub(crate) async fn call_policy(
     };
     let granted = approve_escalation(&request, Some(approver)).await?;
     Ok(Some(standing.with_mode(granted)))
+}
+
+/// `action` with a file's path resolved against `root` as the file tools resolve it
+/// (joined, `.` and `..` folded), when that differs from the path as given.
+fn with_resolved_path(action: Action, root: &std::path::Path) -> Action {
+    match action {
+        Action::File {
+            path,
+            resolved: None,
+        } => {
+            let r = dsh_sandbox::fold_dots(&root.join(&path))
+                .to_string_lossy()
+                .into_owned();
+            Action::File {
+                resolved: (r != path).then_some(r),
+                path,
+            }
+        }
+        other => other,
+    }
 }
 
 /// A wider sandbox mode a call may ask for (`sandbox_permissions`).

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::RegexMatcher;
 use grep_searcher::{sinks::Lossy, BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
@@ -26,6 +26,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::bounds::{self, Bound, Bounded};
 use crate::{CallContext, Tool, ToolOutput, World};
 
 /// Paths `glob` shows.
@@ -92,26 +93,46 @@ fn walk_builder(root: &Path, hidden: bool) -> ignore::WalkBuilder {
     b
 }
 
-fn glob_matcher(pattern: &str, what: &str) -> Result<GlobMatcher, HarnessError> {
-    GlobBuilder::new(pattern)
+/// The matcher of one glob. A set of one rather than `Glob::compile_matcher`, which
+/// panics when the glob's regex is over the regex size limit; the set reports it.
+// Regression: issue 11 (a 2 MB glob killed the server through that panic).
+fn glob_matcher(pattern: &str, what: &str) -> Result<GlobSet, HarnessError> {
+    let rejected = |e: globset::Error| {
+        HarnessError::new(
+            ErrorCode::SearchInvalidPattern,
+            format!(
+                "{what} pattern rejected: {}",
+                bounds::shorten(&e.to_string())
+            ),
+        )
+    };
+    let glob = GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| {
-            HarnessError::new(
-                ErrorCode::SearchInvalidPattern,
-                format!("{what} pattern rejected: {e}"),
-            )
-        })
+        .map_err(rejected)?;
+    GlobSetBuilder::new().add(glob).build().map_err(rejected)
 }
 
 /// Whether `rel` (relative to the root) matches as ripgrep's `--glob` would: a pattern
 /// without `/` matches the file name at any depth, one with `/` the relative path.
-fn glob_hit(m: &GlobMatcher, pattern: &str, rel: &Path) -> bool {
+fn glob_hit(m: &GlobSet, pattern: &str, rel: &Path) -> bool {
     if pattern.contains('/') {
         m.is_match(rel)
     } else {
         rel.file_name().is_some_and(|n| m.is_match(n))
+    }
+}
+
+/// The error of a search worker that did not finish: `INTERNAL` either way, since a
+/// worker that panicked is a bug in dsh and one that was cancelled means the runtime is
+/// shutting down under the call.
+fn worker_failed(tool: &str, e: tokio::task::JoinError) -> HarnessError {
+    match e.try_into_panic() {
+        Ok(payload) => HarnessError::panicked(&format!("the {tool} worker"), payload.as_ref()),
+        Err(e) => HarnessError::internal(format!(
+            "the {tool} worker was cancelled before it finished ({e}); the runtime is \
+             shutting down"
+        )),
     }
 }
 
@@ -139,6 +160,17 @@ struct GlobArgs {
     pattern: String,
     /// Where to search (default: the workspace).
     path: Option<String>,
+}
+
+impl Bounded for GlobArgs {
+    const BOUNDS: &'static [Bound] = &[
+        Bound {
+            arg: "pattern",
+            max: bounds::GLOB_MAX_BYTES,
+            advice: "use a shorter glob, or several calls",
+        },
+        bounds::SEARCH_PATH,
+    ];
 }
 
 fn glob_blocking(
@@ -219,7 +251,7 @@ impl Tool for GlobTool {
         let cancel = ctx.cancel.clone();
         tokio::task::spawn_blocking(move || glob_blocking(cwd, root, a.pattern, cancel))
             .await
-            .map_err(|e| HarnessError::new(ErrorCode::SearchFailed, format!("glob failed: {e}")))?
+            .map_err(|e| worker_failed("glob", e))?
     }
 }
 
@@ -236,6 +268,22 @@ struct GrepArgs {
     path: Option<String>,
     /// Only files matching this glob (`*.rs`, `*.{ts,tsx}`).
     include: Option<String>,
+}
+
+impl Bounded for GrepArgs {
+    const BOUNDS: &'static [Bound] = &[
+        Bound {
+            arg: "pattern",
+            max: bounds::GREP_PATTERN_MAX_BYTES,
+            advice: "use a shorter regular expression, or several calls",
+        },
+        Bound {
+            arg: "include",
+            max: bounds::GLOB_MAX_BYTES,
+            advice: "use a shorter glob, or several calls",
+        },
+        bounds::SEARCH_PATH,
+    ];
 }
 
 /// Rejects what ripgrep's `--glob` would read differently: blank, negated, comma lists.
@@ -298,12 +346,17 @@ fn grep_blocking(
     root: PathBuf,
     pattern: String,
     include: Option<String>,
+    deny: Vec<PathBuf>,
     cancel: CancelToken,
 ) -> Result<ToolOutput, HarnessError> {
+    // Files whose reads the sandbox denies (credential stores) are never opened. The
+    // walk follows no link, so an entry's canonical path is the root's plus its own rest.
+    let deny = dsh_sandbox::deny_read::Matcher::new(&deny);
+    let canonical_root = dsh_sandbox::canonical_path(&root);
     let matcher = RegexMatcher::new_line_matcher(&pattern).map_err(|e| {
         HarnessError::new(
             ErrorCode::SearchInvalidPattern,
-            format!("grep pattern rejected: {e}"),
+            format!("grep pattern rejected: {}", bounds::shorten(&e.to_string())),
         )
     })?;
     let inc = include
@@ -326,8 +379,17 @@ fn grep_blocking(
                 .line_number(true)
                 .heap_limit(Some(64 << 20))
                 .build();
-            let (matcher, kept, seen, inc, root, cwd, cancel) =
-                (matcher.clone(), &kept, &seen, &inc, &root, &cwd, &cancel);
+            let (matcher, kept, seen, inc, root, cwd, cancel, deny, canonical_root) = (
+                matcher.clone(),
+                &kept,
+                &seen,
+                &inc,
+                &root,
+                &cwd,
+                &cancel,
+                &deny,
+                &canonical_root,
+            );
             Box::new(move |entry| {
                 if cancel.is_cancelled() || seen.load(Ordering::Relaxed) >= SEARCH_MAX_FOUND {
                     return WalkState::Quit;
@@ -343,6 +405,11 @@ fn grep_blocking(
                     if !glob_hit(m, p, rel) {
                         return WalkState::Continue;
                     }
+                }
+                if deny.denies_as_written(entry.path())
+                    || deny.denies_canonical(&canonical_root.join(rel))
+                {
+                    return WalkState::Continue;
                 }
                 let path = shown(cwd, entry.path());
                 // Opened non-blocking: a "regular" file whose read waits for data
@@ -447,8 +514,36 @@ impl Tool for GrepTool {
         }
         let (cwd, root) = roots(ctx, a.path.as_deref())?;
         let cancel = ctx.cancel.clone();
-        tokio::task::spawn_blocking(move || grep_blocking(cwd, root, a.pattern, a.include, cancel))
-            .await
-            .map_err(|e| HarnessError::new(ErrorCode::SearchFailed, format!("grep failed: {e}")))?
+        let deny = ctx.world.policy().deny_read().to_vec();
+        tokio::task::spawn_blocking(move || {
+            grep_blocking(cwd, root, a.pattern, a.include, deny, cancel)
+        })
+        .await
+        .map_err(|e| worker_failed("grep", e))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matcher;
+    use dsh_core::ErrorCode;
+
+    #[test]
+    fn a_glob_whose_regex_is_over_the_size_limit_is_refused_not_a_panic() {
+        // Regression: issue 11. 256 Ki `?` compile past the regex crate's NFA size limit,
+        // where `Glob::compile_matcher` panics ("regex compilation shouldn't fail"). The
+        // argument bound keeps a call from getting here; the matcher holds without it.
+        let e = glob_matcher(&"?".repeat(256 << 10), "glob").expect_err("too large");
+        assert_eq!(e.code(), ErrorCode::SearchInvalidPattern);
+        assert!(
+            e.message()
+                .starts_with("glob pattern rejected: error building NFA"),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.message().len() < 1200,
+            "the message quotes a bounded part"
+        );
     }
 }

@@ -2,9 +2,12 @@
 //!
 //! It reports each sandbox runner (and why one is unusable), the Landlock ABI, seccomp,
 //! unprivileged user namespaces, `openat2`, cgroup v2, and which runner each confined mode
-//! gets. Its self-test proves enforcement instead of inferring it: under each usable
-//! runner it attempts a write the mode forbids and a connect to a listener it opened on
-//! 127.0.0.1, and reports what the kernel did. Exit status 0 when at least one runner
+//! gets, with how it enforces the protected paths and the read denials, and whether it
+//! runs at all (partial enforcement is refused unless accepted). Its self-test proves
+//! enforcement instead of inferring it: under each usable runner it attempts a write the
+//! mode forbids, a connect to a listener it opened on 127.0.0.1 and a read of a denied
+//! file, and under bubblewrap a write of a protected git hook, and reports what the kernel
+//! did. Exit status 0 when at least one runner
 //! works and every self-test was refused as it should be; 1 otherwise.
 
 use std::path::Path;
@@ -14,7 +17,8 @@ use std::sync::Arc;
 use clap::Args;
 use dsh_process::{LocalSubprocess, Subprocess, TreeMechanism};
 use dsh_sandbox::{
-    landlock, seccomp, Enforcement, LocalSandbox, Network, Runner, SandboxMode, SandboxPolicy,
+    landlock, seccomp, Enforcement, LocalSandbox, Network, OnPartial, Runner, SandboxMode,
+    SandboxPolicy,
 };
 use dsh_shell::bash::LocalBash;
 use dsh_shell::{Shell, ShellRequest};
@@ -93,19 +97,40 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     checks.push(openat2_check());
     checks.push(cgroup_check());
 
-    let mut choices = Vec::new();
     let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let config = crate::config::load(&ws);
+    checks.push(match &config {
+        Ok(_) => Check {
+            name: "config",
+            ok: true,
+            detail: format!(
+                "valid ({} and {})",
+                crate::config::user_config_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "no user config".into()),
+                ws.join(".dsh/config.toml").display()
+            ),
+            fix: None,
+        },
+        Err(e) => Check {
+            name: "config",
+            ok: false,
+            detail: e.message().to_owned(),
+            fix: Some("correct the file and key named; nothing runs until then".into()),
+        },
+    });
+    let config = config.unwrap_or_default();
+    let mut choices = Vec::new();
     for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
-        let policy = SandboxPolicy::for_workspace(mode, &ws);
-        choices.push(match sandbox.choose(&policy) {
-            Ok((runner, enforcement)) => json!({
-                "mode": mode.as_str(),
-                "runner": runner.as_str(),
-                "enforcement": enforcement.as_str(),
-                "partial_reason": partial_reason(&enforcement),
-            }),
-            Err(e) => json!({ "mode": mode.as_str(), "error": e.message() }),
-        });
+        let on_partial = if config.allow_partial {
+            OnPartial::Accept
+        } else {
+            OnPartial::Refuse
+        };
+        let policy = SandboxPolicy::for_workspace(mode, &ws)
+            .with_deny_read(config.deny_read.iter().cloned())
+            .with_on_partial(on_partial);
+        choices.push(mode_report(&sandbox, &policy));
     }
 
     let mut self_tests = Vec::new();
@@ -136,25 +161,9 @@ async fn run(args: &DoctorArgs) -> ExitCode {
                 outln!("      fix: {fix}");
             }
         }
-        outln!("\n  modes (network denied):");
+        outln!("\n  modes (network denied; workspace {}):", ws.display());
         for c in &choices {
-            match c.get("error") {
-                Some(e) => outln!(
-                    "    {:<16} unavailable: {}",
-                    c["mode"].as_str().unwrap_or(""),
-                    e.as_str().unwrap_or("")
-                ),
-                None => outln!(
-                    "    {:<16} {} ({}{})",
-                    c["mode"].as_str().unwrap_or(""),
-                    c["runner"].as_str().unwrap_or(""),
-                    c["enforcement"].as_str().unwrap_or(""),
-                    c["partial_reason"]
-                        .as_str()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                ),
-            }
+            print_mode(c);
         }
         outln!("\n  self-test (the kernel must refuse each attempt):");
         if self_tests.is_empty() {
@@ -190,6 +199,89 @@ fn partial_reason(e: &Enforcement) -> Option<&str> {
         Enforcement::Partial(why) => Some(why),
         Enforcement::Full => None,
     }
+}
+
+/// What `policy`'s mode gets here: the runner, how completely it is enforced, whether a
+/// command runs at all (partial enforcement is refused unless accepted), and how the
+/// protected paths and the read denials are enforced.
+fn mode_report(sandbox: &LocalSandbox, policy: &SandboxPolicy) -> Value {
+    let mode = policy.mode;
+    let denied = dsh_sandbox::deny_read::expand(&policy.deny_read);
+    match sandbox.choose(policy) {
+        Ok((runner, enforcement)) => {
+            let runs = enforcement.is_full() || policy.on_partial == OnPartial::Accept;
+            let carves = runner != Runner::Landlock;
+            let writable = policy.writable_dirs();
+            let protected: Vec<_> = policy
+                .protected
+                .iter()
+                .filter(|p| writable.iter().any(|w| p.starts_with(w)))
+                .collect();
+            json!({
+                "mode": mode.as_str(),
+                "runner": runner.as_str(),
+                "enforcement": enforcement.as_str(),
+                "partial_reason": partial_reason(&enforcement),
+                "runs": runs,
+                "protected_paths": (mode == SandboxMode::WorkspaceWrite).then(|| json!({
+                    "enforced": carves,
+                    "count": protected.len(),
+                    "git_dirs": policy.git_dirs,
+                })),
+                "read_denial": {
+                    "enforced": true,
+                    "by": match runner {
+                        Runner::Landlock => "Landlock read grants around each path",
+                        Runner::Seatbelt => "Seatbelt file-read* denials",
+                        _ => "an empty read-only mount over each path",
+                    },
+                    "paths": denied,
+                },
+            })
+        }
+        Err(e) => json!({ "mode": mode.as_str(), "error": e.message(), "runs": false }),
+    }
+}
+
+fn print_mode(c: &Value) {
+    let mode = c["mode"].as_str().unwrap_or("");
+    if let Some(e) = c.get("error") {
+        outln!("    {mode:<16} unavailable: {}", e.as_str().unwrap_or(""));
+        return;
+    }
+    outln!(
+        "    {mode:<16} {} ({}{}){}",
+        c["runner"].as_str().unwrap_or(""),
+        c["enforcement"].as_str().unwrap_or(""),
+        c["partial_reason"]
+            .as_str()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default(),
+        if c["runs"].as_bool() == Some(false) {
+            " — REFUSED: partial enforcement is not accepted (--allow-partial, allow_partial = true)"
+        } else {
+            ""
+        }
+    );
+    if let Some(p) = c.get("protected_paths").filter(|p| !p.is_null()) {
+        outln!(
+            "    {:<16} protected paths: {} in the writable roots, {} git dirs; {}",
+            "",
+            p["count"],
+            p["git_dirs"].as_array().map_or(0, Vec::len),
+            if p["enforced"].as_bool() == Some(true) {
+                "read-only and uncreatable"
+            } else {
+                "NOT enforced by this runner"
+            }
+        );
+    }
+    let paths = c["read_denial"]["paths"].as_array().map_or(0, Vec::len);
+    outln!(
+        "    {:<16} read denial: {paths} credential paths here, by {}",
+        "",
+        c["read_denial"]["by"].as_str().unwrap_or("")
+    );
 }
 
 fn runner_fix(runner: Runner, why: &str) -> String {
@@ -335,39 +427,84 @@ async fn self_test(runner: Runner) -> Vec<Check> {
         &shell,
         &ws,
         &format!("echo x > '{}'", probe.display()),
-        Network::Deny,
+        read_only(&ws, Network::Deny),
     )
     .await;
     let connect = attempt(
         &shell,
         &ws,
         &format!("echo x > /dev/tcp/127.0.0.1/{port}"),
-        Network::Deny,
+        read_only(&ws, Network::Deny),
     )
     .await;
+    let secret = ws.join("secret");
+    let denied_read = match std::fs::write(&secret, "secret\n") {
+        Ok(()) => {
+            let policy = read_only(&ws, Network::Deny).with_deny_read([secret.clone()]);
+            attempt(&shell, &ws, &format!("cat '{}'", secret.display()), policy).await
+        }
+        Err(e) => Attempt::CouldNotRun(format!("cannot write {}: {e}", secret.display())),
+    };
     let bwrap = runner == Runner::Bwrap;
-    vec![
+    let name = |what: &'static str| -> &'static str {
+        match (bwrap, what) {
+            (true, "write") => "bwrap: write",
+            (true, "connect") => "bwrap: connect",
+            (true, _) => "bwrap: denied read",
+            (false, "write") => "landlock: write",
+            (false, "connect") => "landlock: connect",
+            (false, _) => "landlock: denied read",
+        }
+    };
+    let mut out = vec![
         Check {
-            name: if bwrap {
-                "bwrap: write"
-            } else {
-                "landlock: write"
-            },
+            name: name("write"),
             ok: matches!(write, Attempt::Refused(_)) && !probe.exists(),
             detail: write.describe(),
             fix: None,
         },
         Check {
-            name: if bwrap {
-                "bwrap: connect"
-            } else {
-                "landlock: connect"
-            },
+            name: name("connect"),
             ok: matches!(connect, Attempt::Refused(_)),
             detail: connect.describe(),
             fix: None,
         },
-    ]
+        Check {
+            name: name("read"),
+            ok: matches!(denied_read, Attempt::Refused(_)),
+            detail: denied_read.describe(),
+            fix: None,
+        },
+    ];
+    if bwrap {
+        // A hook in a fresh repository: workspace-write must keep it uncreatable.
+        let hook = ws.join(".git/hooks/pre-commit");
+        let made = std::fs::create_dir_all(ws.join(".git/hooks"));
+        let protected = match made {
+            Ok(()) => {
+                let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &ws);
+                attempt(
+                    &shell,
+                    &ws,
+                    &format!("echo x > '{}'", hook.display()),
+                    policy,
+                )
+                .await
+            }
+            Err(e) => Attempt::CouldNotRun(format!("cannot make a test repository: {e}")),
+        };
+        out.push(Check {
+            name: "bwrap: protected path",
+            ok: matches!(protected, Attempt::Refused(_)) && !hook.exists(),
+            detail: protected.describe(),
+            fix: None,
+        });
+    }
+    out
+}
+
+fn read_only(ws: &Path, network: Network) -> SandboxPolicy {
+    SandboxPolicy::for_workspace(SandboxMode::ReadOnly, ws).with_network(network)
 }
 
 /// What happened to one self-test attempt.
@@ -390,12 +527,11 @@ impl Attempt {
     }
 }
 
-async fn attempt(shell: &LocalBash, ws: &Path, command: &str, network: Network) -> Attempt {
+async fn attempt(shell: &LocalBash, ws: &Path, command: &str, policy: SandboxPolicy) -> Attempt {
     let mut request = ShellRequest::new(command);
     request.workdir = Some(ws.to_path_buf());
     request.timeout_ms = Some(10_000.0);
-    request.sandbox =
-        Some(SandboxPolicy::for_workspace(SandboxMode::ReadOnly, ws).with_network(network));
+    request.sandbox = Some(policy);
     let spec = match shell.resolve(request) {
         Ok(spec) => spec,
         Err(e) => return Attempt::CouldNotRun(e.to_string()),

@@ -9,13 +9,15 @@ use std::time::Duration;
 use clap::Args;
 use dsh_core::{CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
-    CaptureLimits, CollectedOutput, LocalSubprocess, Outcome, OutputMode, SpawnSpec, StdinMode,
-    Subprocess,
+    CaptureLimits, CollectedOutput, EnvAllow, LocalSubprocess, Outcome, OutputMode, SpawnSpec,
+    StdinMode, Subprocess,
 };
 use dsh_sandbox::{
     classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, LocalSandbox,
-    Network, Runner, Sandbox, SandboxMode, SandboxPolicy,
+    Network, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
+
+use crate::config::Config;
 
 /// Exit status when `--timeout` passed.
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -48,6 +50,14 @@ pub struct ExecArgs {
     /// One more writable directory (workspace-write only); repeatable.
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
+    /// Run even where the sandbox can be enforced only in part (default: refused with
+    /// SANDBOX_UNAVAILABLE); what is missing is said on stderr and in --json.
+    #[arg(long)]
+    allow_partial: bool,
+    /// One more protected path (read-only and uncreatable under workspace-write; relative:
+    /// in the workspace); repeatable. Adds to the defaults and the config's.
+    #[arg(long, value_name = "PATH")]
+    protect: Vec<PathBuf>,
     /// Use this sandbox runner only (bwrap or landlock); default: the fastest that fully
     /// enforces the mode (see `dsh doctor`).
     #[arg(long, value_name = "RUNNER", value_parser = crate::tool::parse_flag::<Runner>)]
@@ -71,22 +81,30 @@ pub struct ExecArgs {
     argv: Vec<OsString>,
 }
 
-/// The confinement of the command, when its mode is confined.
+/// A confined command: its policy, the provider (which owns the private temp directory,
+/// so it must outlive the command) and the confinement.
+struct Confined {
+    policy: SandboxPolicy,
+    _sandbox: LocalSandbox,
+    confinement: Confinement,
+}
+
+/// The policy of the command: the mode and network of the flags, the workspace and
+/// `--writable` roots with their protected paths, and what the config and `--protect`
+/// add.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for `--writable` outside workspace-write; `SANDBOX_UNAVAILABLE`.
-fn confine(
+/// `INVALID_ARGUMENT` for `--writable` outside workspace-write or not a directory.
+fn policy(
     args: &ExecArgs,
     cwd: &std::path::Path,
-) -> Result<Option<(LocalSandbox, Confinement)>, HarnessError> {
+    config: &Config,
+) -> Result<SandboxPolicy, HarnessError> {
     if !args.writable.is_empty() && args.mode != SandboxMode::WorkspaceWrite {
         return Err(HarnessError::invalid_argument(format!(
             "--writable needs --mode workspace-write (the mode is {})",
             args.mode
         )));
-    }
-    if !args.mode.is_confined() {
-        return Ok(None);
     }
     let mut policy = SandboxPolicy::for_workspace(args.mode, cwd).with_network(args.network);
     for dir in &args.writable {
@@ -98,13 +116,68 @@ fn confine(
         }
         policy = policy.with_writable_root(dir);
     }
+    let root = policy.workspace_root.clone();
+    let extra = config
+        .protected
+        .iter()
+        .chain(&args.protect)
+        .map(|p| root.join(p));
+    let on_partial = if args.allow_partial || config.allow_partial {
+        OnPartial::Accept
+    } else {
+        OnPartial::Refuse
+    };
+    Ok(policy
+        .with_protected(extra.collect::<Vec<_>>())
+        .with_deny_read(config.deny_read.iter().cloned())
+        .with_on_partial(on_partial))
+}
+
+/// The confinement of the command, when its mode is confined.
+///
+/// # Errors
+/// As [`policy`]; `SANDBOX_UNAVAILABLE`.
+fn confine(args: &ExecArgs, policy: SandboxPolicy) -> Result<Option<Confined>, HarnessError> {
+    if !args.mode.is_confined() {
+        return Ok(None);
+    }
     let mut sandbox = LocalSandbox::new();
     if let Some(runner) = args.runner {
         sandbox = sandbox.force_runner(runner);
     }
     let confinement = sandbox.confine(&args.argv, &policy)?;
-    // The provider owns the private temp directory: it must outlive the command.
-    Ok(Some((sandbox, confinement)))
+    Ok(Some(Confined {
+        policy,
+        _sandbox: sandbox,
+        confinement,
+    }))
+}
+
+/// What the command made that the host's tools would run or read (a new git dir, a hooks
+/// folder): each root walked again and compared with the policy it ran under.
+fn appeared(policy: &SandboxPolicy) -> Vec<PathBuf> {
+    if policy.mode != SandboxMode::WorkspaceWrite {
+        return Vec::new();
+    }
+    let mut after = policy.clone();
+    let roots: Vec<PathBuf> = std::iter::once(policy.workspace_root.clone())
+        .chain(
+            policy
+                .writable_roots
+                .iter()
+                .filter(|r| !policy.git_dirs.iter().any(|g| r.starts_with(g)))
+                .cloned(),
+        )
+        .collect();
+    let mut out = Vec::new();
+    for root in roots {
+        let layout = dsh_sandbox::protected::for_workspace(&root);
+        out.extend(dsh_sandbox::protected::appeared(&after, &layout));
+        after = after.with_layout(&root, layout);
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 pub fn main(args: ExecArgs) -> ExitCode {
@@ -137,17 +210,27 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         },
     };
+    let config = match crate::config::load(&cwd) {
+        Ok(c) => c,
+        Err(e) => return fail(args, &e),
+    };
+    let env_allow = match EnvAllow::new(config.env_allow.iter()) {
+        Ok(a) => a,
+        Err(e) => return fail(args, &e),
+    };
     let spared = crate::orphans::become_subreaper();
-    let mut sub = LocalSubprocess::new().keep_spill_files(args.json);
+    let mut sub = LocalSubprocess::new()
+        .keep_spill_files(args.json)
+        .with_env_allow(env_allow);
     if args.no_cgroup {
         sub = sub.without_cgroups();
     }
-    let (_sandbox, confinement) = match confine(args, &cwd) {
-        Ok(Some((s, c))) => (Some(s), Some(c)),
-        Ok(None) => (None, None),
+    let confined = match policy(args, &cwd, &config).and_then(|p| confine(args, p)) {
+        Ok(c) => c,
         Err(e) => return fail(args, &e),
     };
-    if let Some(c) = &confinement {
+    let confinement = confined.as_ref().map(|c| &c.confinement);
+    if let Some(c) = confinement {
         if let dsh_sandbox::Enforcement::Partial(why) = &c.enforcement {
             if !args.json {
                 eprintln!(
@@ -157,11 +240,9 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         }
     }
-    let argv = confinement
-        .as_ref()
-        .map_or_else(|| args.argv.clone(), |c| c.argv.clone());
+    let argv = confinement.map_or_else(|| args.argv.clone(), |c| c.argv.clone());
     let mut spec = SpawnSpec::new(argv, cwd);
-    if let Some(c) = &confinement {
+    if let Some(c) = confinement {
         for (k, v) in &c.env {
             spec.env.insert(
                 k.to_string_lossy().into_owned(),
@@ -207,17 +288,37 @@ async fn run(args: &ExecArgs) -> u8 {
     signals.abort();
     let timed_out = deadline.is_timed_out() && !exited_in_time;
     let code = exit_status(outcome, timed_out, interrupt.reason());
+    let (stdout, stderr) = process.collected();
+    let runner_failed = confinement.and_then(|c| {
+        classify_runner_failure(outcome.exit_code(), &stderr.text, &c.runner_failure_rules)
+    });
+    drop(process);
+    sub.shutdown().await;
+    // Anything still our child now was adopted from the command's tree after it killed
+    // its own reaper.
+    crate::orphans::sweep(&spared);
+    if let (Some(line), true) = (runner_failed, args.json) {
+        return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
+    }
+    // Checked once the whole tree is gone, so nothing it left running adds to it later.
+    let appeared = confined
+        .as_ref()
+        .map(|c| appeared(&c.policy))
+        .unwrap_or_default();
+    if !appeared.is_empty() && !args.json {
+        eprintln!(
+            "dsh exec: the command made git repositories or hooks folders, which the host's git \
+             and editors run or read, and their hooks and config were writable while it ran: \
+             {}. Review them before running git there; later commands get them protected.",
+            appeared
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if args.json {
-        let (stdout, stderr) = process.collected();
-        if let Some(c) = &confinement {
-            if let Some(line) =
-                classify_runner_failure(outcome.exit_code(), &stderr.text, &c.runner_failure_rules)
-            {
-                drop(process);
-                return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
-            }
-        }
-        let sandbox = confinement.as_ref().map(|c| {
+        let sandbox = confinement.map(|c| {
             serde_json::json!({
                 "mode": args.mode.as_str(),
                 "network": args.network.as_str(),
@@ -228,15 +329,11 @@ async fn run(args: &ExecArgs) -> u8 {
                     dsh_sandbox::Enforcement::Full => None,
                 },
                 "denied": classify_denial(outcome.exit_code(), &stderr.text, c.denial_signatures),
+                "appeared": appeared,
             })
         });
         print_json(outcome, timed_out, &stdout, &stderr, sandbox);
     }
-    drop(process);
-    sub.shutdown().await;
-    // Anything still our child now was adopted from the command's tree after it killed
-    // its own reaper.
-    crate::orphans::sweep(&spared);
     code
 }
 

@@ -19,6 +19,7 @@ macro_rules! outln {
     };
 }
 
+mod config;
 mod doctor;
 mod exec;
 mod mcp;

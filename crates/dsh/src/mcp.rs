@@ -23,6 +23,10 @@ pub struct McpArgs {
     /// Network in confined modes (deny or allow).
     #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = crate::tool::parse_flag::<Network>)]
     network: Network,
+    /// Run commands even where the sandbox can be enforced only in part (default: refused
+    /// with SANDBOX_UNAVAILABLE); each result says what is missing.
+    #[arg(long)]
+    allow_partial: bool,
     /// The session's approval policy (ask or never).
     #[arg(long, value_name = "ask|never", value_parser = crate::tool::parse_flag::<ApprovalPolicy>)]
     approval: Option<ApprovalPolicy>,
@@ -46,7 +50,8 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         .clone()
         .unwrap_or_else(dsh_store::default_state_dir);
     let sessions = crate::tool::session_log(Some(&state)).await?;
-    let (network, mode, approval) = (args.network, args.mode, args.approval);
+    let (network, mode, approval, allow_partial) =
+        (args.network, args.mode, args.approval, args.allow_partial);
     let opener: Opener = Arc::new(move |cwd: PathBuf| {
         let (sessions, state) = (sessions.clone(), state.clone());
         Box::pin(async move {
@@ -56,6 +61,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
                 sessions,
                 &cwd,
                 network,
+                allow_partial,
                 Vec::new(),
                 &state,
                 false,

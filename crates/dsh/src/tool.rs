@@ -11,8 +11,8 @@ use dsh_approval::{
     ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer, TerminalAnswerer,
 };
 use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError, SessionId};
-use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, PolicyService, SandboxMode};
+use dsh_process::{EnvAllow, LocalSubprocess};
+use dsh_sandbox::{LocalSandbox, Network, OnPartial, PolicyService, SandboxMode};
 use dsh_shell::bash::LocalBash;
 use dsh_shell::shell_env::ShellEnv;
 use dsh_store::session::{Session, SessionLog};
@@ -44,6 +44,10 @@ pub struct ToolArgs {
     /// Network in confined modes (deny or allow).
     #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_flag::<Network>)]
     network: Network,
+    /// Run commands even where the sandbox can be enforced only in part (default: refused
+    /// with SANDBOX_UNAVAILABLE); each result says what is missing.
+    #[arg(long)]
+    allow_partial: bool,
     /// Set the session's approval policy first (ask or never); logged.
     #[arg(long, value_name = "ask|never", value_parser = parse_flag::<ApprovalPolicy>)]
     approval: Option<ApprovalPolicy>,
@@ -82,24 +86,49 @@ pub async fn session_log(state: Option<&Path>) -> Result<Arc<SessionLog>, Harnes
 
 /// The CLI's World: local subprocess, bash and the file tools confined by the local
 /// sandbox (read-only unless the session says otherwise), approvals from `answers`, then
-/// the terminal when `terminal`.
+/// the terminal when `terminal`. The user's and the workspace's config (see
+/// [`crate::config`]) add protected paths, read denials and let-through variables;
+/// `allow_partial` (or the config's) accepts partial enforcement.
+///
+/// # Errors
+/// `CONFIG_INVALID` from the config files; `IO_FAILED` when the sandbox's private
+/// directory cannot be made.
 pub fn world(
     sessions: Arc<SessionLog>,
     workspace: &Path,
     network: Network,
+    allow_partial: bool,
     answers: Vec<ApprovalOutcome>,
     state: &Path,
     terminal: bool,
 ) -> Result<World, HarnessError> {
-    let subprocess = Arc::new(LocalSubprocess::new());
+    let config = crate::config::load(workspace)?;
+    let subprocess =
+        Arc::new(LocalSubprocess::new().with_env_allow(EnvAllow::new(config.env_allow.iter())?));
     let sandbox = Arc::new(LocalSandbox::new());
     let shell =
         LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let deny_read: Vec<PathBuf> = dsh_sandbox::deny_read::defaults()
+        .into_iter()
+        .chain(config.deny_read.iter().cloned())
+        .collect();
     let files = dsh_fs::SandboxedFs::new(
         dsh_fs::LocalFs::new(workspace),
-        dsh_sandbox::SandboxPolicy::for_workspace(SandboxMode::ReadOnly, workspace),
+        // Every call passes its own policy (from the policy service below); this one only
+        // carries the read denials.
+        dsh_sandbox::SandboxPolicy::bare(SandboxMode::ReadOnly, workspace),
     )
+    .with_deny_read(deny_read.clone())
     .with_temp_dir(sandbox.private_temp_dir()?);
+    let on_partial = if allow_partial || config.allow_partial {
+        OnPartial::Accept
+    } else {
+        OnPartial::Refuse
+    };
+    let policy = PolicyService::new(SandboxMode::ReadOnly, network, workspace)
+        .with_on_partial(on_partial)
+        .with_protected(config.protected.iter().cloned())
+        .with_deny_read(deny_read);
     let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
     if !answers.is_empty() {
         approval.add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
@@ -111,11 +140,7 @@ pub fn world(
         .subprocess(subprocess)?
         .shell(Arc::new(shell))?
         .sandbox(sandbox)?
-        .policy(PolicyService::new(
-            SandboxMode::ReadOnly,
-            network,
-            workspace,
-        ))?
+        .policy(policy)?
         .approval(approval)?
         .sessions(sessions)?
         .shell_env(Arc::new(ShellEnv::new(Some(state.to_path_buf()))))?
@@ -210,6 +235,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         sessions.clone(),
         &cwd,
         args.network,
+        args.allow_partial,
         args.answer.clone(),
         &state,
         true,

@@ -1,6 +1,9 @@
 //! The tools crate with real processes, sandboxes, files and SQLite.
 
+mod approval_action;
+mod bounds;
 mod files;
+mod panics;
 mod pipeline;
 mod search;
 mod support;

@@ -1,0 +1,215 @@
+//! Read denial: paths no confined command may read, whatever its mode, so their contents
+//! never reach the model.
+//!
+//! The default list is the user's credential stores ([`DEFAULT_DENY_READ`]). A policy's
+//! `deny_read` holds absolute patterns: `*` and `?` may appear in the last component
+//! (`~/.ssh/id_*`). Each confinement [expands](expand) them to the paths that exist now,
+//! canonical (a link's target is what is denied, so the link cannot reach it either); the
+//! runners then enforce them:
+//! - bubblewrap mounts an empty, read-only file or directory over each;
+//! - Landlock, which can only allow, grants reads around them: beneath every other entry of
+//!   each directory on the way to a denied path, never beneath the path itself (listing
+//!   directories stays allowed everywhere);
+//! - Seatbelt denies `file-read*` on each.
+//!
+//! The file tools refuse them as well ([`denies`]).
+//!
+//! # Limits
+//! A path created after the confinement was made is not denied to that command (a new
+//! `~/.ssh/id_new`). Under Landlock, an entry created later directly in a directory on the
+//! way to a denied path (`~/newfile` when `~/.ssh/id_rsa` is denied) is not readable by that
+//! command. A hard link made before the command started is another name for the same data,
+//! and stays readable through that name.
+
+use std::path::{Path, PathBuf};
+
+use crate::protected::name_matches;
+
+/// The credential stores denied by default (`~` is the home directory of the user dsh
+/// runs as).
+pub const DEFAULT_DENY_READ: &[&str] = &[
+    "~/.ssh/id_*",
+    "~/.aws/credentials",
+    "~/.config/gh/hosts.yml",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.docker/config.json",
+    "~/.kube/config",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.config/gcloud",
+    "~/.azure",
+];
+
+/// [`DEFAULT_DENY_READ`] with `~` expanded (entries under `~` are left out when there is
+/// no home directory).
+pub fn defaults() -> Vec<PathBuf> {
+    DEFAULT_DENY_READ
+        .iter()
+        .filter_map(|p| expand_home(p))
+        .collect()
+}
+
+/// `p` with a leading `~/` replaced by the home directory; `None` when it has one and
+/// there is no home directory.
+pub fn expand_home(p: &str) -> Option<PathBuf> {
+    match p.strip_prefix("~/") {
+        Some(rest) => crate::home_dir().map(|h| h.join(rest)),
+        None => Some(PathBuf::from(p)),
+    }
+}
+
+/// The paths `patterns` name that exist now, canonical, sorted, without duplicates.
+pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in patterns {
+        let (Some(dir), Some(last)) = (p.parent(), p.file_name()) else {
+            continue;
+        };
+        let last = last.to_string_lossy();
+        if !last.contains(['*', '?']) {
+            if std::fs::symlink_metadata(p).is_ok() {
+                out.push(crate::canonical_path(p));
+            }
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if name_matches(&last, &e.file_name().to_string_lossy()) {
+                out.push(crate::canonical_path(&e.path()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `patterns` deny reading `path` (absolute): `path`, or where its links lead, is
+/// a denied path or lies beneath one.
+pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let m = Matcher::new(patterns);
+    m.denies_as_written(path) || m.denies_canonical(&crate::canonical_path(path))
+}
+
+/// `patterns` made ready to test many paths without a lookup per path: each pattern as
+/// written and with its directory's symlinks resolved.
+#[derive(Clone, Debug, Default)]
+pub struct Matcher {
+    patterns: Vec<PathBuf>,
+}
+
+impl Matcher {
+    /// The matcher of `patterns` (resolving each pattern's directory once).
+    pub fn new(patterns: &[PathBuf]) -> Matcher {
+        let mut out = Vec::new();
+        for p in patterns {
+            out.push(p.clone());
+            if let (Some(dir), Some(last)) = (p.parent(), p.file_name()) {
+                let real = crate::canonical_path(dir).join(last);
+                if !out.contains(&real) {
+                    out.push(real);
+                }
+            }
+        }
+        Matcher { patterns: out }
+    }
+
+    /// Whether `path` (absolute) is denied as written, without following its links.
+    pub fn denies_as_written(&self, path: &Path) -> bool {
+        self.patterns.iter().any(|pat| matches_beneath(pat, path))
+    }
+
+    /// Whether `path`, known to be canonical (no symlink in it), is denied.
+    pub fn denies_canonical(&self, path: &Path) -> bool {
+        self.denies_as_written(path)
+    }
+}
+
+/// Whether `path` is `pattern` (a `*`/`?` last component) or lies beneath a match.
+fn matches_beneath(pattern: &Path, path: &Path) -> bool {
+    let (Some(dir), Some(last)) = (pattern.parent(), pattern.file_name()) else {
+        return false;
+    };
+    let Ok(rest) = path.strip_prefix(dir) else {
+        return false;
+    };
+    let Some(first) = rest.components().next() else {
+        return false;
+    };
+    name_matches(
+        &last.to_string_lossy(),
+        &first.as_os_str().to_string_lossy(),
+    )
+}
+
+/// The directories on the way to the denied paths (strict ancestors, `/` included),
+/// shallowest first: where Landlock's read grants must go around them.
+pub(crate) fn split_dirs(denied: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = denied
+        .iter()
+        .flat_map(|d| d.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    out.sort_by_key(|p| (p.components().count(), p.clone()));
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_expand_to_what_exists_and_links_to_their_targets() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        std::fs::create_dir(r.join(".ssh")).expect("ssh");
+        for f in ["id_ed25519", "id_ed25519.pub", "known_hosts"] {
+            std::fs::write(r.join(".ssh").join(f), "x").expect("file");
+        }
+        std::os::unix::fs::symlink(r.join(".ssh/id_ed25519"), r.join("key")).expect("link");
+        let got = expand(&[r.join(".ssh/id_*"), r.join("key"), r.join("missing")]);
+        assert_eq!(
+            got,
+            vec![r.join(".ssh/id_ed25519"), r.join(".ssh/id_ed25519.pub")]
+        );
+    }
+
+    #[test]
+    fn denial_covers_the_path_what_is_beneath_it_and_links_to_it() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        std::fs::create_dir_all(r.join("gcloud/sub")).expect("dirs");
+        std::fs::write(r.join("gcloud/sub/creds.json"), "x").expect("file");
+        std::os::unix::fs::symlink(r.join("gcloud"), r.join("alias")).expect("link");
+        let pats = vec![r.join("gcloud"), r.join(".ssh/id_*")];
+        assert!(denies(&pats, &r.join("gcloud")));
+        assert!(denies(&pats, &r.join("gcloud/sub/creds.json")));
+        assert!(denies(&pats, &r.join("alias/sub/creds.json")));
+        assert!(denies(&pats, &r.join(".ssh/id_rsa")));
+        assert!(!denies(&pats, &r.join(".ssh/known_hosts")));
+        assert!(!denies(&pats, &r.join("gcloudx")));
+        assert!(!denies(&[], &r.join("gcloud")));
+    }
+
+    #[test]
+    fn split_dirs_are_every_strict_ancestor_shallowest_first() {
+        let got = split_dirs(&[PathBuf::from("/h/u/.ssh/id"), PathBuf::from("/h/u/.netrc")]);
+        assert_eq!(
+            got,
+            vec![
+                PathBuf::from("/"),
+                PathBuf::from("/h"),
+                PathBuf::from("/h/u"),
+                PathBuf::from("/h/u/.ssh")
+            ]
+        );
+    }
+}

@@ -1,0 +1,552 @@
+//! Placeholders: empty, read-only stand-ins for protected paths that do not exist, shared
+//! by every dsh process on the host.
+//!
+//! bubblewrap can only keep a missing path uncreatable by mounting something there, and a
+//! mount needs a mount point on the host: an empty directory or file at that path. While
+//! any confined command relies on it, nobody may remove it (the kernel would detach the
+//! command's mount, and the command could then create the path). Two dsh processes on one
+//! workspace (two agent sessions, two `dsh tool` calls) must therefore share each
+//! placeholder.
+//!
+//! The share is a shared `flock` on the placeholder itself, held by every confinement
+//! that uses it until its command's tree is gone. The kernel drops a lock when its holder dies, even by `SIGKILL`, so a count can
+//! never stick. A placeholder is made under a temporary name, locked, marked (the
+//! `user.dsh.placeholder` extended attribute, else its mode where the filesystem has no
+//! user attributes) and only then renamed into place (`RENAME_NOREPLACE`), so it is never
+//! visible unlocked. A path that exists and could be a placeholder (an empty file, a
+//! `commondir` reading `.`, a directory) is locked too, whoever made it. Removal: a holder
+//! drops its shared lock, then takes the exclusive one without waiting; only the one that gets
+//! it (no other holder left) removes the path, and only if it is still the same marked,
+//! empty placeholder (two holders releasing at once: the kernel orders their attempts,
+//! and the later one finds the name gone). A holder that locked a path just as it was
+//! removed sees the name no longer leads to its inode, and starts over.
+//!
+//! Every step goes through a directory fd opened with `openat2(RESOLVE_NO_SYMLINKS)`, so a
+//! command that swapped a parent for a symlink cannot make dsh create or remove anything
+//! elsewhere.
+//!
+//! # Limits
+//! A dsh killed while holding placeholders leaves them behind, empty and marked; the next
+//! confinement that meets one (no lock held on it) adopts it and removes it when done.
+//! Where `openat2` is missing (Linux < 5.6) placeholders are not shared: the caller falls
+//! back to letting bubblewrap make the mount point.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::protected::COMMONDIR_PLACEHOLDER;
+
+/// The extended attribute that marks a placeholder.
+const MARK: &[u8] = b"user.dsh.placeholder\0";
+/// Modes of placeholders: the marker where extended attributes are not supported.
+const FILE_MODE: u32 = 0o444;
+const DIR_MODE: u32 = 0o555;
+/// Attempts to make or join one placeholder before giving up (each lost race with a
+/// concurrent removal costs one).
+const ATTEMPTS: usize = 16;
+
+/// What stands in for a missing path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// An empty directory.
+    Dir,
+    /// An empty file.
+    File,
+    /// A file holding [`COMMONDIR_PLACEHOLDER`].
+    Commondir,
+}
+
+/// One placeholder (or a path that may be one) this confinement holds a lock on.
+struct Held {
+    path: PathBuf,
+    fd: OwnedFd,
+    /// Whether this holder may remove it when it is the last one (a marked placeholder);
+    /// never for a path that was there unmarked (someone's real, empty file).
+    removable: bool,
+}
+
+/// The placeholders one confinement holds. Keep it until the command's whole tree is
+/// gone; dropping it releases each, removing those no other holder on the host uses.
+#[derive(Default)]
+pub struct Placeholders {
+    held: Vec<Held>,
+    /// Files of the confinement's own (a generated `info/exclude`), removed on drop.
+    scratch: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Placeholders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.held.iter().map(|h| &h.path))
+            .finish()
+    }
+}
+
+impl Placeholders {
+    /// An empty set.
+    pub(crate) fn new() -> Placeholders {
+        Placeholders::default()
+    }
+
+    /// The paths held (made, adopted or shared).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.held.iter().map(|h| h.path.clone()).collect()
+    }
+
+    /// The paths held that were made as placeholders (not someone's real empty file).
+    pub(crate) fn made(&self) -> Vec<PathBuf> {
+        self.held
+            .iter()
+            .filter(|h| h.removable)
+            .map(|h| h.path.clone())
+            .collect()
+    }
+
+    /// Removes `path` (a file of this confinement's own) when the placeholders go.
+    pub(crate) fn remove_on_drop(&mut self, path: PathBuf) {
+        self.scratch.push(path);
+    }
+
+    /// Makes sure `at` (whose parent exists) is there for a read-only mount: a placeholder
+    /// of `kind` made now or shared with its maker, or an existing path, locked if it
+    /// could be a placeholder.
+    ///
+    /// # Errors
+    /// Why it could not (no `openat2`, a symlink on the way, an I/O error): the caller
+    /// then lets bubblewrap make the mount point, unshared.
+    pub(crate) fn ensure(&mut self, at: &Path, kind: Kind) -> Result<(), String> {
+        let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
+            return Err(format!("{}: no parent directory", at.display()));
+        };
+        let dir = open_dir_no_symlinks(parent)
+            .map_err(|e| format!("cannot open {} without symlinks: {e}", parent.display()))?;
+        for _ in 0..ATTEMPTS {
+            match stat_at(&dir, name) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    match make(&dir, name, kind) {
+                        Ok(fd) => {
+                            self.held.push(Held {
+                                path: at.to_path_buf(),
+                                fd,
+                                removable: true,
+                            });
+                            return Ok(());
+                        }
+                        // Someone made it first: join theirs.
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                        Err(e) => return Err(format!("cannot make {}: {e}", at.display())),
+                    }
+                }
+                Err(e) => return Err(format!("cannot stat {}: {e}", at.display())),
+                Ok(st) => {
+                    if !could_be_placeholder(&st) {
+                        return Ok(());
+                    }
+                    match join(&dir, name, &st) {
+                        Ok(Some((fd, removable))) => {
+                            self.held.push(Held {
+                                path: at.to_path_buf(),
+                                fd,
+                                removable,
+                            });
+                            return Ok(());
+                        }
+                        // Removed (or replaced) while we locked it: look again.
+                        Ok(None) => continue,
+                        Err(e) => return Err(format!("cannot lock {}: {e}", at.display())),
+                    }
+                }
+            }
+        }
+        Err(format!(
+            "{}: kept changing while it was being locked",
+            at.display()
+        ))
+    }
+}
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        // Innermost first, so a placeholder directory made inside another one is gone
+        // before its parent is looked at.
+        self.held
+            .sort_by_key(|h| std::cmp::Reverse(h.path.components().count()));
+        for h in self.held.drain(..) {
+            release(h);
+        }
+        for p in self.scratch.drain(..) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Drops `h`'s share; removes the placeholder if `h` was its last holder.
+fn release(h: Held) {
+    let fd = h.fd.as_raw_fd();
+    let _ = lock(fd, libc::LOCK_UN);
+    if !h.removable || lock(fd, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        // Another holder remains (or it was never ours to remove).
+        return;
+    }
+    let (Some(parent), Some(name)) = (h.path.parent(), h.path.file_name()) else {
+        return;
+    };
+    let Ok(dir) = open_dir_no_symlinks(parent) else {
+        return;
+    };
+    let (Ok(now), Ok(mine)) = (stat_at(&dir, name), fstat(fd)) else {
+        return;
+    };
+    if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino) || !is_marked(fd, &mine) {
+        return;
+    }
+    let Ok(name_c) = CString::new(name.as_bytes()) else {
+        return;
+    };
+    let is_dir = mine.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if !is_dir && !holds_placeholder_content(fd, &mine) {
+        return;
+    }
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: unlinkat(2) on our directory fd with a valid C string; rmdir refuses a
+    // directory that is not empty.
+    unsafe {
+        libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags);
+    }
+    // The exclusive lock goes with `h.fd` after the name is gone: a joiner waiting for it
+    // then finds its inode unlinked and starts over.
+}
+
+/// Makes the placeholder `name` in `dir`: under a temporary name, locked and marked, then
+/// renamed into place without replacing anything. `EEXIST` when the name was taken.
+fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(
+        ".dsh-placeholder-{}-{}",
+        std::process::id(),
+        dsh_core::spill::random_hex(8)
+    ));
+    let tmp_c = cstring(&tmp)?;
+    let d = dir.as_raw_fd();
+    let fd = match kind {
+        Kind::Dir => {
+            // SAFETY: mkdirat(2)/openat(2) on our directory fd with a valid C string.
+            let made = unsafe { libc::mkdirat(d, tmp_c.as_ptr(), DIR_MODE) };
+            if made != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = unsafe {
+                libc::openat(
+                    d,
+                    tmp_c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            owned(fd)?
+        }
+        Kind::File | Kind::Commondir => {
+            // SAFETY: openat(2) on our directory fd with a valid C string; the mode is
+            // applied to the new file, while this fd may still write it.
+            let fd = unsafe {
+                libc::openat(
+                    d,
+                    tmp_c.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    FILE_MODE,
+                )
+            };
+            let fd = owned(fd)?;
+            if kind == Kind::Commondir {
+                let bytes = COMMONDIR_PLACEHOLDER.as_bytes();
+                // SAFETY: write(2) of a live buffer to our fd.
+                let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+                if usize::try_from(n).ok() != Some(bytes.len()) {
+                    let e = io::Error::last_os_error();
+                    unlink_tmp(d, &tmp_c, false);
+                    return Err(e);
+                }
+            }
+            fd
+        }
+    };
+    let is_dir = kind == Kind::Dir;
+    // The mode is set again: the umask may have taken bits off the one asked for.
+    let mode = if is_dir { DIR_MODE } else { FILE_MODE };
+    // SAFETY: fchmod(2)/fsetxattr(2) on our fd with a valid NUL-terminated name.
+    unsafe {
+        libc::fchmod(fd.as_raw_fd(), mode);
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            MARK.as_ptr().cast(),
+            b"1".as_ptr().cast(),
+            1,
+            0,
+        );
+    }
+    if let Err(e) = lock(fd.as_raw_fd(), libc::LOCK_SH) {
+        unlink_tmp(d, &tmp_c, is_dir);
+        return Err(e);
+    }
+    let name_c = cstring(name)?;
+    // SAFETY: renameat2(2) within our directory fd, valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            d,
+            tmp_c.as_ptr(),
+            d,
+            name_c.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        unlink_tmp(d, &tmp_c, is_dir);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+fn unlink_tmp(dir: i32, name: &CString, is_dir: bool) {
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: unlinkat(2) on our directory fd with a valid C string.
+    unsafe {
+        libc::unlinkat(dir, name.as_ptr(), flags);
+    }
+}
+
+/// Locks the existing `name` in `dir` (stat `st`) for reading. `Some((fd, removable))`
+/// when the name still leads to the locked inode; `None` when it was removed or replaced
+/// meanwhile.
+fn join(dir: &OwnedFd, name: &OsStr, st: &libc::stat) -> io::Result<Option<(OwnedFd, bool)>> {
+    let name_c = cstring(name)?;
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let flags = libc::O_RDONLY
+        | libc::O_NOFOLLOW
+        | libc::O_CLOEXEC
+        | libc::O_NONBLOCK
+        | if is_dir { libc::O_DIRECTORY } else { 0 };
+    // SAFETY: openat(2) on our directory fd with a valid C string.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name_c.as_ptr(), flags) };
+    let fd = match owned(fd) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // Waits while a remover holds the exclusive lock.
+    lock(fd.as_raw_fd(), libc::LOCK_SH)?;
+    let mine = fstat(fd.as_raw_fd())?;
+    match stat_at(dir, name) {
+        Ok(now) if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) => {
+            let removable = is_marked(fd.as_raw_fd(), &mine);
+            Ok(Some((fd, removable)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether a path with this stat could be a placeholder: an empty file, a `commondir`
+/// placeholder (two bytes), or a directory. Anything else is someone's real file.
+fn could_be_placeholder(st: &libc::stat) -> bool {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => st.st_size <= COMMONDIR_PLACEHOLDER.len() as libc::off_t,
+        libc::S_IFDIR => true,
+        _ => false,
+    }
+}
+
+/// Whether the inode behind `fd` carries the placeholder mark: the extended attribute, or,
+/// on a filesystem without user attributes, the placeholder mode.
+fn is_marked(fd: i32, st: &libc::stat) -> bool {
+    let mut buf = [0u8; 4];
+    // SAFETY: fgetxattr(2) on our fd into a live buffer of the size given.
+    let n =
+        unsafe { libc::fgetxattr(fd, MARK.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n >= 0 {
+        return true;
+    }
+    let unsupported = matches!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTSUP)
+    );
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let mode = st.st_mode & 0o7777;
+    unsupported && mode == if is_dir { DIR_MODE } else { FILE_MODE }
+}
+
+/// Whether the file behind `fd` is still empty or holds exactly the `commondir`
+/// placeholder.
+fn holds_placeholder_content(fd: i32, st: &libc::stat) -> bool {
+    if st.st_size == 0 {
+        return true;
+    }
+    let want = COMMONDIR_PLACEHOLDER.as_bytes();
+    if st.st_size != want.len() as libc::off_t {
+        return false;
+    }
+    let mut buf = [0u8; 8];
+    // SAFETY: pread(2) on our fd into a live buffer of the size given.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).ok() == Some(want.len()) && &buf[..want.len()] == want
+}
+
+/// `flock(fd, op)`, retried on `EINTR`.
+fn lock(fd: i32, op: i32) -> io::Result<()> {
+    loop {
+        // SAFETY: flock(2) on an fd we own.
+        if unsafe { libc::flock(fd, op) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// `openat2(AT_FDCWD, dir, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS)`: `dir` itself and
+/// every component on the way must be real directories.
+pub(crate) fn open_dir_no_symlinks(dir: &Path) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let c = cstring(dir.as_os_str())?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: openat2(2) with a valid C string and an open_how of the size given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    owned(i32::try_from(fd).unwrap_or(-1))
+}
+
+fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
+    let c = cstring(name)?;
+    // SAFETY: a zeroed stat is a valid out-buffer for fstatat(2).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatat(2) on our directory fd, a valid C string and a live buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn fstat(fd: i32) -> io::Result<libc::stat> {
+    // SAFETY: a zeroed stat is a valid out-buffer for fstat(2).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat(2) on an fd we own and a live buffer.
+    if unsafe { libc::fstat(fd, &mut st) } == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn owned(fd: i32) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd the kernel just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = crate::canonical_path(d.path());
+        (d, p)
+    }
+
+    #[test]
+    fn a_placeholder_lives_while_any_holder_does() {
+        let (_d, r) = root();
+        let at = r.join(".mcp.json");
+        let mut a = Placeholders::new();
+        a.ensure(&at, Kind::File).expect("a");
+        assert!(at.is_file());
+        let mut b = Placeholders::new();
+        b.ensure(&at, Kind::File).expect("b");
+        assert_eq!(b.made(), vec![at.clone()], "a marked placeholder is shared");
+        drop(a);
+        assert!(at.exists(), "removed while b still holds it");
+        drop(b);
+        assert!(!at.exists(), "the last holder removes it");
+    }
+
+    #[test]
+    fn a_real_empty_file_is_held_but_never_removed() {
+        let (_d, r) = root();
+        let at = r.join(".npmrc");
+        std::fs::write(&at, "").expect("user file");
+        let mut a = Placeholders::new();
+        a.ensure(&at, Kind::File).expect("a");
+        assert!(a.made().is_empty());
+        drop(a);
+        assert!(at.exists());
+    }
+
+    #[test]
+    fn a_commondir_placeholder_reads_dot_and_a_left_one_is_adopted() {
+        let (_d, r) = root();
+        let at = r.join("commondir");
+        let mut a = Placeholders::new();
+        a.ensure(&at, Kind::Commondir).expect("a");
+        assert_eq!(std::fs::read_to_string(&at).expect("read"), ".\n");
+        // As if its maker was killed: its fds close (the lock goes), nothing is removed.
+        drop(std::mem::take(&mut a.held));
+        assert!(at.exists());
+        let mut b = Placeholders::new();
+        b.ensure(&at, Kind::Commondir).expect("b");
+        assert_eq!(b.made(), vec![at.clone()]);
+        drop(b);
+        assert!(!at.exists());
+    }
+
+    #[test]
+    fn nothing_is_made_through_a_symlinked_parent() {
+        let (_d, r) = root();
+        let elsewhere = r.join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("dir");
+        std::os::unix::fs::symlink(&elsewhere, r.join(".git")).expect("link");
+        let mut a = Placeholders::new();
+        assert!(a.ensure(&r.join(".git/hooks"), Kind::Dir).is_err());
+        assert!(!elsewhere.join("hooks").exists());
+    }
+}

@@ -1,0 +1,113 @@
+//! The user's credential stores are not readable by a confined command, whatever its mode
+//! and runner, nor by the file tools.
+
+use crate::support::{text, Fixture};
+
+const SECRET: &str = "s3cr3t-do-not-show";
+
+fn fixture_with_credentials() -> Fixture {
+    let fx = Fixture::new();
+    for (path, dir) in [
+        (".ssh/id_ed25519", true),
+        (".aws/credentials", true),
+        (".config/gh/hosts.yml", true),
+        (".netrc", false),
+        (".docker/config.json", true),
+        (".kube/config", true),
+    ] {
+        let p = fx.home.join(path);
+        if dir {
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        }
+        std::fs::write(&p, format!("{SECRET}\n")).expect("secret");
+    }
+    std::fs::write(fx.home.join(".ssh/known_hosts"), "host key\n").expect("known_hosts");
+    fx
+}
+
+// Regression: issue 11, finding 10.
+#[test]
+fn credential_stores_are_unreadable_under_every_runner_and_mode() {
+    let fx = fixture_with_credentials();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let home = fx.home.display().to_string();
+    let script = format!(
+        "cat {home}/.ssh/id_ed25519 {home}/.aws/credentials {home}/.config/gh/hosts.yml \
+         {home}/.netrc {home}/.docker/config.json {home}/.kube/config 2>&1; \
+         cat {home}/.ssh/known_hosts; ln -s {home}/.ssh/id_ed25519 {ws}/l 2>/dev/null; cat {ws}/l 2>&1; true"
+    );
+    let mut ran = 0;
+    for runner in ["landlock", "bwrap"] {
+        for mode in ["read-only", "workspace-write"] {
+            let out = fx.dsh(&[
+                "exec",
+                "-C",
+                ws,
+                "--mode",
+                mode,
+                "--runner",
+                runner,
+                "--allow-partial",
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ]);
+            if out.status.code() == Some(125) {
+                println!("{runner} {mode} unavailable here: {}", text(&out));
+                continue;
+            }
+            ran += 1;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(!stdout.contains(SECRET), "{runner} {mode}: {}", text(&out));
+            assert!(
+                stdout.contains("host key"),
+                "{runner} {mode}: {}",
+                text(&out)
+            );
+            assert!(
+                stdout.contains("Permission denied"),
+                "{runner} {mode}: {}",
+                text(&out)
+            );
+        }
+    }
+    assert!(ran > 0, "no runner works here");
+}
+
+#[test]
+fn the_file_tools_refuse_credential_stores() {
+    let fx = fixture_with_credentials();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    let key = fx.home.join(".ssh/id_ed25519");
+    std::os::unix::fs::symlink(&key, fx.ws.join("alias")).expect("link");
+    for path in [key.display().to_string(), "alias".to_owned()] {
+        let args = serde_json::json!({"file_path": path}).to_string();
+        let out = fx.dsh(&["tool", "read", &args, "-C", ws, "--state", state]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", text(&out));
+        assert!(!stdout.contains(SECRET), "{path}: {stdout}");
+        assert!(stdout.contains("deny_read"), "{path}: {stdout}");
+    }
+    for dir in [".ssh", ".aws", ".config/gh"] {
+        let path = fx.home.join(dir).display().to_string();
+        let args = serde_json::json!({"pattern": SECRET, "path": path}).to_string();
+        let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !stdout.contains(SECRET),
+            "grep searched a denied file in {dir}: {stdout}"
+        );
+        assert!(stdout.contains("No matches found"), "{dir}: {}", text(&out));
+    }
+    // What is not denied is still searched.
+    let args = serde_json::json!({"pattern": "host key", "path": fx.home.join(".ssh").display().to_string()}).to_string();
+    let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("known_hosts"),
+        "{}",
+        text(&out)
+    );
+}

@@ -1,0 +1,17 @@
+//! The ways a confined command could get code run on the host later, tried as an attacker
+//! would through the real `dsh` binary, and what must still work: each finding of the
+//! sandbox-hardening issue has a test here that fails on a dsh without its fix.
+//!
+//! The tests need bubblewrap (the runner that enforces workspace-write in full): without
+//! it they print why and pass, unless `DSH_REQUIRE_BWRAP=1` makes that a failure. Each test
+//! runs dsh with its own `HOME` and `XDG_CONFIG_HOME`, so the user's files and git config
+//! play no part.
+
+mod deny_read;
+mod doctor;
+mod fail_closed;
+mod git_dirs;
+mod git_workflow;
+mod host_tool_files;
+mod placeholders;
+mod support;
