@@ -20,12 +20,16 @@
 //!   adds at p50 over the same call made in process through the pipeline;
 //! - files at scale: the `grep` tool over a generated 1 GiB tree against the `rg` binary on
 //!   the same tree (skipped, saying so, without `rg`), and the `edit` tool on a 100 MiB
-//!   file against `cp` of that file (median of 5 each, interleaved, caches warm).
+//!   file against `cp` of that file (median of 5 each, interleaved, caches warm);
+//! - protection: a workspace-write `bash` call of `true` through a long-lived World in a
+//!   git repository of 100 000 files against the same in an empty one (the walk for nested
+//!   repositories is made at the first call and kept current by inotify), and the same
+//!   pair through `dsh exec`, which walks afresh every time.
 //!
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo;
 //! when it is set, `dsh-spawn-floor` is taken from beside the bench binary if it is there);
 //! `DSH_BENCH_RUNS` sets N (default 300); `DSH_BENCH_ONLY` runs only the named groups
-//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`).
+//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`, `protect`).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -91,6 +95,9 @@ fn main() {
     }
     if wanted("files") {
         figures.extend(rt.block_on(files_at_scale()));
+    }
+    if wanted("protect") {
+        figures.extend(rt.block_on(protection_walk(&dsh, runs)));
     }
 
     println!(
@@ -464,7 +471,7 @@ async fn bench_world(
         );
         let files = dsh_fs::SandboxedFs::new(
             dsh_fs::LocalFs::new(&ws),
-            SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws),
+            SandboxPolicy::bare(SandboxMode::ReadOnly, &ws),
         );
         let world = WorldBuilder::new()
             .subprocess(subprocess)?
@@ -676,6 +683,87 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         "<= 1.5x bare run()",
         Some(1.5),
     )]
+}
+
+/// Files in the large repository of the protection figures: the 100 000.
+const BIG_REPO_FILES: usize = 100_000;
+
+/// A git repository at `root` holding `files` small files in directories of 50 (about
+/// 2 000 directories for 100 000 files, as a source tree has).
+fn write_repo(root: &Path, files: usize) -> std::io::Result<()> {
+    std::fs::create_dir_all(root.join(".git/objects"))?;
+    std::fs::create_dir_all(root.join(".git/refs"))?;
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n")?;
+    for i in 0..files {
+        let dir = root.join(format!("src/m{}/s{}", i / 2_000, (i / 50) % 40));
+        if i % 50 == 0 {
+            std::fs::create_dir_all(&dir)?;
+        }
+        std::fs::write(dir.join(format!("f{i}.txt")), "x\n")?;
+    }
+    Ok(())
+}
+
+/// What the walk for nested repositories costs a workspace-write command: a `bash` call
+/// of `true` through a long-lived World (the walk is made once, then kept current by
+/// inotify) in a repository of 100 000 files against the same in an empty repository,
+/// interleaved; and `dsh exec --mode workspace-write -- true`, which walks afresh every
+/// time, in the same two.
+async fn protection_walk(dsh: &Path, runs: usize) -> Vec<Figure> {
+    let (
+        Some((_big_dir, big_ws, big, big_session, _)),
+        Some((_small_dir, small_ws, small, small_session, _)),
+    ) = (
+        bench_world(SandboxMode::WorkspaceWrite).await,
+        bench_world(SandboxMode::WorkspaceWrite).await,
+    )
+    else {
+        return Vec::new();
+    };
+    if let Err(e) = write_repo(&big_ws, BIG_REPO_FILES).and_then(|()| write_repo(&small_ws, 0)) {
+        eprintln!(
+            "dsh-bench: cannot write the repositories ({e}); the protection figures are skipped"
+        );
+        return Vec::new();
+    }
+    // The first call of each World walks its workspace.
+    let first = timed_call(&big, &big_session, "w0".into(), "true").await;
+    timed_call(&small, &small_session, "w0".into(), "true").await;
+    eprintln!(
+        "dsh-bench: first workspace-write call in the {BIG_REPO_FILES}-file repository (the walk): {}",
+        ms(first)
+    );
+    for i in 0..10 {
+        timed_call(&big, &big_session, format!("x{i}"), "true").await;
+        timed_call(&small, &small_session, format!("x{i}"), "true").await;
+    }
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        ours.push(timed_call(&big, &big_session, format!("b{i}"), "true").await);
+        base.push(timed_call(&small, &small_session, format!("b{i}"), "true").await);
+    }
+    let mut out = vec![ratio_figure(
+        "protect: ww bash, 100k repo (World)",
+        median(ours),
+        median(base),
+        "<= 1.1x empty repo",
+        Some(1.1),
+    )];
+    let exec = |ws: &Path| {
+        let mut v = vec![dsh.as_os_str().to_owned(), "exec".into(), "-C".into()];
+        v.push(ws.as_os_str().to_owned());
+        v.extend(argv(&["--mode", "workspace-write", "--", "true"]));
+        v
+    };
+    let (o, b) = compare(runs.min(100), &exec(&big_ws), &exec(&small_ws));
+    out.push(ratio_figure(
+        "protect: ww dsh exec, 100k repo",
+        o,
+        b,
+        "(walks every time)",
+        None,
+    ));
+    out
 }
 
 /// Writes `files` files of `size` bytes of text lines under `root` (16 directories); every

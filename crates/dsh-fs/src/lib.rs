@@ -331,6 +331,32 @@ pub trait FileSystem: Send + Sync {
     ) -> Result<EditOutcome, HarnessError>;
 }
 
+/// `openat2(path, O_RDONLY | O_NONBLOCK, RESOLVE_NO_SYMLINKS)`: the file at `path`, which
+/// must have no symlink anywhere in it (a canonical path), opened for reading without
+/// waiting (a FIFO is never waited on). A component swapped for a link since `path` was
+/// found fails with `ELOOP` instead of being followed, so a check of `path` holds for the
+/// file opened. Where `openat2` is missing (Linux < 5.6), `open` with `O_NOFOLLOW`.
+///
+/// # Errors
+/// The OS error.
+pub fn open_no_symlinks(path: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => {
+            rustix::fs::open(path, flags | OFlags::NOFOLLOW, Mode::empty())
+        }
+        other => other,
+    }?;
+    Ok(std::fs::File::from(fd))
+}
+
 pub(crate) fn fs_error(code: ErrorCode, message: String) -> HarnessError {
     HarnessError::new(code, message)
 }

@@ -128,7 +128,7 @@ async fn workspace_write_lands_inside_only() {
         ".git/hooks/pre-commit",
         ".git/config",
         ".dsh/config.toml",
-        ".bashrc",
+        ".cargo/config.toml",
         ".mcp.json",
     ] {
         let t = fs.resolve(p, None).await.expect("resolve");

@@ -3,7 +3,7 @@
 //!
 //! The default list is the user's credential stores ([`DEFAULT_DENY_READ`]). A policy's
 //! `deny_read` holds absolute patterns: `*` and `?` may appear in the last component
-//! (`~/.ssh/id_*`). Each confinement [expands](expand) them to the paths that exist now,
+//! (`~/.ssh/id_*`, say). Each confinement [expands](expand) them to the paths that exist now,
 //! canonical (a link's target is what is denied, so the link cannot reach it either); the
 //! runners then enforce them:
 //! - bubblewrap mounts an empty, read-only file or directory over each;
@@ -28,19 +28,35 @@ use crate::protected::name_matches;
 /// The credential stores denied by default (`~` is the home directory of the user dsh
 /// runs as).
 pub const DEFAULT_DENY_READ: &[&str] = &[
-    "~/.ssh/id_*",
+    // Keys of every kind, whatever they are named (ssh itself is of no use without them).
+    "~/.ssh",
+    "~/.gnupg",
+    // Cloud, cluster and registry credentials.
     "~/.aws/credentials",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.kube/config",
+    "~/.docker/config.json",
+    "~/.vault-token",
+    "~/.terraform.d/credentials.tfrc.json",
+    // Forges, package registries and git.
     "~/.config/gh/hosts.yml",
     "~/.netrc",
     "~/.git-credentials",
-    "~/.docker/config.json",
-    "~/.kube/config",
     "~/.npmrc",
     "~/.pypirc",
     "~/.cargo/credentials",
     "~/.cargo/credentials.toml",
-    "~/.config/gcloud",
-    "~/.azure",
+    // Databases.
+    "~/.pgpass",
+    "~/.my.cnf",
+    // Agents' own sign-in tokens.
+    "~/.claude/.credentials.json",
+    "~/.codex/auth.json",
+    "~/.config/gemini",
+    // Password stores and keyrings.
+    "~/.password-store",
+    "~/.local/share/keyrings",
 ];
 
 /// [`DEFAULT_DENY_READ`] with `~` expanded (entries under `~` are left out when there is
@@ -96,7 +112,11 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
         return false;
     }
     let m = Matcher::new(patterns);
-    m.denies_as_written(path) || m.denies_canonical(&crate::canonical_path(path))
+    let by_identity = std::fs::metadata(path).is_ok_and(|st| {
+        use std::os::unix::fs::MetadataExt;
+        m.denies_identity(st.dev(), st.ino())
+    });
+    by_identity || m.denies_as_written(path) || m.denies_canonical(&crate::canonical_path(path))
 }
 
 /// `patterns` made ready to test many paths without a lookup per path: each pattern as
@@ -104,6 +124,9 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
     patterns: Vec<PathBuf>,
+    /// `(dev, ino)` of each denied path that exists: another name for one (a hard link) is
+    /// denied too.
+    ids: Vec<(u64, u64)>,
 }
 
 impl Matcher {
@@ -119,7 +142,21 @@ impl Matcher {
                 }
             }
         }
-        Matcher { patterns: out }
+        let ids = expand(patterns)
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            })
+            .collect();
+        Matcher { patterns: out, ids }
+    }
+
+    /// Whether the file with this identity (`st_dev`, `st_ino` of an opened file) is a
+    /// denied one, under any name.
+    pub fn denies_identity(&self, dev: u64, ino: u64) -> bool {
+        self.ids.contains(&(dev, ino))
     }
 
     /// Whether `path` (absolute) is denied as written, without following its links.

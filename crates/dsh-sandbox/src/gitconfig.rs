@@ -61,7 +61,7 @@ fn collect(path: &Path, depth: usize, facts: &mut ConfigFacts) {
                     continue;
                 }
                 facts.includes.push(p.clone());
-                if depth + 1 < MAX_INCLUDE_DEPTH {
+                if depth < MAX_INCLUDE_DEPTH {
                     collect(&p, depth + 1, facts);
                 }
             }
@@ -71,14 +71,7 @@ fn collect(path: &Path, depth: usize, facts: &mut ConfigFacts) {
 }
 
 fn read_bounded(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES).read_to_end(&mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    crate::small_file::read(path, MAX_CONFIG_BYTES)
 }
 
 /// `~/rest` with the home directory; anything else unchanged.
@@ -105,6 +98,8 @@ pub(crate) struct Entry {
 /// Every entry of `text`, in order. Lines that do not parse are skipped (git refuses
 /// such a file; dsh then has nothing to protect from it, and neither does git run it).
 pub(crate) fn entries(text: &str) -> Vec<Entry> {
+    // git skips a UTF-8 byte order mark at the start of a config file.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
     let mut section = String::new();
     let mut subsection: Option<String> = None;
@@ -359,6 +354,15 @@ mod tests {
             vec![d.join("shared.cfg"), PathBuf::from("/abs/never")]
         );
         assert_eq!(facts.hooks_paths, vec![PathBuf::from(".githooks")]);
+    }
+
+    // Regression: a review found a config starting with a BOM lost its first section.
+    #[test]
+    fn a_byte_order_mark_is_skipped_as_git_skips_it() {
+        assert_eq!(
+            one("\u{feff}[core]\nhooksPath = h\n"),
+            vec![("core".into(), None, "hookspath".into(), Some("h".into()))]
+        );
     }
 
     #[test]

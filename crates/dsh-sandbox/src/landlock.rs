@@ -211,6 +211,16 @@ impl Ruleset {
         self.allow(Path::new("/"), access::READ_DIR & handled)?;
         let denied: Vec<std::path::PathBuf> = denied.iter().map(|p| p.to_path_buf()).collect();
         let split = crate::deny_read::split_dirs(&denied);
+        // Grants are by inode: another name for a denied file (a hard link in a directory
+        // on the way) must not be granted, or the file is readable under its own name too.
+        let denied_ids: Vec<(u64, u64)> = denied
+            .iter()
+            .filter_map(|d| std::fs::symlink_metadata(d).ok())
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            })
+            .collect();
         for dir in &split {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
@@ -221,6 +231,13 @@ impl Ruleset {
                     continue;
                 }
                 if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                    continue;
+                }
+                let same_inode = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    denied_ids.contains(&(m.dev(), m.ino()))
+                });
+                if same_inode {
                     continue;
                 }
                 match self.allow_nofollow(&path, access::READ & handled) {

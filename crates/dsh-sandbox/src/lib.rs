@@ -62,15 +62,17 @@ mod local;
 mod placeholder;
 pub mod policy;
 pub mod protected;
+pub mod quarantine;
 pub mod seatbelt;
 pub mod seccomp;
+mod small_file;
 pub mod walk;
 pub mod watch;
 
 pub use child::{ChildRestrictions, ConfineStep};
 pub use local::{LocalSandbox, RunnerStatus};
 pub use placeholder::Placeholders;
-pub use policy::PolicyService;
+pub use policy::{AfterCommand, PolicyService};
 
 /// What a confined command may write. Strictly ordered: each mode allows everything the
 /// one before it does.
@@ -253,11 +255,7 @@ impl SandboxPolicy {
     /// The same policy with the protected paths, commit roots and git dirs of `root`'s
     /// layout added.
     pub fn with_layout(mut self, root: &Path, layout: protected::WorkspaceLayout) -> SandboxPolicy {
-        for p in layout.protected {
-            if !self.protected.contains(&p) {
-                self.protected.push(p);
-            }
-        }
+        self = self.with_protected(layout.protected);
         for w in layout.writable {
             if !self.writable_roots.contains(&w) && w != self.workspace_root {
                 self.writable_roots.push(w);
@@ -304,6 +302,9 @@ impl SandboxPolicy {
     /// The same policy with more protected paths (absolute; only ever added).
     pub fn with_protected(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
         for p in paths {
+            // Lexically folded: `ROOT/../x` is `x` outside the root, never a path "inside"
+            // it whose carve would bind the root's parent.
+            let p = fold_dots(&p);
             if !self.protected.contains(&p) {
                 self.protected.push(p);
             }

@@ -501,23 +501,14 @@ impl LocalSandbox {
         let mut carves: Vec<Carve> = Vec::new();
         let mut anchors: Vec<PathBuf> = Vec::new();
         for p in &policy.protected {
-            let Some(root) = writable.iter().find(|w| p.starts_with(w) && p != *w) else {
+            let Some(root) = writable.iter().find(|w| strictly_beneath(p, w)) else {
                 continue;
             };
             let at = first_missing(root, p).unwrap_or_else(|| p.clone());
             if carves.iter().any(|c| c.at == at) {
                 continue;
             }
-            for anchor in at
-                .ancestors()
-                .skip(1)
-                .take_while(|a| a.starts_with(root) && *a != root.as_path())
-            {
-                let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir());
-                if real_dir && !anchors.iter().any(|a| a == anchor) {
-                    anchors.push(anchor.to_path_buf());
-                }
-            }
+            add_anchors(&at, root, &mut anchors);
             if at == *p {
                 if let Some(copy) = config_without_worktree(p, area, &mut held) {
                     carves.push(Carve { at, source: copy });
@@ -639,8 +630,14 @@ impl Sandbox for LocalSandbox {
                 };
                 let mut held = None;
                 if let Some(area) = temp_area {
-                    let (mut carves, anchors, mut guard) = self.carves(policy, area);
-                    carves.extend(exclude_placeholders(policy, &mut guard, area));
+                    let (mut carves, mut anchors, mut guard) = self.carves(policy, area);
+                    for (root, carve) in exclude_placeholders(policy, &mut guard, area) {
+                        // Regression: a review moved `.git/info` aside and made a fresh
+                        // `exclude` that hid planted files from the host's `git status`.
+                        add_anchors(&carve.at, &root, &mut anchors);
+                        carves.push(carve);
+                    }
+                    anchors.sort_by_key(|a| a.components().count());
                     a = with_carves(a, &anchors, carves);
                     held = Some(guard);
                 }
@@ -761,7 +758,7 @@ fn exclude_placeholders(
     policy: &SandboxPolicy,
     held: &mut Placeholders,
     area: &Area,
-) -> Vec<Carve> {
+) -> Vec<(PathBuf, Carve)> {
     let made = held.made();
     let mut out = Vec::new();
     for root in policy.writable_dirs() {
@@ -776,7 +773,10 @@ fn exclude_placeholders(
         if lines.is_empty() || !std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.is_file()) {
             continue;
         }
-        let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+        let Some(mut text) = crate::small_file::read(&exclude, crate::gitconfig::MAX_CONFIG_BYTES)
+        else {
+            continue;
+        };
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
@@ -790,10 +790,13 @@ fn exclude_placeholders(
             .join(format!("exclude-{}", dsh_core::spill::random_hex(12)));
         if std::fs::write(&generated, text).is_ok() {
             held.remove_on_drop(generated.clone());
-            out.push(Carve {
-                at: exclude,
-                source: generated,
-            });
+            out.push((
+                root.clone(),
+                Carve {
+                    at: exclude,
+                    source: generated,
+                },
+            ));
         }
     }
     out
@@ -827,7 +830,7 @@ fn config_without_worktree(p: &Path, area: &Area, held: &mut Placeholders) -> Op
     if !meta.is_file() || meta.len() > crate::gitconfig::MAX_CONFIG_BYTES {
         return None;
     }
-    let text = std::fs::read_to_string(p).ok()?;
+    let text = crate::small_file::read(p, crate::gitconfig::MAX_CONFIG_BYTES)?;
     let sets_worktree = crate::gitconfig::entries(&text)
         .iter()
         .any(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree");
@@ -957,7 +960,7 @@ fn symlinked_protected_path(policy: &SandboxPolicy) -> Option<PathBuf> {
     }
     let writable = policy.writable_dirs();
     for p in &policy.protected {
-        let Some(root) = writable.iter().find(|w| p.starts_with(w)) else {
+        let Some(root) = writable.iter().find(|w| strictly_beneath(p, w)) else {
             continue;
         };
         let Ok(rel) = p.strip_prefix(root) else {
@@ -976,15 +979,43 @@ fn symlinked_protected_path(policy: &SandboxPolicy) -> Option<PathBuf> {
     None
 }
 
-/// The first component of `path` below `root` that does not exist; `None` when the whole
-/// path exists.
+/// Adds every real directory between `root` (exclusive) and `at` (exclusive) to
+/// `anchors`: bound onto itself, each is a mount point that cannot be renamed or removed,
+/// so the read-only binds beneath it cannot be carried away.
+fn add_anchors(at: &Path, root: &Path, anchors: &mut Vec<PathBuf>) {
+    for anchor in at
+        .ancestors()
+        .skip(1)
+        .take_while(|a| a.starts_with(root) && *a != root)
+    {
+        let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir());
+        if real_dir && !anchors.iter().any(|a| a == anchor) {
+            anchors.push(anchor.to_path_buf());
+        }
+    }
+}
+
+/// Whether `p` lies strictly beneath `root` by plain names only (no `.` or `..`): the only
+/// paths a carve, an anchor or a placeholder may be made for.
+fn strictly_beneath(p: &Path, root: &Path) -> bool {
+    use std::path::Component;
+    p.strip_prefix(root).is_ok_and(|rel| {
+        rel.components().next().is_some()
+            && rel.components().all(|c| matches!(c, Component::Normal(_)))
+    })
+}
+
+/// The first component of `path` below `root` that does not exist or is a placeholder
+/// directory (its mount covers everything beneath it); `None` when the whole path exists.
 fn first_missing(root: &Path, path: &Path) -> Option<PathBuf> {
     let rel = path.strip_prefix(root).ok()?;
     let mut at = root.to_path_buf();
     for part in rel.components() {
         at.push(part);
-        if std::fs::symlink_metadata(&at).is_err() {
-            return Some(at);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return Some(at),
+            Ok(m) if m.is_dir() && crate::placeholder::is_placeholder_dir(&at) => return Some(at),
+            Ok(_) => {}
         }
     }
     None
@@ -1176,13 +1207,23 @@ fn remove_stale_areas(parent: &Path) {
     for e in entries.flatten() {
         let ours = e.metadata().is_ok_and(|m| m.uid() == uid && m.is_dir());
         if ours && dsh_core::spill::is_stale_name(&e.file_name(), "dsh-sandbox-") {
-            let _ = std::fs::remove_dir_all(e.path());
+            remove_area(&e.path());
         }
     }
 }
 
+/// Removes a private directory whole: its mode-000 directory is made listable first, or
+/// a user without root's override could not empty it (its command's `TMPDIR` would stay).
+fn remove_area(root: &Path) {
+    let _ = std::fs::set_permissions(
+        root.join("denied-dir"),
+        std::fs::Permissions::from_mode(0o700),
+    );
+    let _ = std::fs::remove_dir_all(root);
+}
+
 impl Drop for Area {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        remove_area(&self.root);
     }
 }

@@ -121,6 +121,14 @@ impl Placeholders {
         let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
             return Err(format!("{}: no parent directory", at.display()));
         };
+        if !at.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        }) {
+            return Err(format!("{}: not a plain absolute path", at.display()));
+        }
         let dir = open_dir_no_symlinks(parent)
             .map_err(|e| format!("cannot open {} without symlinks: {e}", parent.display()))?;
         for _ in 0..ATTEMPTS {
@@ -210,6 +218,12 @@ fn release(h: Held) {
     if !is_dir && !holds_placeholder_content(fd, &mine) {
         return;
     }
+    if is_dir && has_mark_attr(fd) {
+        // Nothing may be in a placeholder directory (it is read-only in every sandbox, and
+        // 0555 on the host); what is there was put in through a descriptor opened before
+        // it became one, and goes with it.
+        empty_dir(fd, 0);
+    }
     let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: unlinkat(2) on our directory fd with a valid C string; rmdir refuses a
     // directory that is not empty.
@@ -235,7 +249,9 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
     let fd = match kind {
         Kind::Dir => {
             // SAFETY: mkdirat(2)/openat(2) on our directory fd with a valid C string.
-            let made = unsafe { libc::mkdirat(d, tmp_c.as_ptr(), DIR_MODE) };
+            // Writable by its owner until marked: setting a user attribute needs write
+            // permission on the inode.
+            let made = unsafe { libc::mkdirat(d, tmp_c.as_ptr(), 0o700) };
             if made != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -260,7 +276,7 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
                         | libc::O_EXCL
                         | libc::O_NOFOLLOW
                         | libc::O_CLOEXEC,
-                    FILE_MODE,
+                    0o600,
                 )
             };
             let fd = owned(fd)?;
@@ -278,11 +294,11 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
         }
     };
     let is_dir = kind == Kind::Dir;
-    // The mode is set again: the umask may have taken bits off the one asked for.
     let mode = if is_dir { DIR_MODE } else { FILE_MODE };
-    // SAFETY: fchmod(2)/fsetxattr(2) on our fd with a valid NUL-terminated name.
+    // Marked while still writable by its owner (a user attribute needs write permission),
+    // then made read-only.
+    // SAFETY: fsetxattr(2)/fchmod(2) on our fd with a valid NUL-terminated name.
     unsafe {
-        libc::fchmod(fd.as_raw_fd(), mode);
         libc::fsetxattr(
             fd.as_raw_fd(),
             MARK.as_ptr().cast(),
@@ -290,8 +306,9 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
             1,
             0,
         );
+        libc::fchmod(fd.as_raw_fd(), mode);
     }
-    if let Err(e) = lock(fd.as_raw_fd(), libc::LOCK_SH) {
+    if let Err(e) = lock_within(fd.as_raw_fd(), libc::LOCK_SH) {
         unlink_tmp(d, &tmp_c, is_dir);
         return Err(e);
     }
@@ -340,8 +357,12 @@ fn join(dir: &OwnedFd, name: &OsStr, st: &libc::stat) -> io::Result<Option<(Owne
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
         Err(e) => return Err(e),
     };
-    // Waits while a remover holds the exclusive lock.
-    lock(fd.as_raw_fd(), libc::LOCK_SH)?;
+    // Waits while a remover holds the exclusive lock (briefly); a lock held longer is not
+    // a dsh's: then the path is bound as it is, unheld (nobody can remove it meanwhile
+    // either, as no dsh gets the exclusive lock).
+    if lock_within(fd.as_raw_fd(), libc::LOCK_SH).is_err() {
+        return Ok(Some((fd, false)));
+    }
     let mine = fstat(fd.as_raw_fd())?;
     match stat_at(dir, name) {
         Ok(now) if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) => {
@@ -350,6 +371,39 @@ fn join(dir: &OwnedFd, name: &OsStr, st: &libc::stat) -> io::Result<Option<(Owne
         }
         _ => Ok(None),
     }
+}
+
+/// Whether `path` is a placeholder directory (made by some dsh process, marked): a
+/// protected path beneath it is covered by its mount already, so nothing is made in it.
+pub(crate) fn is_placeholder_dir(path: &Path) -> bool {
+    let Ok(c) = cstring(path.as_os_str()) else {
+        return false;
+    };
+    // SAFETY: a zeroed stat is a valid out-buffer for lstat(2).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: lstat(2) with a valid C string and a live buffer.
+    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFDIR
+    {
+        return false;
+    }
+    let mut buf = [0u8; 4];
+    // SAFETY: lgetxattr(2) with valid C strings and a live buffer of the size given.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            MARK.as_ptr().cast(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n >= 0 {
+        return true;
+    }
+    let unsupported = io::Error::last_os_error().raw_os_error() == Some(libc::ENOTSUP);
+    unsupported
+        && st.st_mode & 0o7777 == DIR_MODE
+        && std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
 }
 
 /// Whether a path with this stat could be a placeholder: an empty file, a `commondir`
@@ -395,6 +449,77 @@ fn holds_placeholder_content(fd: i32, st: &libc::stat) -> bool {
     // SAFETY: pread(2) on our fd into a live buffer of the size given.
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
     usize::try_from(n).ok() == Some(want.len()) && &buf[..want.len()] == want
+}
+
+/// How long a shared lock is waited for: a dsh that removes a placeholder holds the
+/// exclusive lock for a few system calls.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `flock(fd, op | LOCK_NB)`, retried for at most [`LOCK_WAIT`]: a confined command that
+/// holds a lock on a path it can open must not stall dsh.
+fn lock_within(fd: i32, op: i32) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match lock(fd, op | libc::LOCK_NB) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) && start.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether the inode behind `fd` carries the placeholder attribute itself.
+fn has_mark_attr(fd: i32) -> bool {
+    let mut buf = [0u8; 4];
+    // SAFETY: fgetxattr(2) on our fd into a live buffer of the size given.
+    let n =
+        unsafe { libc::fgetxattr(fd, MARK.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
+    n >= 0
+}
+
+/// Removes everything inside the directory `dir` (an fd), depth first, never following a
+/// symlink: `unlinkat` on names read through the fd itself.
+fn empty_dir(dir: i32, depth: usize) {
+    if depth > 32 {
+        return;
+    }
+    // Writable to its owner while it is emptied (a placeholder is 0555).
+    // SAFETY: fchmod(2) on an fd we hold.
+    unsafe {
+        libc::fchmod(dir, 0o700);
+    }
+    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{dir}")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(name) = CString::new(e.file_name().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: openat(2) relative to our fd with a valid C string; O_NOFOLLOW and
+        // O_DIRECTORY make it fail on anything but a real directory.
+        let sub = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if let Ok(sub) = owned(sub) {
+            empty_dir(sub.as_raw_fd(), depth + 1);
+            // SAFETY: unlinkat(2) relative to our fd with a valid C string.
+            unsafe {
+                libc::unlinkat(dir, name.as_ptr(), libc::AT_REMOVEDIR);
+            }
+        } else {
+            // SAFETY: as above; removes the name, never what a link names.
+            unsafe {
+                libc::unlinkat(dir, name.as_ptr(), 0);
+            }
+        }
+    }
 }
 
 /// `flock(fd, op)`, retried on `EINTR`.
@@ -537,6 +662,25 @@ mod tests {
         assert_eq!(b.made(), vec![at.clone()]);
         drop(b);
         assert!(!at.exists());
+    }
+
+    // Regression: a review pointed out that a directory planted in place of a placeholder
+    // (through a descriptor opened before) would keep what was put in it.
+    #[test]
+    fn what_is_found_inside_a_placeholder_directory_goes_with_it() {
+        let (_d, r) = root();
+        let at = r.join(".vscode");
+        let mut a = Placeholders::new();
+        a.ensure(&at, Kind::Dir).expect("a");
+        // As its owner could through an fd: make it writable and put something in it.
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        std::fs::create_dir(at.join("deep")).expect("deep");
+        std::fs::write(at.join("deep/tasks.json"), "{}").expect("plant");
+        std::os::unix::fs::symlink("/etc/passwd", at.join("link")).expect("link");
+        drop(a);
+        assert!(!at.exists(), "the planted placeholder directory was left");
+        assert!(std::path::Path::new("/etc/passwd").exists());
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //!
 //! The protected paths come from a walk of the root for nested repositories, made once
 //! per root and then kept current with inotify (a [`TreeWatch`]), so a call costs the
-//! walk only the first time. After a confined command, [`PolicyService::appeared_since`]
+//! walk only the first time. After a confined command, [`PolicyService::after_command`]
 //! says what it made that the host's tools would run or read (a new git dir, a hooks
-//! folder): the next policy protects it.
+//! folder, a tool's settings), sets aside the programs in it, and the next policy protects
+//! it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,15 @@ use serde_json::{json, Value};
 use crate::protected::{self, WorkspaceLayout};
 use crate::watch::TreeWatch;
 use crate::{deny_read, root_of, Network, OnPartial, SandboxMode, SandboxPolicy};
+
+/// What the check after a command found, and what of it was set aside.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AfterCommand {
+    /// New git dirs, hooks folders, `.git` entries and tool settings, sorted.
+    pub appeared: Vec<PathBuf>,
+    /// What of them would have run a program, and where it went.
+    pub quarantined: Vec<crate::quarantine::Quarantined>,
+}
 
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -112,11 +122,29 @@ impl PolicyService {
         self.policy_with(mode, &root, layout)
     }
 
-    /// What a command under `policy` made that the host's tools would run or read (see
-    /// [`protected::appeared`]); the next policy for that root protects it.
-    pub async fn appeared_since(&self, policy: &SandboxPolicy) -> Vec<PathBuf> {
-        let layout = self.layout_of(&policy.workspace_root).await;
-        protected::appeared(policy, &layout)
+    /// The check after a command under `policy` (workspace-write): what it made that the
+    /// host's tools would run or read ([`protected::appeared`]), with the programs in it
+    /// set aside ([`quarantine`](crate::quarantine::quarantine)); the next policy for that
+    /// root protects what is left.
+    pub async fn after_command(&self, policy: &SandboxPolicy) -> AfterCommand {
+        let root = policy.workspace_root.clone();
+        let layout = self.layout_of(&root).await;
+        let appeared = protected::appeared(policy, &layout);
+        if appeared.is_empty() {
+            return AfterCommand::default();
+        }
+        let work = {
+            let appeared = appeared.clone();
+            move || crate::quarantine::quarantine(&appeared, &[root])
+        };
+        let quarantined = match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
+            Err(_) => work(),
+        };
+        AfterCommand {
+            appeared,
+            quarantined,
+        }
     }
 
     /// The policy of `mode` for `root` (canonical) with `layout`.

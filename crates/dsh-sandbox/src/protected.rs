@@ -9,8 +9,9 @@
 //! promise that reports [`Enforcement::Partial`](crate::Enforcement::Partial)).
 //!
 //! For each root, [`for_root`] protects:
-//! - [`PROTECTED_NAMES`] under the root (a file as written, a folder whole), and each
-//!   existing root entry matching [`PROTECTED_PATTERNS`];
+//! - [`PROTECTED_NAMES`] under the root (a file as written, a folder whole), the existing
+//!   ones of [`PROTECTED_WHEN_PRESENT`] (all of [`LEFTHOOK_NAMES`] once one exists), and
+//!   each existing root entry matching [`PROTECTED_PATTERNS`];
 //! - for every git dir the root's repository and the repositories below it use (the
 //!   root's `.git`, each nested `.git` directory or pointer file the [walk](crate::walk)
 //!   finds, each bare repository, each submodule's under `.git/modules`, each linked
@@ -33,45 +34,29 @@
 use std::path::{Path, PathBuf};
 
 use crate::gitconfig;
+use crate::small_file;
 use crate::walk::{self, Walk};
 
-/// Names under each writable root that are protected whatever the repository layout, and
-/// why: see the README's table. A name ending in no extension and listed in
-/// [`DIRECTORY_NAMES`] is a folder, protected whole.
+/// Names under each writable root that are protected whether they exist or not (a missing
+/// one is held by a placeholder, so it cannot be created), and why: see the README's
+/// table. A name listed in [`DIRECTORY_NAMES`] is a folder, protected whole.
 pub const PROTECTED_NAMES: &[&str] = &[
     // git: hooks run, config names programs (fsmonitor, pager, sshCommand), commondir and
-    // config.worktree redirect or extend the config; .gitmodules names submodules.
+    // config.worktree redirect or extend the config.
     ".git/hooks",
     ".git/config",
     ".git/config.worktree",
     ".git/commondir",
-    ".gitmodules",
-    // Hook managers: their config names the commands the hooks run.
-    ".husky",
-    ".pre-commit-config.yaml",
-    "lefthook.yml",
-    "lefthook.yaml",
-    ".lefthook.yml",
-    ".lefthook.yaml",
-    "lefthook-local.yml",
-    ".lefthook-local.yml",
-    ".lefthook",
-    // dsh's own configuration.
+    // dsh's own workspace configuration (it may only narrow the sandbox, but a narrowing
+    // a command chose could still stop every later command).
     ".dsh",
-    // Shells: startup files (a root that is a home directory) and direnv.
-    ".bashrc",
-    ".bash_profile",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".envrc",
-    // Editors: tasks that run on opening the folder, settings that name programs.
+    // Editors: settings that name programs and tasks that run on opening the folder.
     ".vscode",
     ".idea",
     ".zed",
     ".devcontainer",
     ".devcontainer.json",
-    // Agents: their settings and MCP servers (programs they start).
+    // Agents: their settings, hooks and MCP servers (programs they start by themselves).
     ".mcp.json",
     ".claude",
     ".cursor",
@@ -85,17 +70,43 @@ pub const PROTECTED_NAMES: &[&str] = &[
     ".opencode",
     "opencode.json",
     "opencode.jsonc",
-    // Toolchains and package managers: settings that name a program they run
-    // (build.rustc-wrapper, a toolchain path, yarnPath, node-options, a tool path).
+    // Toolchains and package managers: settings that name a program they run on any
+    // invocation, an editor's included (build.rustc-wrapper, a toolchain path, yarnPath,
+    // node-options).
     ".cargo",
     "rust-toolchain",
     "rust-toolchain.toml",
     ".npmrc",
     ".yarnrc",
     ".yarnrc.yml",
-    ".tool-versions",
-    "mise.toml",
-    ".mise.toml",
+];
+
+/// Names protected only where they exist: a missing one runs nothing until a file that is
+/// protected already points a tool at it (a git hook installed by the hook manager, a
+/// shell's startup in a home directory, which is refused as a root), and every mount has a
+/// cost. If any of [`LEFTHOOK_NAMES`] exists, all of them are protected, existing or not
+/// (lefthook merges a `lefthook-local.yml` into the project's config).
+pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
+    ".gitmodules",
+    ".husky",
+    ".pre-commit-config.yaml",
+    ".bashrc",
+    ".bash_profile",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".envrc",
+];
+
+/// The names lefthook reads its configuration from.
+pub const LEFTHOOK_NAMES: &[&str] = &[
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".lefthook-local.yml",
+    ".lefthook",
 ];
 
 /// Patterns (`*` in the last component) matched against the entries of each writable
@@ -173,24 +184,52 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         global: Vec::new(),
     };
     b.layout.protected.extend(pattern_matches(root));
+    let exists = |n: &str| std::fs::symlink_metadata(root.join(n)).is_ok();
+    b.layout.protected.extend(
+        PROTECTED_WHEN_PRESENT
+            .iter()
+            .filter(|n| exists(n))
+            .map(|n| root.join(n)),
+    );
+    if LEFTHOOK_NAMES.iter().any(|n| exists(n)) {
+        b.layout
+            .protected
+            .extend(LEFTHOOK_NAMES.iter().map(|n| root.join(n)));
+    }
     for config in global_configs() {
         let facts = gitconfig::read(&config);
         b.layout.protected.push(config);
         b.layout.protected.extend(facts.includes.iter().cloned());
         b.global.extend(facts.hooks_paths);
     }
+    // What runs at login or on the user's own git commands, wherever it really lives: a
+    // dotfiles repository as a workspace holds the targets of these links.
+    if let Some(home) = crate::home_dir() {
+        for name in HOME_STARTUP {
+            let p = home.join(name);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                b.layout.protected.push(p);
+            }
+        }
+    }
     let dot_git = root.join(".git");
     if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
-        // The root's own pointer: its git dir must be writable for commits.
+        // The root's own pointer.
         b.layout
             .protected
             .retain(|p| !p.starts_with(&dot_git) || *p == dot_git);
-        if let Some(git_dir) = b.pointer(&dot_git) {
+        if let Some(git_dir) = b
+            .pointer(&dot_git)
+            .filter(|g| points_back(g, &dot_git, root))
+        {
+            // Its git dir (a linked worktree's, a submodule's) must be writable for
+            // commits: only when it is one and names this checkout back, so a pointer file
+            // cannot make any directory writable.
             b.layout.writable.push(git_dir.clone());
-            if let Some(common) = common_dir(&git_dir) {
+            if let Some(common) = common_dir(&git_dir).filter(|c| walk::is_git_dir(c)) {
                 for name in ["objects", "refs", "logs"] {
                     let dir = common.join(name);
-                    if dir.is_dir() {
+                    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
                         b.layout.writable.push(dir);
                     }
                 }
@@ -200,6 +239,25 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     for entry in &walk.git_entries {
         b.entry(entry);
     }
+    for dir in &walk.unlistable {
+        // A directory this user owns but cannot list: read-only inside the sandbox, so
+        // nothing can be made in it unseen.
+        b.layout.protected.push(dir.clone());
+    }
+    for entry in &walk.tool_configs {
+        b.layout.protected.push(entry.clone());
+    }
+    // A protected path behind a link is protected where it leads, too.
+    let targets: Vec<PathBuf> = b
+        .layout
+        .protected
+        .iter()
+        .filter_map(|p| {
+            let real = crate::canonical_path(p);
+            (real != *p && std::fs::symlink_metadata(&real).is_ok()).then_some(real)
+        })
+        .collect();
+    b.layout.protected.extend(targets);
     let mut seen = std::collections::HashSet::new();
     b.layout.protected.retain(|p| seen.insert(p.clone()));
     b.layout.git_dirs.sort();
@@ -226,9 +284,10 @@ impl Builder {
             // A bare repository: hooks run (and relative hook paths resolve) in it.
             self.git_dir(entry, Some(entry));
         } else if meta.is_dir() {
-            // An empty `.git` is not a repository (git skips it), and is what a placeholder
-            // for a missing `.git/hooks` looks like: nothing to protect in it yet.
-            if std::fs::read_dir(entry).is_ok_and(|mut d| d.next().is_none()) {
+            // A `.git` without git's shape is not a repository (git passes it by; an empty
+            // one is what a placeholder for a missing `.git/hooks` looks like): nothing to
+            // protect in it yet. The root's own is protected by name all the same.
+            if !walk::is_git_dir(entry) {
                 return;
             }
             self.git_dir(entry, Some(&top));
@@ -296,8 +355,7 @@ impl Builder {
             }
         }
         for wt in subdirs(&g.join("worktrees")) {
-            let wt_top = std::fs::read_to_string(wt.join("gitdir"))
-                .ok()
+            let wt_top = small_file::read(&wt.join("gitdir"), small_file::POINTER_MAX)
                 .and_then(|t| Path::new(t.trim()).parent().map(Path::to_path_buf));
             self.git_dir(&wt, wt_top.as_deref());
         }
@@ -309,7 +367,8 @@ impl Builder {
 
 /// What a confined command made, found by comparing the layout of its root after it ran
 /// with the policy it ran under: new git dirs and hooks folders, new `.git` entries, new
-/// entries matching [`PROTECTED_PATTERNS`]. Sorted.
+/// entries matching [`PROTECTED_PATTERNS`] and new tool settings in any directory
+/// ([`NESTED_TOOL_NAMES`](walk::NESTED_TOOL_NAMES)). Sorted.
 pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = after
         .git_dirs
@@ -325,7 +384,9 @@ pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<P
             .filter(|p| {
                 p.file_name().is_some_and(|n| {
                     let n = n.to_string_lossy();
-                    n == ".git" || PROTECTED_PATTERNS.iter().any(|pat| name_matches(pat, &n))
+                    n == ".git"
+                        || PROTECTED_PATTERNS.iter().any(|pat| name_matches(pat, &n))
+                        || walk::NESTED_TOOL_NAMES.contains(&n.as_ref())
                 })
             })
             .cloned(),
@@ -356,14 +417,14 @@ fn module_dirs(g: &Path) -> Vec<PathBuf> {
 
 /// The common dir `g/commondir` names (canonical), if it names one.
 fn common_dir(g: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(g.join("commondir")).ok()?;
+    let text = small_file::read(&g.join("commondir"), small_file::POINTER_MAX)?;
     let rel = text.lines().next()?.trim();
     (!rel.is_empty()).then(|| crate::canonical_path(&g.join(rel)))
 }
 
 /// The worktree of a submodule's git dir, from its `core.worktree` (relative to `g`).
 fn worktree_of(g: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(g.join("config")).ok()?;
+    let text = small_file::read(&g.join("config"), gitconfig::MAX_CONFIG_BYTES)?;
     gitconfig::entries(&text)
         .into_iter()
         .filter(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree")
@@ -444,6 +505,44 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
+/// Files under the home directory that run at login, on a schedule or on the user's own
+/// commands, protected (where they lead too) in case a writable root holds them or their
+/// targets (a dotfiles repository as a workspace).
+pub const HOME_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".config/fish/config.fish",
+    ".ssh/config",
+    ".ssh/authorized_keys",
+    ".gitconfig",
+    ".config/git/config",
+    ".config/autostart",
+    ".config/systemd/user",
+    ".config/dsh/config.toml",
+    ".local/bin",
+];
+
+/// Whether the git dir `g` that the pointer file `pointer` (in `root`) names is one, and
+/// names this checkout back: a linked worktree's `gitdir` file names `pointer`; a
+/// submodule's `core.worktree` names `root`.
+fn points_back(g: &Path, pointer: &Path, root: &Path) -> bool {
+    let shaped = std::fs::symlink_metadata(g.join("HEAD")).is_ok_and(|m| m.is_file())
+        && (walk::is_git_dir(g) || g.join("commondir").is_file());
+    if !shaped {
+        return false;
+    }
+    let by_gitdir = small_file::read(&g.join("gitdir"), small_file::POINTER_MAX)
+        .and_then(|t| t.lines().next().map(|l| PathBuf::from(l.trim())))
+        .is_some_and(|p| crate::canonical_path(&g.join(p)) == crate::canonical_path(pointer));
+    by_gitdir || worktree_of(g).is_some_and(|w| crate::canonical_path(&w) == *root)
+}
+
 /// The real (not symlinked) directories directly in `dir`, sorted.
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -460,13 +559,7 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 
 /// The target of a `gitdir: PATH` pointer file.
 fn read_pointer(file: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(file)
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut text)
-        .ok()?;
+    let text = small_file::read(file, small_file::POINTER_MAX)?;
     let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     (!target.is_empty()).then(|| PathBuf::from(target))
 }
@@ -474,6 +567,13 @@ fn read_pointer(file: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Gives `dir` git's shape of a git dir.
+    fn git_shape(dir: &Path) {
+        std::fs::create_dir_all(dir.join("objects")).expect("objects");
+        std::fs::create_dir_all(dir.join("refs")).expect("refs");
+        std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    }
 
     fn canonical_tempdir() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -496,6 +596,7 @@ mod tests {
     fn worktree_and_submodule_git_dirs_inside_dot_git_are_protected() {
         let (_d, root) = canonical_tempdir();
         let git = root.join(".git");
+        git_shape(&git);
         std::fs::create_dir_all(git.join("worktrees/wt")).expect("must succeed");
         std::fs::create_dir_all(git.join("modules/lib/modules/inner")).expect("must succeed");
         std::fs::write(git.join("modules/lib/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
@@ -525,10 +626,17 @@ mod tests {
         std::fs::create_dir_all(common.join("objects")).expect("must succeed");
         std::fs::create_dir_all(common.join("refs")).expect("must succeed");
         std::fs::write(wt_git.join("commondir"), "../..\n").expect("must succeed");
+        std::fs::write(wt_git.join("HEAD"), "ref: refs/heads/wt\n").expect("HEAD");
+        std::fs::write(common.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
         let root = base.join("wt");
         std::fs::create_dir_all(&root).expect("must succeed");
         std::fs::write(root.join(".git"), format!("gitdir: {}\n", wt_git.display()))
             .expect("must succeed");
+        std::fs::write(
+            wt_git.join("gitdir"),
+            format!("{}\n", root.join(".git").display()),
+        )
+        .expect("gitdir");
 
         let layout = for_workspace(&root);
         assert!(layout.protected.contains(&root.join(".git")));
@@ -542,10 +650,31 @@ mod tests {
         );
     }
 
+    // Regression: a review found `gitdir: /any/dir` in a root's `.git` file made that
+    // directory a writable root.
+    #[test]
+    fn a_pointer_to_a_directory_that_does_not_name_it_back_grants_nothing() {
+        let (_d, base) = canonical_tempdir();
+        let victim = base.join("victim");
+        std::fs::create_dir_all(victim.join("objects")).expect("objects");
+        std::fs::create_dir_all(victim.join("refs")).expect("refs");
+        std::fs::write(victim.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        let root = base.join("ws");
+        std::fs::create_dir_all(&root).expect("ws");
+        for target in [victim.clone(), base.join("plain")] {
+            std::fs::create_dir_all(&target).expect("target");
+            std::fs::write(root.join(".git"), format!("gitdir: {}\n", target.display()))
+                .expect("pointer");
+            let layout = for_workspace(&root);
+            assert!(layout.writable.is_empty(), "{:?}", layout.writable);
+            assert!(layout.protected.contains(&root.join(".git")));
+        }
+    }
+
     #[test]
     fn hooks_paths_includes_nested_repositories_and_bare_ones_are_protected() {
         let (_d, root) = canonical_tempdir();
-        std::fs::create_dir_all(root.join(".git")).expect("git");
+        git_shape(&root.join(".git"));
         std::fs::write(
             root.join(".git/config"),
             "[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../.gitconfig\n",
@@ -556,7 +685,7 @@ mod tests {
             "[core]\n\thooksPath = tools/hooks\n",
         )
         .expect("shared config");
-        std::fs::create_dir_all(root.join("vendor/foo/.git")).expect("nested");
+        git_shape(&root.join("vendor/foo/.git"));
         std::fs::write(
             root.join("vendor/foo/.git/config.worktree"),
             "[core]\n\thooksPath = ../h\n",

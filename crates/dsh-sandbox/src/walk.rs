@@ -8,9 +8,10 @@
 //! and does not enter [`SKIPPED_DIRS`] or a git dir.
 //!
 //! # Limits
-//! A tree of more than [`MAX_WALK_ENTRIES`] entries is walked only that far, and a
-//! directory dsh cannot list is not searched: both leave the walk incomplete, which the
-//! runners report as partial enforcement.
+//! A tree of more than [`MAX_WALK_ENTRIES`] entries is walked only that far, which leaves
+//! the walk incomplete (the runners report it as partial enforcement). A directory dsh
+//! cannot list is not searched: one this user could make something in is protected whole
+//! instead ([`Walk::unlistable`]).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -28,30 +29,53 @@ pub struct Walk {
     /// Every `.git` entry (directory, pointer file or symlink) and every bare repository
     /// directory, sorted.
     pub git_entries: Vec<PathBuf>,
+    /// Every entry named as one of [`NESTED_TOOL_NAMES`], in any directory, sorted.
+    pub tool_configs: Vec<PathBuf>,
+    /// Directories this user owns but cannot list (it could change their mode and make
+    /// something in them): protected whole, so nothing is made there unseen.
+    pub unlistable: Vec<PathBuf>,
     /// Whether every directory was read (see the [module docs](self)).
     pub complete: bool,
 }
 
+/// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
+/// from a project's root: `cargo` and `rustup` in any subdirectory, npm and yarn at each
+/// package, direnv in each directory, an editor's per-folder settings.
+pub const NESTED_TOOL_NAMES: &[&str] = &[
+    ".cargo",
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".envrc",
+    ".vscode",
+];
+
 /// Walks `root`, calling `on_dir` with each directory it reads (the root first).
 pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
-    let mut found = Vec::new();
-    let mut complete = true;
+    let mut out = Walk {
+        complete: true,
+        ..Walk::default()
+    };
     let mut budget = MAX_WALK_ENTRIES;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
-            // Gone since it was listed is not a gap; unreadable is.
-            if std::fs::symlink_metadata(&dir).is_ok() {
-                complete = false;
+            // Gone since it was listed is not a gap. One this user could make something
+            // in (it owns it, or may write it) is protected whole; another user's that we
+            // may not write holds nothing of ours.
+            if std::fs::symlink_metadata(&dir).is_ok() && could_write_in(&dir) {
+                out.unlistable.push(dir);
             }
             continue;
         };
         on_dir(&dir);
         let mut subdirs = Vec::new();
-        let mut shape = BareShape::default();
+        let mut shape = GitShape::default();
         for entry in entries.flatten() {
             if budget == 0 {
-                complete = false;
+                out.complete = false;
                 break;
             }
             budget -= 1;
@@ -59,31 +83,46 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
-            shape.note(&name, kind.is_dir(), kind.is_file() || kind.is_symlink());
+            shape.note(&entry.path(), &name, kind);
             if name == ".git" {
-                found.push(entry.path());
-            } else if kind.is_dir() && !is_skipped(&name) {
+                out.git_entries.push(entry.path());
+            } else if NESTED_TOOL_NAMES.iter().any(|n| name == *n) {
+                out.tool_configs.push(entry.path());
+            }
+            if kind.is_dir() && name != ".git" && !is_skipped(&name) {
                 subdirs.push(entry.path());
             }
         }
         if shape.is_git_dir() {
             // A bare repository (or a git dir under another name): its parts are
             // protected as a git dir's; nothing in it is a nested repository.
-            found.push(dir);
+            out.git_entries.push(dir);
             continue;
         }
         stack.extend(subdirs);
         if budget == 0 {
-            complete = false;
+            out.complete = false;
             break;
         }
     }
-    found.sort();
-    found.dedup();
-    Walk {
-        git_entries: found,
-        complete,
-    }
+    out.git_entries.sort();
+    out.git_entries.dedup();
+    out.tool_configs.sort();
+    out.unlistable.sort();
+    out
+}
+
+/// Whether a command of this user could create an entry in `dir`: it may write there, or
+/// it owns `dir` (and so could change its mode).
+fn could_write_in(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return true;
+    };
+    // SAFETY: geteuid(2) has no preconditions; access(2) with a valid C string.
+    let (uid, writable) = unsafe { (libc::geteuid(), libc::access(c.as_ptr(), libc::W_OK) == 0) };
+    writable || std::fs::symlink_metadata(dir).map_or(true, |m| m.uid() == uid)
 }
 
 /// Whether the walk skips a directory of this name.
@@ -91,35 +130,41 @@ pub fn is_skipped(name: &OsStr) -> bool {
     SKIPPED_DIRS.iter().any(|s| name == *s)
 }
 
-/// What git looks for to call a directory a git dir: `HEAD`, `objects/` and `refs/`.
+/// What git looks for to call a directory a git dir (`is_git_directory`): a `HEAD`, and
+/// `objects/` and `refs/` (links to directories count, as git follows them) or a
+/// `commondir` that supplies them.
 #[derive(Default)]
-struct BareShape {
+struct GitShape {
     head: bool,
     objects: bool,
     refs: bool,
+    commondir: bool,
 }
 
-impl BareShape {
-    fn note(&mut self, name: &OsStr, is_dir: bool, is_file: bool) {
-        if name == "HEAD" && is_file {
+impl GitShape {
+    fn note(&mut self, path: &Path, name: &OsStr, kind: std::fs::FileType) {
+        let is_dir = || kind.is_dir() || kind.is_symlink() && path.is_dir();
+        if name == "HEAD" && !kind.is_dir() {
             self.head = true;
-        } else if name == "objects" && is_dir {
-            self.objects = true;
-        } else if name == "refs" && is_dir {
-            self.refs = true;
+        } else if name == "objects" {
+            self.objects = is_dir();
+        } else if name == "refs" {
+            self.refs = is_dir();
+        } else if name == "commondir" && !kind.is_dir() {
+            self.commondir = true;
         }
     }
 
     fn is_git_dir(&self) -> bool {
-        self.head && self.objects && self.refs
+        self.head && (self.objects && self.refs || self.commondir)
     }
 }
 
 /// Whether `dir` has git's shape of a git dir (see [`walk`]).
 pub fn is_git_dir(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| !m.is_dir())
-        && std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
-        && std::fs::symlink_metadata(dir.join("refs")).is_ok_and(|m| m.is_dir())
+    let head = std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| !m.is_dir());
+    head && (dir.join("objects").is_dir() && dir.join("refs").is_dir()
+        || std::fs::symlink_metadata(dir.join("commondir")).is_ok_and(|m| !m.is_dir()))
 }
 
 #[cfg(test)]
@@ -146,6 +191,7 @@ mod tests {
         let mut dirs = 0;
         let w = walk(r, |_| dirs += 1);
         assert!(w.complete);
+        assert!(w.unlistable.is_empty());
         assert_eq!(
             w.git_entries,
             vec![
@@ -158,6 +204,27 @@ mod tests {
         );
         // root, sub, sub/deep, sub/deep/er, vendor, vendor/foo, bare.git (read, not entered).
         assert_eq!(dirs, 7);
+    }
+
+    // Regression: a review made a bare repository whose objects and refs were symlinks,
+    // which git takes for a git dir and the walk did not.
+    #[test]
+    fn git_dirs_are_found_by_git_own_rule_links_and_commondir_included() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = dir.path();
+        std::fs::create_dir_all(r.join("a/.o")).expect("o");
+        std::fs::create_dir_all(r.join("a/.r")).expect("r");
+        std::os::unix::fs::symlink(".o", r.join("a/objects")).expect("link");
+        std::os::unix::fs::symlink(".r", r.join("a/refs")).expect("link");
+        std::fs::write(r.join("a/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::create_dir_all(r.join("b")).expect("b");
+        std::fs::write(r.join("b/HEAD"), "x\n").expect("HEAD");
+        std::fs::write(r.join("b/commondir"), "../a\n").expect("commondir");
+        std::fs::create_dir_all(r.join("crates/x/.cargo")).expect("cargo");
+        let w = walk(r, |_| {});
+        assert_eq!(w.git_entries, vec![r.join("a"), r.join("b")]);
+        assert_eq!(w.tool_configs, vec![r.join("crates/x/.cargo")]);
+        assert!(is_git_dir(&r.join("a")) && is_git_dir(&r.join("b")));
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //! Every directory the walk reads gets an inotify watch for entries created, moved in or
 //! out, and deleted. [`TreeWatch::walk`] first drains the events that arrived since it was
 //! last asked: a new `.git` entry is added, a directory that now has git's shape (`HEAD`,
-//! `objects/`, `refs/`) is added, a new or moved-in directory is walked (and watched), and
-//! entries that are gone are dropped. What cannot be followed exactly (the event queue
-//! overflowed, a watched directory was moved, a directory moved away) makes the next call
-//! walk the root again from scratch.
+//! `objects/`, `refs/`) is added, a new or moved-in directory is walked (and watched), a
+//! directory moved inside the tree takes its watches and entries along (the two halves of
+//! a move are paired by their cookie), one moved out leaves them behind, and entries that
+//! are gone are dropped. What cannot be followed exactly (the event queue overflowed, the
+//! root itself moved) makes the next call walk the root again from scratch.
 //!
 //! The kernel reports events of every process, the sandboxed ones included: watches are on
 //! inodes, not on a mount namespace's view of them.
@@ -17,7 +18,7 @@
 //! the root holds more than [`MAX_WATCHED_DIRS`] directories, every call walks the root
 //! again, which is exact but costs a walk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -44,6 +45,9 @@ pub struct TreeWatch {
     root: PathBuf,
     inotify: Option<OwnedFd>,
     dirs: HashMap<i32, PathBuf>,
+    /// The same watches by path, so the ones beneath a moved directory are found without
+    /// looking at every watch.
+    paths: BTreeMap<PathBuf, i32>,
     current: Walk,
     /// A full walk is due before the next answer.
     stale: bool,
@@ -66,6 +70,7 @@ impl TreeWatch {
             root: root.to_path_buf(),
             inotify: None,
             dirs: HashMap::new(),
+            paths: BTreeMap::new(),
             current: Walk::default(),
             stale: true,
         };
@@ -95,12 +100,19 @@ impl TreeWatch {
             self.rewalk();
         } else {
             self.current.git_entries.retain(|e| still_there(e));
+            self.current
+                .tool_configs
+                .retain(|e| std::fs::symlink_metadata(e).is_ok());
+            self.current
+                .unlistable
+                .retain(|e| std::fs::read_dir(e).is_err() && std::fs::symlink_metadata(e).is_ok());
         }
         &self.current
     }
 
     fn rewalk(&mut self) {
         self.dirs.clear();
+        self.paths.clear();
         // SAFETY: inotify_init1(2) with valid flags; the fd is ours.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         // SAFETY: a fresh fd the kernel returned.
@@ -115,6 +127,7 @@ impl TreeWatch {
         if failed {
             self.inotify = None;
             self.dirs.clear();
+            self.paths.clear();
         }
         self.current = walk;
         self.stale = false;
@@ -138,13 +151,19 @@ impl TreeWatch {
             let e = std::io::Error::last_os_error().raw_os_error();
             return !matches!(e, Some(libc::ENOSPC) | Some(libc::ENOMEM));
         }
-        self.dirs.insert(wd, dir.to_path_buf());
+        if let Some(old) = self.dirs.insert(wd, dir.to_path_buf()) {
+            // The same inode watched again under a new path.
+            self.paths.remove(&old);
+        }
+        self.paths.insert(dir.to_path_buf(), wd);
         true
     }
 
-    /// Reads every pending event and applies it.
+    /// Reads every pending event and applies it, pairing the two halves of each move.
     fn drain(&mut self) {
         let mut buf = vec![0u8; 64 * 1024];
+        // Directories moved away whose arrival has not been seen: cookie -> old path.
+        let mut moved_away: HashMap<u32, PathBuf> = HashMap::new();
         loop {
             let Some(fd) = &self.inotify else {
                 return;
@@ -159,10 +178,10 @@ impl TreeWatch {
                 if e != Some(libc::EAGAIN) {
                     self.stale = true;
                 }
-                return;
+                break;
             };
             if n == 0 {
-                return;
+                break;
             }
             let mut at = 0;
             let header = std::mem::size_of::<libc::inotify_event>();
@@ -178,37 +197,82 @@ impl TreeWatch {
                     .position(|b| *b == 0)
                     .unwrap_or(name_bytes.len());
                 let name = OsStr::from_bytes(&name_bytes[..name_end]).to_os_string();
-                self.apply(ev.wd, ev.mask, &name);
+                self.apply(ev.wd, ev.mask, ev.cookie, &name, &mut moved_away);
                 at += header + len;
             }
         }
+        // Moved out of the tree: forget what was there.
+        for old in moved_away.into_values() {
+            self.forget(&old);
+        }
     }
 
-    fn apply(&mut self, wd: i32, mask: u32, name: &OsStr) {
-        if mask & libc::IN_Q_OVERFLOW != 0 || mask & libc::IN_MOVE_SELF != 0 {
+    fn apply(
+        &mut self,
+        wd: i32,
+        mask: u32,
+        cookie: u32,
+        name: &OsStr,
+        moved_away: &mut HashMap<u32, PathBuf>,
+    ) {
+        if mask & libc::IN_Q_OVERFLOW != 0 {
             self.stale = true;
             return;
         }
         if mask & libc::IN_IGNORED != 0 {
-            self.dirs.remove(&wd);
+            if let Some(p) = self.dirs.remove(&wd) {
+                self.paths.remove(&p);
+            }
             return;
         }
         let Some(dir) = self.dirs.get(&wd).cloned() else {
             return;
         };
+        if mask & (libc::IN_MOVE_SELF | libc::IN_DELETE_SELF) != 0 {
+            // A directory's own move is followed through its parent's events; the root's
+            // is not (its parent is not watched).
+            if dir == self.root {
+                self.stale = true;
+            }
+            return;
+        }
+        let path = dir.join(name);
         let is_dir = mask & libc::IN_ISDIR != 0;
-        if mask & libc::IN_MOVED_FROM != 0 && is_dir && name != ".git" {
-            // A subtree moved away: its watches and entries now have stale paths.
-            self.stale = true;
+        if mask & libc::IN_MOVED_FROM != 0 {
+            if is_dir {
+                moved_away.insert(cookie, path);
+            }
             return;
         }
         if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) == 0 {
             return;
         }
-        let path = dir.join(name);
+        if mask & libc::IN_MOVED_TO != 0 && is_dir {
+            if let Some(old) = moved_away.remove(&cookie) {
+                if walk::is_skipped(name) {
+                    self.forget(&old);
+                } else {
+                    self.rename(&old, &path);
+                }
+                if name == ".git" {
+                    self.note(path);
+                }
+                return;
+            }
+        }
         if name == ".git" {
             self.note(path);
-        } else if name == "HEAD" || name == "objects" || name == "refs" {
+            return;
+        }
+        if walk::NESTED_TOOL_NAMES.iter().any(|n| name == *n) {
+            if let Err(i) = self.current.tool_configs.binary_search(&path) {
+                self.current.tool_configs.insert(i, path.clone());
+            }
+        }
+        if matches!(
+            name.to_str(),
+            Some("HEAD" | "objects" | "refs" | "commondir")
+        ) {
             if walk::is_git_dir(&dir) {
                 self.note(dir);
             }
@@ -230,7 +294,65 @@ impl TreeWatch {
             for e in found.git_entries {
                 self.note(e);
             }
+            for t in found.tool_configs {
+                if let Err(i) = self.current.tool_configs.binary_search(&t) {
+                    self.current.tool_configs.insert(i, t);
+                }
+            }
+            self.current.unlistable.extend(found.unlistable);
         }
+    }
+
+    /// The watches at `dir` and beneath it.
+    fn beneath(&self, dir: &Path) -> Vec<(PathBuf, i32)> {
+        self.paths
+            .range(dir.to_path_buf()..)
+            .take_while(|(p, _)| p.starts_with(dir))
+            .map(|(p, wd)| (p.clone(), *wd))
+            .collect()
+    }
+
+    /// A watched directory moved from `old` to `new` inside the tree: its watches and
+    /// entries follow it.
+    fn rename(&mut self, old: &Path, new: &Path) {
+        for (p, wd) in self.beneath(old) {
+            self.paths.remove(&p);
+            let moved = p
+                .strip_prefix(old)
+                .map_or_else(|_| p.clone(), |rest| new.join(rest));
+            self.paths.insert(moved.clone(), wd);
+            self.dirs.insert(wd, moved);
+        }
+        for list in [
+            &mut self.current.git_entries,
+            &mut self.current.tool_configs,
+            &mut self.current.unlistable,
+        ] {
+            for e in list.iter_mut() {
+                if let Ok(rest) = e.strip_prefix(old) {
+                    *e = new.join(rest);
+                }
+            }
+            list.sort();
+        }
+    }
+
+    /// A directory moved out of the tree (or into a skipped one): its watches go, and so do
+    /// its entries.
+    fn forget(&mut self, old: &Path) {
+        for (p, wd) in self.beneath(old) {
+            if let Some(fd) = &self.inotify {
+                // SAFETY: inotify_rm_watch(2) on our inotify fd.
+                unsafe {
+                    libc::inotify_rm_watch(fd.as_raw_fd(), wd);
+                }
+            }
+            self.paths.remove(&p);
+            self.dirs.remove(&wd);
+        }
+        self.current.git_entries.retain(|e| !e.starts_with(old));
+        self.current.tool_configs.retain(|e| !e.starts_with(old));
+        self.current.unlistable.retain(|e| !e.starts_with(old));
     }
 
     fn note(&mut self, entry: PathBuf) {
@@ -288,12 +410,28 @@ mod tests {
     }
 
     #[test]
-    fn a_moved_directory_is_walked_again() {
+    fn a_moved_directory_takes_its_watches_and_entries_along() {
         let d = tempfile::tempdir().expect("tempdir");
         let r = crate::canonical_path(d.path());
+        let out = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(r.join("a/.git")).expect("dirs");
+        std::fs::create_dir_all(r.join("c/d")).expect("dirs");
         let mut w = TreeWatch::new(&r);
         std::fs::rename(r.join("a"), r.join("b")).expect("mv");
+        std::fs::rename(r.join("c"), out.path().join("c")).expect("mv out");
         assert_eq!(w.walk().git_entries, vec![r.join("b/.git")]);
+        assert!(!w.stale, "a move inside the tree needs no new walk");
+        // Watches moved with their directory: a repository made in it now is seen.
+        std::fs::create_dir_all(r.join("b/inner/.git")).expect("inner");
+        assert_eq!(
+            w.walk().git_entries,
+            vec![r.join("b/.git"), r.join("b/inner/.git")]
+        );
+        // And nothing is watched any more where the moved-out directory went.
+        std::fs::create_dir_all(out.path().join("c/d/.git")).expect("outside");
+        assert_eq!(
+            w.walk().git_entries,
+            vec![r.join("b/.git"), r.join("b/inner/.git")]
+        );
     }
 }

@@ -223,3 +223,35 @@ fn operator_runner_configuration_is_checked() {
     }
     assert!(LocalSandbox::new().operator_runner(vec![], vec![]).is_ok());
 }
+
+// Regression: a review found a protected path of `ROOT/../..` (from a workspace's config)
+// turned into anchors that bound the root's parents, up to `/`, writable.
+#[test]
+fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = canonical_path(dir.path()).join("a/ws");
+    std::fs::create_dir_all(&ws).expect("ws");
+    // Stand-in bwrap: the argv is all this test looks at.
+    let fake = script(dir.path(), "bwrap", "exit 0");
+    let sandbox = LocalSandbox::new()
+        .bwrap_program(&fake)
+        .force_runner(Runner::Bwrap);
+    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &ws)
+        .with_protected([ws.join("../../../../dshprobe/x"), ws.join("sub/../../y")]);
+    let c = sandbox.confine(&["true".into()], &policy).expect("confine");
+    let argv: Vec<String> = c
+        .argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    for w in argv.windows(3).filter(|w| w[0] == "--bind") {
+        assert!(
+            Path::new(&w[2]).starts_with(&ws)
+                || w[2] == "/tmp"
+                || w[1] == w[2] && w[2].contains("dsh-sandbox-"),
+            "a writable bind outside the workspace: {w:?}"
+        );
+    }
+    assert!(!Path::new("/dshprobe").exists());
+    assert!(!argv.iter().any(|a| a.contains("dshprobe")), "{argv:?}");
+}

@@ -13,12 +13,11 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use dsh_approval::Action;
-use dsh_core::journal::EventKind;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::escalation::{
     denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
 };
-use dsh_sandbox::{Enforcement, SandboxMode};
+use dsh_sandbox::Enforcement;
 use dsh_shell::render::render_result_with;
 use dsh_shell::shell_env::ExecContext;
 use dsh_shell::ShellRequest;
@@ -203,28 +202,10 @@ impl Tool for BashTool {
                 "\n[sandbox: enforced only in part, as the user allowed: {why}]"
             ));
         }
-        let appeared = match &policy {
-            Some(p) if p.mode == SandboxMode::WorkspaceWrite => {
-                world.policy().appeared_since(p).await
-            }
-            _ => Vec::new(),
-        };
-        if !appeared.is_empty() {
-            let list: Vec<String> = appeared.iter().map(|p| p.display().to_string()).collect();
-            text.push_str(&format!(
-                "\n[sandbox: the command made {}; the host's git and editors run or read what is \
-                 in them, and it was writable during this command; from now on it is protected. \
-                 Do not make repositories or hook folders for the user to run.]",
-                list.join(", ")
-            ));
-            if let Some(session) = ctx.session {
-                session
-                    .append(
-                        EventKind::SandboxNewGitDir,
-                        json!({"callId": ctx.call_id.as_str(), "paths": list}),
-                    )
-                    .await?;
-            }
+        let after = crate::policy::after_call(ctx, policy.as_ref()).await?;
+        if let Some((line, _)) = &after {
+            text.push('\n');
+            text.push_str(line);
         }
         let meta = json!({
             "exitCode": result.exit_code,
@@ -237,7 +218,7 @@ impl Tool for BashTool {
                 "enforcement": f.enforcement.as_ref().map(|e| e.as_str()),
                 "partialReason": partial,
                 "runner": f.runner.map(|r| r.as_str()),
-                "appeared": appeared,
+                "appeared": after.as_ref().map(|(_, d)| d.clone()),
             })),
         });
         Ok(ToolOutput {

@@ -405,9 +405,16 @@ impl Tool for WriteTool {
         } else {
             "Updated file"
         };
+        let mut text = envelope(target.display(), what);
+        // Regression: a review made a repository (config, HEAD, objects/, refs/) with
+        // writes alone, which no check after a command saw.
+        if let Some((line, _)) = crate::policy::after_call(ctx, policy.as_ref()).await? {
+            text.push('\n');
+            text.push_str(&line);
+        }
         Ok(ToolOutput {
             image: None,
-            text: envelope(target.display(), what),
+            text,
             meta: Some(json!({
                 "path": target.display(),
                 "key": target.key(),
@@ -532,11 +539,15 @@ impl Tool for EditTool {
             target.key(),
             Observation::Present(out.version.clone()),
         );
-        let text = if all {
+        let mut text = if all {
             format!("The file {d} has been updated. All occurrences were successfully replaced.")
         } else {
             format!("The file {d} has been updated successfully.")
         };
+        if let Some((line, _)) = crate::policy::after_call(ctx, policy.as_ref()).await? {
+            text.push('\n');
+            text.push_str(&line);
+        }
         Ok(ToolOutput {
             image: None,
             text,

@@ -133,3 +133,75 @@ impl Escalation {
         }
     }
 }
+
+/// The check after a confined call that could write (workspace-write): what it made that
+/// the host's tools would run or read, with the programs in it set aside
+/// ([`PolicyService::after_command`](dsh_sandbox::PolicyService::after_command)). Logs
+/// `sandbox/new-git-dir` and returns the line the model sees (and the meta), or `None`
+/// when nothing appeared.
+///
+/// # Errors
+/// The session log's.
+pub(crate) async fn after_call(
+    ctx: &CallContext<'_>,
+    policy: Option<&SandboxPolicy>,
+) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
+    let Some(policy) = policy.filter(|p| p.mode == SandboxMode::WorkspaceWrite) else {
+        return Ok(None);
+    };
+    let after = ctx.world.policy().after_command(policy).await;
+    if after.appeared.is_empty() {
+        return Ok(None);
+    }
+    let paths: Vec<String> = after
+        .appeared
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let quarantined: Vec<serde_json::Value> = after
+        .quarantined
+        .iter()
+        .map(|q| {
+            serde_json::json!({
+                "path": q.path.display().to_string(),
+                "movedTo": q.moved_to.display().to_string(),
+                "what": q.what,
+            })
+        })
+        .collect();
+    let mut line = format!(
+        "[sandbox: this call made {}, which the host's git and editors run or read by \
+         themselves; from now on it is protected",
+        paths.join(", ")
+    );
+    if !after.quarantined.is_empty() {
+        let set: Vec<String> = after
+            .quarantined
+            .iter()
+            .map(|q| {
+                format!(
+                    "{} ({}) to {}",
+                    q.path.display(),
+                    q.what,
+                    q.moved_to.display()
+                )
+            })
+            .collect();
+        line.push_str(&format!(
+            "; what would run a program was set aside for the user to review: {}",
+            set.join("; ")
+        ));
+    }
+    line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
+    let data = serde_json::json!({
+        "callId": ctx.call_id.as_str(),
+        "paths": paths,
+        "quarantined": quarantined,
+    });
+    if let Some(session) = ctx.session {
+        session
+            .append(dsh_core::journal::EventKind::SandboxNewGitDir, data.clone())
+            .await?;
+    }
+    Ok(Some((line, data)))
+}

@@ -10,7 +10,6 @@
 //! workspace are shown relative to it. Searches are reads: they are not confined.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -415,13 +414,19 @@ fn grep_blocking(
                 // Opened non-blocking: a "regular" file whose read waits for data
                 // (`/proc/kmsg`) would hold the search, and the call, forever. It reads as
                 // unreadable then, and an unreadable file is skipped, as ripgrep does.
-                let Ok(file) = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-                    .open(entry.path())
-                else {
+                // Opened at its canonical path with no symlink allowed on the way
+                // (a directory swapped for a link since the walk listed it is refused, not
+                // followed into a denied one), and checked by identity (a hard link).
+                let Ok(file) = dsh_fs::open_no_symlinks(&canonical_root.join(rel)) else {
                     return WalkState::Continue;
                 };
+                let denied = file.metadata().is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    deny.denies_identity(m.dev(), m.ino())
+                });
+                if denied {
+                    return WalkState::Continue;
+                }
                 let _ = searcher.search_file(
                     &matcher,
                     &file,

@@ -141,13 +141,21 @@ fn apply(
         }
     }
     for p in file.protected.unwrap_or_default() {
-        let path =
-            path_value(&p).ok_or_else(|| invalid("protected", &format!("{p:?} is not a path")))?;
+        let path = path_value(&p).ok_or_else(|| {
+            invalid(
+                "protected",
+                &format!("{p:?} is not a plain path (no empty, `.` or `..` parts)"),
+            )
+        })?;
         config.protected.push(path);
     }
     for p in file.deny_read.unwrap_or_default() {
-        let path =
-            path_value(&p).ok_or_else(|| invalid("deny_read", &format!("{p:?} is not a path")))?;
+        let path = path_value(&p).ok_or_else(|| {
+            invalid(
+                "deny_read",
+                &format!("{p:?} is not a plain path (no empty, `.` or `..` parts)"),
+            )
+        })?;
         let path = match (path.is_absolute(), origin) {
             (true, _) => path,
             (false, Origin::Workspace) => workspace.join(path),
@@ -163,12 +171,17 @@ fn apply(
     Ok(())
 }
 
-/// A path value: `~/` expanded; `None` for an empty one or one with a NUL byte.
+/// A path value: `~/` expanded; `None` for an empty one, one with a NUL byte, or one with
+/// a `.` or `..` component (`protected = ["../.."]` must not reach outside the workspace).
 fn path_value(v: &str) -> Option<PathBuf> {
+    use std::path::Component;
     if v.trim().is_empty() || v.contains('\0') {
         return None;
     }
-    dsh_sandbox::deny_read::expand_home(v)
+    let p = dsh_sandbox::deny_read::expand_home(v)?;
+    p.components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        .then_some(p)
 }
 
 /// The line (1-based) where `key` is set in `text`, or 1.
@@ -231,5 +244,11 @@ mod tests {
         assert!(e.message().contains("config.toml:1:"), "{}", e.message());
         let e = load_ws("protected = [\"\"]\n").expect_err("must fail");
         assert!(e.message().contains("protected:"), "{}", e.message());
+        // Regression: a review found `protected = ["../../x"]` made the carve bind the
+        // workspace's parents, up to `/`, writable.
+        for bad in ["../../x", "a/../../b", "./x"] {
+            let e = load_ws(&format!("protected = [\"{bad}\"]\n")).expect_err(bad);
+            assert!(e.message().contains("not a plain path"), "{}", e.message());
+        }
     }
 }

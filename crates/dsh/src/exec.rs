@@ -17,6 +17,8 @@ use dsh_sandbox::{
     Network, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
 
+use dsh_sandbox::quarantine::Quarantined;
+
 use crate::config::Config;
 
 /// Exit status when `--timeout` passed.
@@ -116,6 +118,18 @@ fn policy(
         }
         policy = policy.with_writable_root(dir);
     }
+    for p in &args.protect {
+        use std::path::Component;
+        if !p
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        {
+            return Err(HarnessError::invalid_argument(format!(
+                "--protect {}: not a plain path (no `.` or `..` parts)",
+                p.display()
+            )));
+        }
+    }
     let root = policy.workspace_root.clone();
     let extra = config
         .protected
@@ -153,11 +167,12 @@ fn confine(args: &ExecArgs, policy: SandboxPolicy) -> Result<Option<Confined>, H
     }))
 }
 
-/// What the command made that the host's tools would run or read (a new git dir, a hooks
-/// folder): each root walked again and compared with the policy it ran under.
-fn appeared(policy: &SandboxPolicy) -> Vec<PathBuf> {
+/// The check after the command: what it made that the host's tools would run or read (a
+/// new git dir, a hooks folder, a tool's settings), each root walked again and compared
+/// with the policy it ran under, and the programs in it set aside.
+fn after_command(policy: &SandboxPolicy) -> (Vec<PathBuf>, Vec<Quarantined>) {
     if policy.mode != SandboxMode::WorkspaceWrite {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let mut after = policy.clone();
     let roots: Vec<PathBuf> = std::iter::once(policy.workspace_root.clone())
@@ -169,15 +184,16 @@ fn appeared(policy: &SandboxPolicy) -> Vec<PathBuf> {
                 .cloned(),
         )
         .collect();
-    let mut out = Vec::new();
-    for root in roots {
-        let layout = dsh_sandbox::protected::for_workspace(&root);
-        out.extend(dsh_sandbox::protected::appeared(&after, &layout));
-        after = after.with_layout(&root, layout);
+    let mut appeared = Vec::new();
+    for root in &roots {
+        let layout = dsh_sandbox::protected::for_workspace(root);
+        appeared.extend(dsh_sandbox::protected::appeared(&after, &layout));
+        after = after.with_layout(root, layout);
     }
-    out.sort();
-    out.dedup();
-    out
+    appeared.sort();
+    appeared.dedup();
+    let quarantined = dsh_sandbox::quarantine::quarantine(&appeared, &roots);
+    (appeared, quarantined)
 }
 
 pub fn main(args: ExecArgs) -> ExitCode {
@@ -301,20 +317,29 @@ async fn run(args: &ExecArgs) -> u8 {
         return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
     }
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
-    let appeared = confined
+    let (appeared, quarantined) = confined
         .as_ref()
-        .map(|c| appeared(&c.policy))
+        .map(|c| after_command(&c.policy))
         .unwrap_or_default();
     if !appeared.is_empty() && !args.json {
         eprintln!(
-            "dsh exec: the command made git repositories or hooks folders, which the host's git \
-             and editors run or read, and their hooks and config were writable while it ran: \
-             {}. Review them before running git there; later commands get them protected.",
+            "dsh exec: the command made git repositories, hooks or tool settings, which the \
+             host's git and editors run or read by themselves: {}.{} Later commands get them \
+             protected.",
             appeared
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            quarantined
+                .iter()
+                .map(|q| format!(
+                    " Set aside {} ({}) as {}.",
+                    q.path.display(),
+                    q.what,
+                    q.moved_to.display()
+                ))
+                .collect::<String>()
         );
     }
     if args.json {
@@ -330,6 +355,9 @@ async fn run(args: &ExecArgs) -> u8 {
                 },
                 "denied": classify_denial(outcome.exit_code(), &stderr.text, c.denial_signatures),
                 "appeared": appeared,
+                "quarantined": quarantined.iter().map(|q| serde_json::json!({
+                    "path": q.path, "moved_to": q.moved_to, "what": q.what,
+                })).collect::<Vec<_>>(),
             })
         });
         print_json(outcome, timed_out, &stdout, &stderr, sandbox);

@@ -315,8 +315,8 @@ async fn git_commits_work_but_hooks_and_config_stay_read_only() {
         for cmd in [
             "echo 'exit 0' > .git/hooks/pre-commit",
             "echo '[core] fsmonitor = evil' >> .git/config",
-            "mkdir -p .dsh && echo x > .dsh/config.toml",
-            "echo evil > .bashrc",
+            "mkdir -p .cargo && echo x > .cargo/config.toml",
+            "mkdir -p .claude && echo '{}' > .claude/settings.json",
             "mkdir -p .vscode && echo '{}' > .vscode/tasks.json",
         ] {
             let r = run(&shell, cmd, &policy).await;
@@ -357,7 +357,7 @@ async fn git_commits_work_but_hooks_and_config_stay_read_only() {
             !d.ws.join(".git/commondir").exists(),
             "{runner}: .git/commondir left behind"
         );
-        for name in [".dsh", ".bashrc", ".vscode", ".mcp.json"] {
+        for name in [".cargo", ".claude", ".vscode", ".mcp.json"] {
             assert!(
                 !d.ws.join(name).exists(),
                 "{runner}: placeholder {name} was left behind"

@@ -21,7 +21,7 @@ fn fixture_with_credentials() -> Fixture {
         }
         std::fs::write(&p, format!("{SECRET}\n")).expect("secret");
     }
-    std::fs::write(fx.home.join(".ssh/known_hosts"), "host key\n").expect("known_hosts");
+    std::fs::write(fx.home.join(".aws/config"), "region = plain\n").expect("aws config");
     fx
 }
 
@@ -34,7 +34,7 @@ fn credential_stores_are_unreadable_under_every_runner_and_mode() {
     let script = format!(
         "cat {home}/.ssh/id_ed25519 {home}/.aws/credentials {home}/.config/gh/hosts.yml \
          {home}/.netrc {home}/.docker/config.json {home}/.kube/config 2>&1; \
-         cat {home}/.ssh/known_hosts; ln -s {home}/.ssh/id_ed25519 {ws}/l 2>/dev/null; cat {ws}/l 2>&1; true"
+         cat {home}/.aws/config; ln -s {home}/.ssh/id_ed25519 {ws}/l 2>/dev/null; cat {ws}/l 2>&1; true"
     );
     let mut ran = 0;
     for runner in ["landlock", "bwrap"] {
@@ -61,7 +61,7 @@ fn credential_stores_are_unreadable_under_every_runner_and_mode() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(!stdout.contains(SECRET), "{runner} {mode}: {}", text(&out));
             assert!(
-                stdout.contains("host key"),
+                stdout.contains("region = plain"),
                 "{runner} {mode}: {}",
                 text(&out)
             );
@@ -83,7 +83,13 @@ fn the_file_tools_refuse_credential_stores() {
     let state = state.to_str().expect("utf-8");
     let key = fx.home.join(".ssh/id_ed25519");
     std::os::unix::fs::symlink(&key, fx.ws.join("alias")).expect("link");
-    for path in [key.display().to_string(), "alias".to_owned()] {
+    // Another name for a denied file: denied by its identity.
+    std::fs::hard_link(fx.home.join(".aws/credentials"), fx.ws.join("backup")).expect("hard link");
+    for path in [
+        key.display().to_string(),
+        "alias".to_owned(),
+        "backup".to_owned(),
+    ] {
         let args = serde_json::json!({"file_path": path}).to_string();
         let out = fx.dsh(&["tool", "read", &args, "-C", ws, "--state", state]);
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -103,10 +109,10 @@ fn the_file_tools_refuse_credential_stores() {
         assert!(stdout.contains("No matches found"), "{dir}: {}", text(&out));
     }
     // What is not denied is still searched.
-    let args = serde_json::json!({"pattern": "host key", "path": fx.home.join(".ssh").display().to_string()}).to_string();
+    let args = serde_json::json!({"pattern": "region", "path": fx.home.join(".aws").display().to_string()}).to_string();
     let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("known_hosts"),
+        String::from_utf8_lossy(&out.stdout).contains("config"),
         "{}",
         text(&out)
     );

@@ -18,7 +18,7 @@ fn doctor_reports_protected_paths_and_read_denial_per_mode() {
             .find(|x| x["mode"] == m)
             .unwrap_or_else(|| panic!("no {m} in {v}"))
     };
-    let key = fx.home.join(".ssh/id_ed25519").display().to_string();
+    let key = fx.home.join(".ssh").display().to_string();
     for m in ["read-only", "workspace-write"] {
         let r = mode(m);
         if r.get("error").is_some() {

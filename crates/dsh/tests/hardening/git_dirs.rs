@@ -168,24 +168,42 @@ fn every_writable_root_gets_the_protected_paths() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
-// Build 2 of issue 11: a repository made during a command is reported, then protected.
+// Build 2 of issue 11: a repository made during a command is reported, the programs in it
+// are set aside before the host's git can run them, and it is protected afterwards.
 #[test]
-fn a_repository_the_command_makes_is_reported_and_protected_afterwards() {
+fn a_repository_the_command_makes_is_reported_disarmed_and_protected_afterwards() {
     if !bwrap_usable() {
         return;
     }
     let fx = Fixture::new();
     fx.repo(&fx.ws);
-    let out = fx.exec("git init -q nested && git -C nested config core.fsmonitor x");
+    let out = fx.exec(&format!(
+        "git init -q nested && git -C nested config core.fsmonitor \"{}; false\" && \
+         git -C nested remote add origin https://example.com/x.git",
+        fx.plant()
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("{}/nested/.git", fx.ws.display())),
         "{stderr}"
     );
+    assert!(stderr.contains("core.fsmonitor"), "{stderr}");
+    let config = std::fs::read_to_string(fx.ws.join("nested/.git/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(
+        config.contains("https://example.com/x.git"),
+        "its data is kept: {config}"
+    );
+    assert!(fx.ws.join("nested/.git/config.dsh-quarantine").exists());
+    fx.git(&fx.ws.join("nested"), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "the new repository's fsmonitor ran on the host"
+    );
     let out = fx.exec("git -C nested config core.fsmonitor y");
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    // --json says it too.
+    // --json says it too; a plain `git init` is reported and left as it is.
     let ws = fx.ws.to_str().expect("utf-8");
     let out = fx.dsh(&[
         "exec",
@@ -206,6 +224,91 @@ fn a_repository_the_command_makes_is_reported_and_protected_afterwards() {
         serde_json::json!([format!("{ws}/second/.git")]),
         "{v}"
     );
+    assert_eq!(v["sandbox"]["quarantined"], serde_json::json!([]), "{v}");
+}
+
+// Regression: a review made a bare repository git accepts but the walk did not (objects and
+// refs as symlinks), and another with the file tools alone.
+#[test]
+fn repositories_of_unusual_shape_or_made_by_the_file_tools_are_disarmed() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(&format!(
+        "mkdir -p docs/site && cd docs/site && git init -q --bare . && mv objects .o && \
+         ln -s .o objects && mv refs .r && ln -s .r refs && git config core.bare false && \
+         git config core.worktree \"$PWD/wt\" && mkdir wt && \
+         git config core.fsmonitor \"{}; false\"",
+        fx.plant()
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    fx.git(&fx.ws.join("docs/site/wt"), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "a symlinked bare repository's fsmonitor ran"
+    );
+    // With writes alone: config first, then what makes it a repository.
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {ws}/site/wt\n\tfsmonitor = \"{}; false\"\n",
+        fx.plant()
+    );
+    for (path, content) in [
+        ("site/config", config.as_str()),
+        ("site/wt/.keep", ""),
+        ("site/objects/info/.keep", ""),
+        ("site/refs/heads/.keep", ""),
+        ("site/HEAD", "ref: refs/heads/main\n"),
+    ] {
+        let args = serde_json::json!({"file_path": path, "content": content}).to_string();
+        let out = fx.dsh(&[
+            "tool",
+            "write",
+            &args,
+            "-C",
+            ws,
+            "--mode",
+            "workspace-write",
+            "--state",
+            state,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{path}: {}", text(&out));
+        if path == "site/HEAD" {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("core.fsmonitor"), "{stdout}");
+        }
+    }
+    fx.git(&fx.ws.join("site/wt"), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "a repository made by writes ran its fsmonitor"
+    );
+}
+
+// Regression: a review planted `.cargo/config.toml` in a subdirectory, which cargo reads
+// when run there.
+#[test]
+fn tool_settings_made_in_a_subdirectory_are_set_aside() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(
+        "mkdir -p crates/x/.cargo && printf '[build]\\nrustc-wrapper = \"/tmp/w\"\\n' > crates/x/.cargo/config.toml",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!fx.ws.join("crates/x/.cargo").exists());
+    assert!(fx
+        .ws
+        .join("crates/x/.cargo.dsh-quarantine/config.toml")
+        .exists());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tool settings"), "{stderr}");
 }
 
 // Build 2 through the tool pipeline: the model is told, and the session log says so.
@@ -249,4 +352,29 @@ fn the_bash_tool_reports_a_new_repository_and_logs_it() {
     let log = String::from_utf8_lossy(&log.stdout);
     assert!(log.contains("\"sandbox/new-git-dir\""), "{log}");
     assert!(log.contains("made/.git"), "{log}");
+}
+
+// Regression: a review put a FIFO where dsh reads a git dir's small files (every later call
+// hung) and a sparse 2 GB `gitdir` (2 GB of memory per call).
+#[test]
+fn fifos_and_huge_files_where_git_keeps_its_facts_do_not_stall_dsh() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(
+        "mkdir -p .git/worktrees/x .git/worktrees/y && mkfifo .git/worktrees/x/gitdir && \
+         truncate -s 2G .git/worktrees/y/gitdir && mkfifo shared.gitconfig",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    fx.git(&fx.ws, &["config", "include.path", "../shared.gitconfig"]);
+    let start = std::time::Instant::now();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let out = fx.dsh(&[
+        "exec", "-C", ws, "--mode", "workspace-write", "--timeout", "20000", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Only a bound against a hang: the call itself takes milliseconds.
+    assert!(start.elapsed() < std::time::Duration::from_secs(60));
 }

@@ -25,13 +25,26 @@ const PLANTS: &[(&str, &str)] = &[
     ("opencode.json", "{}"),
     (".claude/settings.json", "{}"),
     (".mcp.json", "{}"),
-    (".pre-commit-config.yaml", "repos: []"),
-    ("lefthook.yml", "pre-commit: {}"),
     (".yarnrc.yml", "yarnPath: x.js"),
     (".npmrc", "node-options=--require ./x.js"),
     ("rust-toolchain.toml", "[toolchain]\npath = \"/tmp/x\""),
-    (".envrc", "x"),
+    // These exist in the workspace (see below): protected where present.
     ("proj.code-workspace", "{\"tasks\": {}}"),
+    (".pre-commit-config.yaml", "repos: []"),
+    ("lefthook.yml", "pre-commit: {}"),
+    (".envrc", "x"),
+    (".gitmodules", "x"),
+    // Missing, but lefthook.yml exists: lefthook would merge it.
+    ("lefthook-local.yml", "pre-commit: {}"),
+];
+
+/// The files of [`PLANTS`] the workspace holds before the command, with their content.
+const PRESENT: &[&str] = &[
+    "proj.code-workspace",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    ".envrc",
+    ".gitmodules",
 ];
 
 // Regression: issue 11, finding 8.
@@ -42,8 +55,9 @@ fn files_host_tools_run_without_asking_cannot_be_written() {
     }
     let fx = Fixture::new();
     fx.repo(&fx.ws);
-    // An existing workspace file matching a protected pattern.
-    std::fs::write(fx.ws.join("proj.code-workspace"), "{}\n").expect("code-workspace");
+    for p in PRESENT {
+        std::fs::write(fx.ws.join(p), "{}\n").expect("present file");
+    }
     for (path, content) in PLANTS {
         let out = fx.exec(&format!(
             "mkdir -p \"$(dirname {path})\" && printf '%s' '{}' > {path}",
@@ -51,19 +65,23 @@ fn files_host_tools_run_without_asking_cannot_be_written() {
         ));
         assert_ne!(out.status.code(), Some(0), "{path}: {}", text(&out));
     }
-    assert_eq!(
-        std::fs::read_to_string(fx.ws.join("proj.code-workspace")).expect("read"),
-        "{}\n"
-    );
     for (path, _) in PLANTS {
-        if *path != "proj.code-workspace" {
+        if PRESENT.contains(path) {
+            let now = std::fs::read_to_string(fx.ws.join(path)).expect("read");
+            assert_eq!(now, "{}\n", "{path} changed");
+        } else {
             assert!(!fx.ws.join(path).exists(), "{path} exists");
         }
     }
-    assert_eq!(
-        fx.git(&fx.ws, &["status", "--porcelain"]),
-        "?? proj.code-workspace\n"
-    );
+    let mut status: Vec<String> = PRESENT.iter().map(|p| format!("?? {p}")).collect();
+    status.sort();
+    let mut got: Vec<String> = fx
+        .git(&fx.ws, &["status", "--porcelain"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    assert_eq!(got, status);
 }
 
 // Finding 8's example: `cargo metadata`, which an editor runs on opening the folder, runs
@@ -89,6 +107,7 @@ fn cargo_metadata_on_the_host_runs_nothing_a_command_planted() {
         wrapper.display()
     ));
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!fx.ws.join(".cargo").exists(), "a placeholder was left");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let meta = std::process::Command::new(cargo)
         .args([
@@ -99,8 +118,17 @@ fn cargo_metadata_on_the_host_runs_nothing_a_command_planted() {
             "--no-deps",
         ])
         .current_dir(&fx.ws)
-        .output()
-        .expect("cargo metadata");
+        .output();
+    let meta = match meta {
+        Ok(m) => m,
+        // The unprivileged CI pass cannot reach root's toolchain; the refusal above is
+        // what this user's run checks.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            println!("cargo is not reachable by this user ({e}): host check skipped");
+            return;
+        }
+        Err(e) => panic!("cargo metadata: {e}"),
+    };
     assert!(meta.status.success(), "{}", text(&meta));
     assert!(
         !fx.marker().exists(),

@@ -8,8 +8,8 @@ use crate::support::{bwrap_usable, text, Fixture};
 /// Protected paths a command tries to create while another dsh process comes and goes.
 const TARGETS: [&str; 6] = [
     ".mcp.json",
-    ".bashrc",
-    ".gitmodules",
+    ".npmrc",
+    ".cargo/config.toml",
     ".vscode/tasks.json",
     ".claude/settings.json",
     ".cursor/mcp.json",
