@@ -21,11 +21,18 @@ pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// How deep includes are followed (git's own limit is 10).
 pub const MAX_INCLUDE_DEPTH: usize = 10;
 
+/// How many includes and hooks paths one config file and what it includes may name before
+/// the rest are not followed (and [`ConfigFacts::complete`] is false): git has no such
+/// limit, but tens of thousands of them would make every call slow.
+pub const MAX_NAMED: usize = 512;
+
 /// What the config files reachable from one file say.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConfigFacts {
     /// Every `core.hooksPath` value, as written (`~/` already expanded).
     pub hooks_paths: Vec<PathBuf>,
+    /// Whether every include and hooks path was taken (at most [`MAX_NAMED`]).
+    pub complete: bool,
     /// Every file an include names (absolute), followed or not.
     pub includes: Vec<PathBuf>,
 }
@@ -33,7 +40,10 @@ pub struct ConfigFacts {
 /// The facts of the config file at `path` and of every file it includes, recursively.
 /// A missing or unreadable file has none.
 pub fn read(path: &Path) -> ConfigFacts {
-    let mut facts = ConfigFacts::default();
+    let mut facts = ConfigFacts {
+        complete: true,
+        ..ConfigFacts::default()
+    };
     collect(path, 0, &mut facts);
     facts
 }
@@ -44,6 +54,10 @@ fn collect(path: &Path, depth: usize, facts: &mut ConfigFacts) {
     };
     let base = path.parent().unwrap_or(Path::new("/"));
     for entry in entries(&text) {
+        if facts.hooks_paths.len() + facts.includes.len() >= MAX_NAMED {
+            facts.complete = false;
+            return;
+        }
         match (entry.section.as_str(), entry.key.as_str()) {
             ("core", "hookspath") if entry.subsection.is_none() => {
                 if let Some(v) = entry.value.filter(|v| !v.is_empty()) {
@@ -98,9 +112,17 @@ pub(crate) struct Entry {
 /// Every entry of `text`, in order. Lines that do not parse are skipped (git refuses
 /// such a file; dsh then has nothing to protect from it, and neither does git run it).
 pub(crate) fn entries(text: &str) -> Vec<Entry> {
+    parse(text).0
+}
+
+/// Every entry of `text`, and whether every line was understood (`false`: a line was
+/// skipped, as a malformed one, or a key sat outside any section). What dsh does not
+/// understand of a config it must not vouch for.
+pub(crate) fn parse(text: &str) -> (Vec<Entry>, bool) {
     // git skips a UTF-8 byte order mark at the start of a config file.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
+    let mut clean = true;
     let mut section = String::new();
     let mut subsection: Option<String> = None;
     let mut chars = text.chars().peekable();
@@ -122,6 +144,7 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
                         subsection = sub;
                     }
                     None => {
+                        clean = false;
                         section.clear();
                         subsection = None;
                         skip_line(&mut chars);
@@ -138,7 +161,7 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
                         break;
                     }
                 }
-                while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+                while chars.peek().is_some_and(|c| is_blank(*c)) {
                     chars.next();
                 }
                 let value = match chars.peek() {
@@ -151,11 +174,14 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
                         None
                     }
                     Some(_) => {
+                        clean = false;
                         skip_line(&mut chars);
                         continue;
                     }
                 };
-                if !section.is_empty() {
+                if section.is_empty() {
+                    clean = false;
+                } else {
                     out.push(Entry {
                         section: section.clone(),
                         subsection: subsection.clone(),
@@ -164,10 +190,18 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
                     });
                 }
             }
-            _ => skip_line(&mut chars),
+            _ => {
+                clean = false;
+                skip_line(&mut chars);
+            }
         }
     }
-    out
+    (out, clean)
+}
+
+/// Blank within a line, as git's `isspace` has it (a carriage return included).
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\u{b}' | '\u{c}')
 }
 
 type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
@@ -198,10 +232,10 @@ fn header(chars: &mut Chars<'_>) -> Option<(String, Option<String>)> {
                 None => (name, None),
             })
         }
-        ' ' | '\t' => {}
+        c if is_blank(c) => {}
         _ => return None,
     }
-    while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+    while chars.peek().is_some_and(|c| is_blank(*c)) {
         chars.next();
     }
     if chars.next()? != '"' {
@@ -354,6 +388,23 @@ mod tests {
             vec![d.join("shared.cfg"), PathBuf::from("/abs/never")]
         );
         assert_eq!(facts.hooks_paths, vec![PathBuf::from(".githooks")]);
+    }
+
+    // Regression: a review hid an `includeIf` behind a carriage return, which git reads as
+    // a blank and dsh did not.
+    #[test]
+    fn a_carriage_return_is_a_blank_as_git_has_it() {
+        assert_eq!(
+            one("[includeIf\r\"gitdir:/\"]\npath = x\n"),
+            vec![(
+                "includeif".into(),
+                Some("gitdir:/".into()),
+                "path".into(),
+                Some("x".into())
+            )]
+        );
+        assert!(!parse("[core\nx = 1\n").1, "a broken header is reported");
+        assert!(parse("[core]\r\n\tbare = false\r\n").1);
     }
 
     // Regression: a review found a config starting with a BOM lost its first section.

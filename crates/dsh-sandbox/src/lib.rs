@@ -14,9 +14,19 @@
 //! | [`Runner::Seatbelt`] | `sandbox-exec` with a generated profile | macOS |
 //!
 //! Per call the provider picks the fastest runner that enforces the policy in
-//! [full](Enforcement::Full); if none can, one that enforces it in
-//! [part](Enforcement::Partial), saying which part; if none works at all, the call fails
-//! with `SANDBOX_UNAVAILABLE` ([`sandbox_unavailable`]) and nothing runs unconfined.
+//! [full](Enforcement::Full). If none can, the call fails with `SANDBOX_UNAVAILABLE`
+//! naming what is missing, unless the policy accepts partial enforcement
+//! ([`OnPartial::Accept`], the user's choice): then the runner with the fewest gaps runs
+//! it and the [`Confinement`] says which part is missing. If no runner works at all, the
+//! call fails with `SANDBOX_UNAVAILABLE` ([`sandbox_unavailable`]); nothing runs
+//! unconfined.
+//!
+//! What stays read-only inside a writable root is [`protected`]: the git dirs of every
+//! repository in it (found by a [`walk`], followed by a [`watch`]), the settings editors,
+//! agents and toolchains act on by themselves; missing ones are held by [`Placeholders`]
+//! shared by every dsh process on the host. What no confined command may read is
+//! [`deny_read`]. After a command, [`protected::appeared`] finds what it made that the
+//! host's tools would run, and [`quarantine`] sets the programs in it aside.
 //!
 //! ```no_run
 //! use dsh_sandbox::{LocalSandbox, Sandbox, SandboxMode, SandboxPolicy};
@@ -34,8 +44,14 @@
 //! [`escalation`] holds the choreography for one approved retry in a wider mode.
 //!
 //! # Guarantees
-//! - Never a silent downgrade: a policy no runner can enforce is an error, and a partial
-//!   enforcement is reported as such with the reason, never as full.
+//! - Never a silent downgrade: a policy no runner can enforce in full is an error unless
+//!   the policy accepts the gap, and then it is reported as partial with the reason, never
+//!   as full.
+//! - No path a writable root's protected set names can be written or created by a
+//!   confined command under a runner that enforces it in full (bubblewrap), whatever it
+//!   renames; a configured path outside the roots never becomes a writable mount.
+//! - A denied path cannot be read by a confined command in any mode (bubblewrap: an
+//!   unreadable mount over it; Landlock: no read grant reaches it).
 //! - Confined commands run with `no_new_privs` and no capabilities, even when dsh is root.
 //! - With [`Network::Deny`], no socket reaches anything outside the sandbox: no IP socket
 //!   at all, no connect to a host Unix socket (pathname or abstract), no io_uring; a
@@ -216,8 +232,9 @@ pub struct SandboxPolicy {
     /// The git dirs and hooks folders the protected paths were found from (see
     /// [`protected`]): the check after a command compares against them.
     pub git_dirs: Vec<PathBuf>,
-    /// Writable roots whose walk for nested repositories stopped short (too large, or a
-    /// directory dsh cannot list): their protection is incomplete, a gap of every runner.
+    /// Writable roots whose walk for nested repositories stopped short, or whose git
+    /// configs name too many includes or hooks paths to follow: their protection is
+    /// incomplete, a gap of every runner.
     pub incomplete_roots: Vec<PathBuf>,
 }
 
@@ -229,10 +246,15 @@ impl SandboxPolicy {
     /// then matches nothing rather than inventing a grant.
     pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
         let root = root_of(root.as_ref());
-        let layout = protected::for_workspace(&root);
-        SandboxPolicy::bare(mode, &root)
-            .with_layout(&root, layout)
-            .with_deny_read(deny_read::defaults())
+        let policy = SandboxPolicy::bare(mode, &root).with_deny_read(deny_read::defaults());
+        // Protected paths matter only where something is writable: read-only skips the
+        // walk (`with_mode` makes it when a policy is widened).
+        if mode == SandboxMode::WorkspaceWrite {
+            let layout = protected::for_workspace(&root);
+            policy.with_layout(&root, layout)
+        } else {
+            policy
+        }
     }
 
     /// The policy of `mode` for `root` (used as given) with nothing protected and nothing
@@ -301,11 +323,12 @@ impl SandboxPolicy {
 
     /// The same policy with more protected paths (absolute; only ever added).
     pub fn with_protected(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
+        let mut seen: std::collections::HashSet<PathBuf> = self.protected.iter().cloned().collect();
         for p in paths {
             // Lexically folded: `ROOT/../x` is `x` outside the root, never a path "inside"
             // it whose carve would bind the root's parent.
             let p = fold_dots(&p);
-            if !self.protected.contains(&p) {
+            if seen.insert(p.clone()) {
                 self.protected.push(p);
             }
         }
@@ -329,9 +352,18 @@ impl SandboxPolicy {
         self
     }
 
-    /// The same policy in another mode (an approved escalation, say).
+    /// The same policy in another mode (an approved escalation, say). Widened to
+    /// workspace-write, it gets the workspace's protected paths (a walk, now) unless it has
+    /// them already.
     pub fn with_mode(mut self, mode: SandboxMode) -> SandboxPolicy {
+        let dot_git = self.workspace_root.join(".git");
+        let has_layout = self.protected.iter().any(|p| p.starts_with(&dot_git));
         self.mode = mode;
+        if mode == SandboxMode::WorkspaceWrite && !has_layout {
+            let root = self.workspace_root.clone();
+            let layout = protected::for_workspace(&root);
+            self = self.with_layout(&root, layout);
+        }
         self
     }
 

@@ -893,7 +893,7 @@ fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
     } else if why.contains("contains the home directory") {
         "use a workspace below your home directory, not the home directory itself"
     } else if why.contains("could not be walked") {
-        "make every directory of the workspace readable, or use a smaller workspace"
+        "use a smaller workspace, or trim the git config named"
     } else if why.contains("Landlock ABI") {
         "run a newer kernel (Linux 6.12+ has Landlock ABI 6) or install bubblewrap"
     } else {
@@ -943,8 +943,9 @@ fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
     }
     for root in &policy.incomplete_roots {
         gaps.push(format!(
-            "{} could not be walked whole for nested git repositories (too large, or a \
-             directory dsh cannot list): one there keeps writable hooks and config",
+            "{} could not be walked whole for nested git repositories, or a git config \
+             there names too many includes or hooks paths to follow: one there keeps \
+             writable hooks and config",
             root.display()
         ));
     }
@@ -1212,13 +1213,26 @@ fn remove_stale_areas(parent: &Path) {
     }
 }
 
-/// Removes a private directory whole: its mode-000 directory is made listable first, or
-/// a user without root's override could not empty it (its command's `TMPDIR` would stay).
+/// Removes a private directory whole. Every directory in it is given its owner's bits
+/// first (its mode-000 stand-in, and whatever a command did to its `TMPDIR` with
+/// `chmod`), or a user without root's override could not empty it.
 fn remove_area(root: &Path) {
-    let _ = std::fs::set_permissions(
-        root.join("denied-dir"),
-        std::fs::Permissions::from_mode(0o700),
-    );
+    fn open_up(dir: &Path, depth: usize) {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if depth > 64 {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            // The entry's own type: a link is never followed.
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&e.path(), depth + 1);
+            }
+        }
+    }
+    open_up(root, 0);
     let _ = std::fs::remove_dir_all(root);
 }
 

@@ -9,25 +9,32 @@
 //! placeholder.
 //!
 //! The share is a shared `flock` on the placeholder itself, held by every confinement
-//! that uses it until its command's tree is gone. The kernel drops a lock when its holder dies, even by `SIGKILL`, so a count can
-//! never stick. A placeholder is made under a temporary name, locked, marked (the
-//! `user.dsh.placeholder` extended attribute, else its mode where the filesystem has no
-//! user attributes) and only then renamed into place (`RENAME_NOREPLACE`), so it is never
-//! visible unlocked. A path that exists and could be a placeholder (an empty file, a
-//! `commondir` reading `.`, a directory) is locked too, whoever made it. Removal: a holder
-//! drops its shared lock, then takes the exclusive one without waiting; only the one that gets
-//! it (no other holder left) removes the path, and only if it is still the same marked,
-//! empty placeholder (two holders releasing at once: the kernel orders their attempts,
-//! and the later one finds the name gone). A holder that locked a path just as it was
-//! removed sees the name no longer leads to its inode, and starts over.
+//! that uses it until its command's tree is gone. The kernel drops a lock when its holder
+//! dies, even by `SIGKILL`, so a count can never stick. A placeholder is made under a
+//! temporary name, locked, made read-only and only then renamed into place
+//! (`RENAME_NOREPLACE`), so it is never visible unlocked; then it is recorded in the
+//! user's registry of placeholders (`$XDG_STATE_HOME/dsh/placeholders`, one entry per
+//! `(device, inode)` holding its birth time), a directory no confined command can write. A
+//! path that exists and could be a placeholder (an empty file, a `commondir` reading `.`, a
+//! directory) is locked too, whoever made it. Removal: a holder drops its shared lock, then
+//! takes the exclusive one without waiting; only the one that gets it (no other holder
+//! left) removes the path, and only if the registry says it is a placeholder (the same
+//! inode, born when recorded) and it is still empty (two holders releasing at once: the
+//! kernel orders their attempts, and the later one finds the name gone). A holder that
+//! locked a path just as it was removed sees the name no longer leads to its inode, and
+//! starts over. Nothing a command can set on a file (an attribute, a mode) makes dsh take
+//! it for a placeholder.
 //!
 //! Every step goes through a directory fd opened with `openat2(RESOLVE_NO_SYMLINKS)`, so a
 //! command that swapped a parent for a symlink cannot make dsh create or remove anything
 //! elsewhere.
 //!
 //! # Limits
-//! A dsh killed while holding placeholders leaves them behind, empty and marked; the next
-//! confinement that meets one (no lock held on it) adopts it and removes it when done.
+//! A dsh killed while holding placeholders leaves them behind, empty and recorded; the
+//! next confinement of the same user that meets one adopts it and removes it when done. A
+//! placeholder another user's dsh made (a root dsh in a user's workspace) is shared but
+//! only removed by a dsh of that user. Without a registry (no home or state directory) a
+//! placeholder is removed only by the process that made it.
 //! Where `openat2` is missing (Linux < 5.6) placeholders are not shared: the caller falls
 //! back to letting bubblewrap make the mount point.
 
@@ -39,9 +46,7 @@ use std::path::{Path, PathBuf};
 
 use crate::protected::COMMONDIR_PLACEHOLDER;
 
-/// The extended attribute that marks a placeholder.
-const MARK: &[u8] = b"user.dsh.placeholder\0";
-/// Modes of placeholders: the marker where extended attributes are not supported.
+/// Modes of placeholders.
 const FILE_MODE: u32 = 0o444;
 const DIR_MODE: u32 = 0o555;
 /// Attempts to make or join one placeholder before giving up (each lost race with a
@@ -208,7 +213,7 @@ fn release(h: Held) {
     let (Ok(now), Ok(mine)) = (stat_at(&dir, name), fstat(fd)) else {
         return;
     };
-    if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino) || !is_marked(fd, &mine) {
+    if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino) || !registry::has(fd) {
         return;
     }
     let Ok(name_c) = CString::new(name.as_bytes()) else {
@@ -218,7 +223,7 @@ fn release(h: Held) {
     if !is_dir && !holds_placeholder_content(fd, &mine) {
         return;
     }
-    if is_dir && has_mark_attr(fd) {
+    if is_dir {
         // Nothing may be in a placeholder directory (it is read-only in every sandbox, and
         // 0555 on the host); what is there was put in through a descriptor opened before
         // it became one, and goes with it.
@@ -227,8 +232,8 @@ fn release(h: Held) {
     let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: unlinkat(2) on our directory fd with a valid C string; rmdir refuses a
     // directory that is not empty.
-    unsafe {
-        libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags);
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags) } == 0 {
+        registry::forget(&mine);
     }
     // The exclusive lock goes with `h.fd` after the name is gone: a joiner waiting for it
     // then finds its inode unlinked and starts over.
@@ -295,17 +300,8 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
     };
     let is_dir = kind == Kind::Dir;
     let mode = if is_dir { DIR_MODE } else { FILE_MODE };
-    // Marked while still writable by its owner (a user attribute needs write permission),
-    // then made read-only.
-    // SAFETY: fsetxattr(2)/fchmod(2) on our fd with a valid NUL-terminated name.
+    // SAFETY: fchmod(2) on our fd.
     unsafe {
-        libc::fsetxattr(
-            fd.as_raw_fd(),
-            MARK.as_ptr().cast(),
-            b"1".as_ptr().cast(),
-            1,
-            0,
-        );
         libc::fchmod(fd.as_raw_fd(), mode);
     }
     if let Err(e) = lock_within(fd.as_raw_fd(), libc::LOCK_SH) {
@@ -328,6 +324,7 @@ fn make(dir: &OwnedFd, name: &OsStr, kind: Kind) -> io::Result<OwnedFd> {
         unlink_tmp(d, &tmp_c, is_dir);
         return Err(e);
     }
+    registry::record(fd.as_raw_fd());
     Ok(fd)
 }
 
@@ -366,7 +363,7 @@ fn join(dir: &OwnedFd, name: &OsStr, st: &libc::stat) -> io::Result<Option<(Owne
     let mine = fstat(fd.as_raw_fd())?;
     match stat_at(dir, name) {
         Ok(now) if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) => {
-            let removable = is_marked(fd.as_raw_fd(), &mine);
+            let removable = registry::has(fd.as_raw_fd());
             Ok(Some((fd, removable)))
         }
         _ => Ok(None),
@@ -379,31 +376,14 @@ pub(crate) fn is_placeholder_dir(path: &Path) -> bool {
     let Ok(c) = cstring(path.as_os_str()) else {
         return false;
     };
-    // SAFETY: a zeroed stat is a valid out-buffer for lstat(2).
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: lstat(2) with a valid C string and a live buffer.
-    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFDIR
-    {
-        return false;
-    }
-    let mut buf = [0u8; 4];
-    // SAFETY: lgetxattr(2) with valid C strings and a live buffer of the size given.
-    let n = unsafe {
-        libc::lgetxattr(
+    // SAFETY: open(2) with a valid C string; O_NOFOLLOW | O_DIRECTORY: a real directory.
+    let fd = unsafe {
+        libc::open(
             c.as_ptr(),
-            MARK.as_ptr().cast(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
-    if n >= 0 {
-        return true;
-    }
-    let unsupported = io::Error::last_os_error().raw_os_error() == Some(libc::ENOTSUP);
-    unsupported
-        && st.st_mode & 0o7777 == DIR_MODE
-        && std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
+    owned(fd).is_ok_and(|fd| registry::has(fd.as_raw_fd()))
 }
 
 /// Whether a path with this stat could be a placeholder: an empty file, a `commondir`
@@ -414,25 +394,6 @@ fn could_be_placeholder(st: &libc::stat) -> bool {
         libc::S_IFDIR => true,
         _ => false,
     }
-}
-
-/// Whether the inode behind `fd` carries the placeholder mark: the extended attribute, or,
-/// on a filesystem without user attributes, the placeholder mode.
-fn is_marked(fd: i32, st: &libc::stat) -> bool {
-    let mut buf = [0u8; 4];
-    // SAFETY: fgetxattr(2) on our fd into a live buffer of the size given.
-    let n =
-        unsafe { libc::fgetxattr(fd, MARK.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n >= 0 {
-        return true;
-    }
-    let unsupported = matches!(
-        io::Error::last_os_error().raw_os_error(),
-        Some(libc::ENOTSUP)
-    );
-    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    let mode = st.st_mode & 0o7777;
-    unsupported && mode == if is_dir { DIR_MODE } else { FILE_MODE }
 }
 
 /// Whether the file behind `fd` is still empty or holds exactly the `commondir`
@@ -469,15 +430,6 @@ fn lock_within(fd: i32, op: i32) -> io::Result<()> {
             other => return other,
         }
     }
-}
-
-/// Whether the inode behind `fd` carries the placeholder attribute itself.
-fn has_mark_attr(fd: i32) -> bool {
-    let mut buf = [0u8; 4];
-    // SAFETY: fgetxattr(2) on our fd into a live buffer of the size given.
-    let n =
-        unsafe { libc::fgetxattr(fd, MARK.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
-    n >= 0
 }
 
 /// Removes everything inside the directory `dir` (an fd), depth first, never following a
@@ -609,6 +561,141 @@ fn cstring(s: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
 }
 
+/// The user's record of the placeholders dsh made: `STATE/dsh/placeholders/<dev>-<ino>`
+/// holding the inode's birth time. It lives where no confined command can write (a
+/// writable root that holds the home directory is refused), so only dsh decides what is a
+/// placeholder.
+mod registry {
+    use std::ffi::CString;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+
+    /// The registry's directory fd, made (0700) and checked (a directory of ours, not a
+    /// link) once per process; `None` where it cannot be had.
+    fn dir() -> Option<&'static OwnedFd> {
+        static DIR: OnceLock<Option<OwnedFd>> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+                Some(x) => PathBuf::from(x),
+                None => crate::home_dir()?.join(".local/state"),
+            };
+            let path = base.join("dsh/placeholders");
+            let _ = std::fs::create_dir_all(base.join("dsh"));
+            let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+            // SAFETY: mkdir(2)/open(2) with a valid C string.
+            unsafe {
+                libc::mkdir(c.as_ptr(), 0o700);
+            }
+            let fd = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: a fresh fd the kernel returned.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let st = super::fstat(fd.as_raw_fd()).ok()?;
+            // SAFETY: geteuid(2) has no preconditions.
+            let ours = st.st_uid == unsafe { libc::geteuid() } && st.st_mode & 0o077 == 0;
+            ours.then_some(fd)
+        })
+        .as_ref()
+    }
+
+    /// `(name, birth)` of the inode behind `fd`: `<dev>-<ino>` and its birth time (the
+    /// change time where the filesystem keeps no birth time).
+    fn identity(fd: i32) -> Option<(CString, String)> {
+        // SAFETY: a zeroed statx is a valid out-buffer for statx(2).
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        let empty = b"\0";
+        // SAFETY: statx(2) on our fd with AT_EMPTY_PATH and a live buffer.
+        let r = unsafe {
+            libc::statx(
+                fd,
+                empty.as_ptr().cast(),
+                libc::AT_EMPTY_PATH,
+                libc::STATX_INO | libc::STATX_BTIME | libc::STATX_CTIME,
+                &mut stx,
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        let dev = (u64::from(stx.stx_dev_major) << 32) | u64::from(stx.stx_dev_minor);
+        let name = CString::new(format!("{dev:x}-{:x}", stx.stx_ino)).ok()?;
+        let born = if stx.stx_mask & libc::STATX_BTIME != 0 {
+            format!("b{}.{}", stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec)
+        } else {
+            format!("c{}.{}", stx.stx_ctime.tv_sec, stx.stx_ctime.tv_nsec)
+        };
+        Some((name, born))
+    }
+
+    /// Records the inode behind `fd` as a placeholder.
+    pub(super) fn record(fd: i32) {
+        let (Some(dir), Some((name, born))) = (dir(), identity(fd)) else {
+            return;
+        };
+        // SAFETY: openat(2) relative to our directory fd with a valid C string.
+        let f = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if f >= 0 {
+            // SAFETY: a fresh fd the kernel returned.
+            let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(f) });
+            let _ = std::io::Write::write_all(&mut &f, born.as_bytes());
+        }
+    }
+
+    /// Whether the inode behind `fd` is a recorded placeholder (same inode, same birth).
+    pub(super) fn has(fd: i32) -> bool {
+        let (Some(dir), Some((name, born))) = (dir(), identity(fd)) else {
+            return false;
+        };
+        // SAFETY: openat(2) relative to our directory fd with a valid C string.
+        let f = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if f < 0 {
+            return false;
+        }
+        // SAFETY: a fresh fd the kernel returned.
+        let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(f) });
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::Read::take(&f, 64), &mut text);
+        text == born
+    }
+
+    /// Drops the record of the (removed) inode `st` described.
+    pub(super) fn forget(st: &libc::stat) {
+        let Some(dir) = dir() else {
+            return;
+        };
+        let dev = (u64::from(libc::major(st.st_dev)) << 32) | u64::from(libc::minor(st.st_dev));
+        let Ok(name) = CString::new(format!("{dev:x}-{:x}", st.st_ino)) else {
+            return;
+        };
+        // SAFETY: unlinkat(2) relative to our directory fd with a valid C string.
+        unsafe {
+            libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,6 +768,37 @@ mod tests {
         drop(a);
         assert!(!at.exists(), "the planted placeholder directory was left");
         assert!(std::path::Path::new("/etc/passwd").exists());
+    }
+
+    // Regression: a review set the old placeholder mark (an extended attribute) on a
+    // user's `.git`; the next call took it for a placeholder and emptied it.
+    #[test]
+    fn nothing_a_command_can_set_makes_a_real_directory_a_placeholder() {
+        let (_d, r) = root();
+        let at = r.join(".git");
+        std::fs::create_dir_all(at.join("objects")).expect("git");
+        std::fs::write(at.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        let c = CString::new(at.as_os_str().as_bytes()).expect("c");
+        // SAFETY: setxattr(2) with valid C strings and a live value.
+        unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                c"user.dsh.placeholder".as_ptr(),
+                b"1".as_ptr().cast(),
+                1,
+                0,
+            );
+        }
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o555))
+            .expect("chmod");
+        assert!(!is_placeholder_dir(&at));
+        let mut a = Placeholders::new();
+        a.ensure(&at, Kind::Dir).expect("a");
+        assert!(a.made().is_empty());
+        drop(a);
+        assert!(at.join("HEAD").exists() && at.join("objects").is_dir());
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod back");
     }
 
     #[test]

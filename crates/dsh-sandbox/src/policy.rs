@@ -47,6 +47,8 @@ pub struct PolicyService {
     /// Every read-denial pattern (the defaults and the configured ones).
     deny_read: Vec<PathBuf>,
     watches: Arc<Mutex<HashMap<PathBuf, TreeWatch>>>,
+    /// What a check could not set aside: refused (a gap) while it exists.
+    tainted: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl PolicyService {
@@ -61,6 +63,7 @@ impl PolicyService {
             protect: Vec::new(),
             deny_read: deny_read::defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
+            tainted: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -118,24 +121,50 @@ impl PolicyService {
         };
         let mode = explicit.or(session_mode).unwrap_or(self.default_mode);
         let root = session.map_or_else(|| self.fallback_root.clone(), |(_, cwd)| root_of(cwd));
-        let layout = self.layout_of(&root).await;
+        // Protected paths matter only where something is writable.
+        let layout = if mode == SandboxMode::WorkspaceWrite {
+            self.layout_of(&root).await
+        } else {
+            WorkspaceLayout {
+                complete: true,
+                ..WorkspaceLayout::default()
+            }
+        };
         self.policy_with(mode, &root, layout)
     }
 
     /// The check after a command under `policy` (workspace-write): what it made that the
     /// host's tools would run or read ([`protected::appeared`]), with the programs in it
     /// set aside ([`quarantine`](crate::quarantine::quarantine)); the next policy for that
-    /// root protects what is left.
-    pub async fn after_command(&self, policy: &SandboxPolicy) -> AfterCommand {
+    /// root protects what is left. `extra_roots`: other directories the command could
+    /// write (the sandbox's temp dir). What could not be set aside makes later
+    /// workspace-write policies in that root refused (a gap) until it is gone.
+    pub async fn after_command(
+        &self,
+        policy: &SandboxPolicy,
+        extra_roots: &[PathBuf],
+    ) -> AfterCommand {
         let root = policy.workspace_root.clone();
         let layout = self.layout_of(&root).await;
         let appeared = protected::appeared(policy, &layout);
         if appeared.is_empty() {
             return AfterCommand::default();
         }
+        // Every directory the command could write: a git dir made in one of them and named
+        // by a pointer in the workspace is one git runs too.
+        let mut roots = policy.writable_dirs();
+        roots.extend(extra_roots.iter().cloned());
         let work = {
-            let appeared = appeared.clone();
-            move || crate::quarantine::quarantine(&appeared, &[root])
+            let (appeared, before, tainted) =
+                (appeared.clone(), policy.clone(), self.tainted.clone());
+            move || {
+                let q = crate::quarantine::quarantine(&appeared, &before, &layout, &roots);
+                let mut t = tainted
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.extend(q.iter().filter(|x| !x.set_aside).map(|x| x.path.clone()));
+                q
+            }
         };
         let quarantined = match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
@@ -147,13 +176,26 @@ impl PolicyService {
         }
     }
 
-    /// The policy of `mode` for `root` (canonical) with `layout`.
+    /// The policy of `mode` for `root` (canonical) with `layout`. What an earlier check
+    /// could not set aside, while it is there, makes a workspace-write policy incomplete
+    /// (refused unless partial enforcement is accepted).
     fn policy_with(
         &self,
         mode: SandboxMode,
         root: &Path,
-        layout: WorkspaceLayout,
+        mut layout: WorkspaceLayout,
     ) -> SandboxPolicy {
+        let tainted = {
+            let mut t = self
+                .tainted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            t.retain(|p| std::fs::symlink_metadata(p).is_ok());
+            t.iter().any(|p| p.starts_with(root))
+        };
+        if mode == SandboxMode::WorkspaceWrite && tainted {
+            layout.complete = false;
+        }
         SandboxPolicy::bare(mode, root)
             .with_layout(root, layout)
             .with_protected(self.protect.iter().map(|p| root.join(p)))

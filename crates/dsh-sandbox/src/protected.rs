@@ -13,14 +13,14 @@
 //!   ones of [`PROTECTED_WHEN_PRESENT`] (all of [`LEFTHOOK_NAMES`] once one exists), and
 //!   each existing root entry matching [`PROTECTED_PATTERNS`];
 //! - for every git dir the root's repository and the repositories below it use (the
-//!   root's `.git`, each nested `.git` directory or pointer file the [walk](crate::walk)
+//!   root's `.git`, each nested `.git` directory or pointer file the walk ([`crate::walk`])
 //!   finds, each bare repository, each submodule's under `.git/modules`, each linked
 //!   worktree's under `.git/worktrees`, and the common dir a `commondir` names): its
 //!   [`GIT_DIR_PARTS`];
 //! - every `.git` pointer file itself (it names the git dir);
 //! - every folder a `core.hooksPath` names and every file an `include.path` or
 //!   `includeIf.*.path` pulls in, read from those git dirs' config files and from the
-//!   user's global and the system config (see [`gitconfig`](crate::gitconfig)).
+//!   user's global and the system config (see [`crate::gitconfig`]).
 //!
 //! Objects, refs, the index and logs stay writable. For a root whose own `.git` is a
 //! pointer (a linked worktree, a submodule checkout), its git dir and the common dir's
@@ -162,7 +162,9 @@ pub struct WorkspaceLayout {
     /// Every git dir and hooks folder found: what the check after a command compares
     /// against to find the ones the command made.
     pub git_dirs: Vec<PathBuf>,
-    /// Whether the walk read the whole root (see [`walk`](crate::walk)).
+    /// The hooks folders among them (named by a `core.hooksPath`).
+    pub hooks_dirs: Vec<PathBuf>,
+    /// Whether the walk read the whole root (see [`crate::walk`]).
     pub complete: bool,
 }
 
@@ -179,6 +181,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
             protected: PROTECTED_NAMES.iter().map(|n| root.join(n)).collect(),
             writable: Vec::new(),
             git_dirs: Vec::new(),
+            hooks_dirs: Vec::new(),
             complete: walk.complete,
         },
         global: Vec::new(),
@@ -198,6 +201,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     }
     for config in global_configs() {
         let facts = gitconfig::read(&config);
+        b.layout.complete &= facts.complete;
         b.layout.protected.push(config);
         b.layout.protected.extend(facts.includes.iter().cloned());
         b.global.extend(facts.hooks_paths);
@@ -338,6 +342,7 @@ impl Builder {
         let mut hooks_paths = self.global.clone();
         for config in configs {
             let facts = gitconfig::read(&config);
+            self.layout.complete &= facts.complete;
             self.layout.protected.extend(facts.includes);
             hooks_paths.extend(facts.hooks_paths);
         }
@@ -351,6 +356,7 @@ impl Builder {
                 };
                 let path = crate::fold_dots(&path);
                 self.layout.git_dirs.push(path.clone());
+                self.layout.hooks_dirs.push(path.clone());
                 self.layout.protected.push(path);
             }
         }
@@ -382,12 +388,8 @@ pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<P
             .iter()
             .filter(|p| !before.protected.contains(p))
             .filter(|p| {
-                p.file_name().is_some_and(|n| {
-                    let n = n.to_string_lossy();
-                    n == ".git"
-                        || PROTECTED_PATTERNS.iter().any(|pat| name_matches(pat, &n))
-                        || walk::NESTED_TOOL_NAMES.contains(&n.as_ref())
-                })
+                p.file_name()
+                    .is_some_and(|n| n == ".git" || walk::is_tool_setting(n))
             })
             .cloned(),
     );
@@ -526,6 +528,11 @@ pub const HOME_STARTUP: &[&str] = &[
     ".config/systemd/user",
     ".config/dsh/config.toml",
     ".local/bin",
+    ".vimrc",
+    ".config/nvim",
+    ".tmux.conf",
+    ".ssh/rc",
+    ".claude/settings.json",
 ];
 
 /// Whether the git dir `g` that the pointer file `pointer` (in `root`) names is one, and

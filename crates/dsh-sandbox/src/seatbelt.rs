@@ -4,7 +4,7 @@
 //! reads, sysctl and Mach lookups, ptys), writes to `/dev/null`, and under workspace-write
 //! writes beneath each writable root. Protected paths are denied afterwards (later rules
 //! win in SBPL), which also keeps a missing one from being created. The network is allowed
-//! only with [`Network::Allow`](crate::Network::Allow). Reading a denied path (see
+//! only with [`crate::Network::Allow`]. Reading a denied path (see
 //! [`deny_read`](crate::deny_read)) is denied last.
 //!
 //! Paths never appear in the profile text: each is a `-D NAME=PATH` parameter read with

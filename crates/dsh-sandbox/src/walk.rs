@@ -34,6 +34,8 @@ pub struct Walk {
     /// Directories this user owns but cannot list (it could change their mode and make
     /// something in them): protected whole, so nothing is made there unseen.
     pub unlistable: Vec<PathBuf>,
+    /// Directories holding a `HEAD` that are not git dirs (yet).
+    pub head_dirs: Vec<PathBuf>,
     /// Whether every directory was read (see the [module docs](self)).
     pub complete: bool,
 }
@@ -50,6 +52,11 @@ pub const NESTED_TOOL_NAMES: &[&str] = &[
     ".yarnrc.yml",
     ".envrc",
     ".vscode",
+    ".claude",
+    ".mcp.json",
+    ".cursor",
+    ".gemini",
+    ".codex",
 ];
 
 /// Walks `root`, calling `on_dir` with each directory it reads (the root first).
@@ -61,18 +68,31 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
     let mut budget = MAX_WALK_ENTRIES;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            // Gone since it was listed is not a gap. One this user could make something
-            // in (it owns it, or may write it) is protected whole; another user's that we
-            // may not write holds nothing of ours.
-            if std::fs::symlink_metadata(&dir).is_ok() && could_write_in(&dir) {
-                out.unlistable.push(dir);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            // This user's own directory that it cannot list (a command may have taken the
+            // bits away to hide something in it): its owner may list it again.
+            Err(_) if make_listable(&dir) => match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(_) => {
+                    out.unlistable.push(dir);
+                    continue;
+                }
+            },
+            Err(_) => {
+                // Gone since it was listed is not a gap. One this user could make
+                // something in is protected whole; another user's that we may not write
+                // holds nothing of ours.
+                if std::fs::symlink_metadata(&dir).is_ok() && could_write_in(&dir) {
+                    out.unlistable.push(dir);
+                }
+                continue;
             }
-            continue;
         };
         on_dir(&dir);
         let mut subdirs = Vec::new();
         let mut shape = GitShape::default();
+        let mut head = false;
         for entry in entries.flatten() {
             if budget == 0 {
                 out.complete = false;
@@ -86,8 +106,11 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
             shape.note(&entry.path(), &name, kind);
             if name == ".git" {
                 out.git_entries.push(entry.path());
-            } else if NESTED_TOOL_NAMES.iter().any(|n| name == *n) {
+            } else if is_tool_setting(&name) {
                 out.tool_configs.push(entry.path());
+            }
+            if name == "HEAD" {
+                head = true;
             }
             if kind.is_dir() && name != ".git" && !is_skipped(&name) {
                 subdirs.push(entry.path());
@@ -99,6 +122,11 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
             out.git_entries.push(dir);
             continue;
         }
+        if head {
+            // Not a git dir yet; one more entry (or a link's target appearing) could make
+            // it one, which a watch re-checks each time.
+            out.head_dirs.push(dir.clone());
+        }
         stack.extend(subdirs);
         if budget == 0 {
             out.complete = false;
@@ -109,7 +137,36 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
     out.git_entries.dedup();
     out.tool_configs.sort();
     out.unlistable.sort();
+    out.head_dirs.sort();
     out
+}
+
+/// Whether a directory entry named `name` is one of [`NESTED_TOOL_NAMES`] or matches a
+/// protected pattern (`*.code-workspace`).
+pub fn is_tool_setting(name: &OsStr) -> bool {
+    let n = name.to_string_lossy();
+    NESTED_TOOL_NAMES.contains(&n.as_ref())
+        || crate::protected::PROTECTED_PATTERNS
+            .iter()
+            .any(|p| crate::protected::name_matches(p, &n))
+}
+
+/// Gives `dir`, when this user owns it, its owner's read and search bits back; whether it
+/// did.
+fn make_listable(dir: &Path) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    // SAFETY: geteuid(2) has no preconditions.
+    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+        return false;
+    }
+    std::fs::set_permissions(
+        dir,
+        std::fs::Permissions::from_mode((m.mode() & 0o7777) | 0o500),
+    )
+    .is_ok()
 }
 
 /// Whether a command of this user could create an entry in `dir`: it may write there, or

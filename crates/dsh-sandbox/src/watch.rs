@@ -1,4 +1,4 @@
-//! [`TreeWatch`]: one writable root's [walk](crate::walk), kept current with inotify, so
+//! [`TreeWatch`]: one writable root's walk ([`crate::walk`]), kept current with inotify, so
 //! a long-lived World walks a large workspace once and then pays only for what changed.
 //!
 //! Every directory the walk reads gets an inotify watch for entries created, moved in or
@@ -99,6 +99,18 @@ impl TreeWatch {
         if self.stale {
             self.rewalk();
         } else {
+            // A directory with a `HEAD` may have become a git dir without an event in it (a
+            // link's target made elsewhere).
+            let became: Vec<PathBuf> = self
+                .current
+                .head_dirs
+                .iter()
+                .filter(|d| walk::is_git_dir(d))
+                .cloned()
+                .collect();
+            for d in became {
+                self.note(d);
+            }
             self.current.git_entries.retain(|e| still_there(e));
             self.current
                 .tool_configs
@@ -264,19 +276,22 @@ impl TreeWatch {
             self.note(path);
             return;
         }
-        if walk::NESTED_TOOL_NAMES.iter().any(|n| name == *n) {
+        if walk::is_tool_setting(name) {
             if let Err(i) = self.current.tool_configs.binary_search(&path) {
                 self.current.tool_configs.insert(i, path.clone());
             }
         }
-        if matches!(
+        if name == "HEAD" && !self.current.head_dirs.contains(&dir) {
+            self.current.head_dirs.push(dir.clone());
+        }
+        if walk::is_git_dir(&dir) {
+            self.note(dir.clone());
+        }
+        let part = matches!(
             name.to_str(),
             Some("HEAD" | "objects" | "refs" | "commondir")
-        ) {
-            if walk::is_git_dir(&dir) {
-                self.note(dir);
-            }
-        } else if is_dir && !walk::is_skipped(name) {
+        );
+        if !part && is_dir && !walk::is_skipped(name) {
             let mut full = false;
             let found = walk::walk(&path, |d| {
                 if !full && !self.add_watch(d) {
@@ -300,6 +315,7 @@ impl TreeWatch {
                 }
             }
             self.current.unlistable.extend(found.unlistable);
+            self.current.head_dirs.extend(found.head_dirs);
         }
     }
 
@@ -407,6 +423,25 @@ mod tests {
             w.walk().git_entries,
             vec![r.join("new/deep/.git"), r.join("srv")]
         );
+    }
+
+    // Regression: a second review made `a/objects` a link to a directory that did not
+    // exist yet, then made it: `a` became a git dir with no event in it.
+    #[test]
+    fn a_directory_that_becomes_a_git_dir_through_a_link_is_seen() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        std::fs::create_dir_all(r.join("a/refs")).expect("refs");
+        std::fs::write(r.join("a/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::os::unix::fs::symlink("/nonexistent-dsh-target", r.join("a/objects")).expect("link");
+        let out = tempfile::tempdir().expect("tempdir");
+        let mut w = TreeWatch::new(&r);
+        assert!(w.walk().git_entries.is_empty());
+        std::fs::remove_file(r.join("a/objects")).expect("rm");
+        std::os::unix::fs::symlink(out.path().join("o"), r.join("a/objects")).expect("link");
+        assert!(w.walk().git_entries.is_empty());
+        std::fs::create_dir(out.path().join("o")).expect("target");
+        assert_eq!(w.walk().git_entries, vec![r.join("a")]);
     }
 
     #[test]

@@ -94,7 +94,18 @@ pub(crate) async fn call_policy(
             .unwrap_or(ApprovalOutcome::Unavailable)
     };
     let granted = approve_escalation(&request, Some(approver)).await?;
-    Ok(Some(standing.with_mode(granted)))
+    // Resolved again in the granted mode: a wider mode has its own protected paths.
+    let widened = match ctx.session {
+        Some(s) => {
+            let cwd = s.header().cwd.clone();
+            world
+                .policy()
+                .resolve(Some((&**s as &dyn Journal, &cwd)), Some(granted))
+                .await
+        }
+        None => world.policy().resolve(None, Some(granted)).await,
+    };
+    Ok(Some(widened))
 }
 
 /// `action` with a file's path resolved against `root` as the file tools resolve it
@@ -137,8 +148,8 @@ impl Escalation {
 /// The check after a confined call that could write (workspace-write): what it made that
 /// the host's tools would run or read, with the programs in it set aside
 /// ([`PolicyService::after_command`](dsh_sandbox::PolicyService::after_command)). Logs
-/// `sandbox/new-git-dir` and returns the line the model sees (and the meta), or `None`
-/// when nothing appeared.
+/// `sandbox/new-git-dir` and returns the line the model sees (and the event's data), or
+/// `None` when nothing appeared.
 ///
 /// # Errors
 /// The session log's.
@@ -149,7 +160,13 @@ pub(crate) async fn after_call(
     let Some(policy) = policy.filter(|p| p.mode == SandboxMode::WorkspaceWrite) else {
         return Ok(None);
     };
-    let after = ctx.world.policy().after_command(policy).await;
+    let temp: Vec<std::path::PathBuf> = ctx
+        .world
+        .sandbox()
+        .and_then(|s| s.temp_dir())
+        .into_iter()
+        .collect();
+    let after = ctx.world.policy().after_command(policy, &temp).await;
     if after.appeared.is_empty() {
         return Ok(None);
     }
@@ -164,8 +181,9 @@ pub(crate) async fn after_call(
         .map(|q| {
             serde_json::json!({
                 "path": q.path.display().to_string(),
-                "movedTo": q.moved_to.display().to_string(),
+                "movedTo": q.moved_to.as_ref().map(|m| m.display().to_string()),
                 "what": q.what,
+                "setAside": q.set_aside,
             })
         })
         .collect();
@@ -174,22 +192,34 @@ pub(crate) async fn after_call(
          themselves; from now on it is protected",
         paths.join(", ")
     );
-    if !after.quarantined.is_empty() {
-        let set: Vec<String> = after
-            .quarantined
+    let (done, failed): (Vec<_>, Vec<_>) = after.quarantined.iter().partition(|q| q.set_aside);
+    if !done.is_empty() {
+        let set: Vec<String> = done
             .iter()
             .map(|q| {
+                let to = q.moved_to.as_ref().map(|m| m.display().to_string());
                 format!(
                     "{} ({}) to {}",
                     q.path.display(),
                     q.what,
-                    q.moved_to.display()
+                    to.unwrap_or_default()
                 )
             })
             .collect();
         line.push_str(&format!(
             "; what would run a program was set aside for the user to review: {}",
             set.join("; ")
+        ));
+    }
+    if !failed.is_empty() {
+        let list: Vec<String> = failed
+            .iter()
+            .map(|q| format!("{} ({})", q.path.display(), q.what))
+            .collect();
+        line.push_str(&format!(
+            "; dsh could NOT set aside {}: workspace-write is refused in this workspace until \
+             the user has dealt with it",
+            list.join("; ")
         ));
     }
     line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");

@@ -17,7 +17,9 @@ use dsh_sandbox::{
     Network, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
 
+use dsh_sandbox::protected;
 use dsh_sandbox::quarantine::Quarantined;
+use dsh_sandbox::watch::TreeWatch;
 
 use crate::config::Config;
 
@@ -87,7 +89,7 @@ pub struct ExecArgs {
 /// so it must outlive the command) and the confinement.
 struct Confined {
     policy: SandboxPolicy,
-    _sandbox: LocalSandbox,
+    sandbox: LocalSandbox,
     confinement: Confinement,
 }
 
@@ -101,14 +103,13 @@ fn policy(
     args: &ExecArgs,
     cwd: &std::path::Path,
     config: &Config,
-) -> Result<SandboxPolicy, HarnessError> {
+) -> Result<(SandboxPolicy, Vec<TreeWatch>), HarnessError> {
     if !args.writable.is_empty() && args.mode != SandboxMode::WorkspaceWrite {
         return Err(HarnessError::invalid_argument(format!(
             "--writable needs --mode workspace-write (the mode is {})",
             args.mode
         )));
     }
-    let mut policy = SandboxPolicy::for_workspace(args.mode, cwd).with_network(args.network);
     for dir in &args.writable {
         if !dir.is_dir() {
             return Err(HarnessError::invalid_argument(format!(
@@ -116,7 +117,27 @@ fn policy(
                 dir.display()
             )));
         }
-        policy = policy.with_writable_root(dir);
+    }
+    // The workspace's policy without its protected paths (for_workspace walks only under
+    // workspace-write); they are added below from the watched walk.
+    let mut policy =
+        SandboxPolicy::for_workspace(SandboxMode::ReadOnly, cwd).with_network(args.network);
+    policy.mode = args.mode;
+    // Under workspace-write each root is walked once and watched while the command runs,
+    // so the check after it reads what changed instead of walking again.
+    let mut watches = Vec::new();
+    if args.mode == SandboxMode::WorkspaceWrite {
+        let root = policy.workspace_root.clone();
+        let mut watch = TreeWatch::new(&root);
+        policy = policy.with_layout(&root, protected::for_root(&root, watch.walk()));
+        watches.push(watch);
+        for dir in &args.writable {
+            let dir = dsh_sandbox::canonical_path(dir);
+            let mut watch = TreeWatch::new(&dir);
+            let layout = protected::for_root(&dir, watch.walk());
+            policy = policy.with_writable_root_layout(&dir, layout);
+            watches.push(watch);
+        }
     }
     for p in &args.protect {
         use std::path::Component;
@@ -141,10 +162,13 @@ fn policy(
     } else {
         OnPartial::Refuse
     };
-    Ok(policy
-        .with_protected(extra.collect::<Vec<_>>())
-        .with_deny_read(config.deny_read.iter().cloned())
-        .with_on_partial(on_partial))
+    Ok((
+        policy
+            .with_protected(extra.collect::<Vec<_>>())
+            .with_deny_read(config.deny_read.iter().cloned())
+            .with_on_partial(on_partial),
+        watches,
+    ))
 }
 
 /// The confinement of the command, when its mode is confined.
@@ -162,37 +186,36 @@ fn confine(args: &ExecArgs, policy: SandboxPolicy) -> Result<Option<Confined>, H
     let confinement = sandbox.confine(&args.argv, &policy)?;
     Ok(Some(Confined {
         policy,
-        _sandbox: sandbox,
+        sandbox,
         confinement,
     }))
 }
 
 /// The check after the command: what it made that the host's tools would run or read (a
-/// new git dir, a hooks folder, a tool's settings), each root walked again and compared
-/// with the policy it ran under, and the programs in it set aside.
-fn after_command(policy: &SandboxPolicy) -> (Vec<PathBuf>, Vec<Quarantined>) {
-    if policy.mode != SandboxMode::WorkspaceWrite {
-        return (Vec::new(), Vec::new());
-    }
+/// new git dir, a hooks folder, a tool's settings), from each root's watched walk
+/// compared with the policy it ran under, and the programs in it set aside. `temp`: the
+/// sandbox's temp dir, which the command could write too.
+fn after_command(
+    policy: &SandboxPolicy,
+    watches: &mut [TreeWatch],
+    temp: Option<PathBuf>,
+) -> (Vec<PathBuf>, Vec<Quarantined>) {
     let mut after = policy.clone();
-    let roots: Vec<PathBuf> = std::iter::once(policy.workspace_root.clone())
-        .chain(
-            policy
-                .writable_roots
-                .iter()
-                .filter(|r| !policy.git_dirs.iter().any(|g| r.starts_with(g)))
-                .cloned(),
-        )
-        .collect();
     let mut appeared = Vec::new();
-    for root in &roots {
-        let layout = dsh_sandbox::protected::for_workspace(root);
-        appeared.extend(dsh_sandbox::protected::appeared(&after, &layout));
-        after = after.with_layout(root, layout);
+    let mut found = protected::WorkspaceLayout::default();
+    for watch in watches.iter_mut() {
+        let root = watch.root().to_path_buf();
+        let layout = protected::for_root(&root, watch.walk());
+        appeared.extend(protected::appeared(&after, &layout));
+        found.git_dirs.extend(layout.git_dirs.iter().cloned());
+        found.hooks_dirs.extend(layout.hooks_dirs.iter().cloned());
+        after = after.with_layout(&root, layout);
     }
     appeared.sort();
     appeared.dedup();
-    let quarantined = dsh_sandbox::quarantine::quarantine(&appeared, &roots);
+    let mut roots = policy.writable_dirs();
+    roots.extend(temp);
+    let quarantined = dsh_sandbox::quarantine::quarantine(&appeared, policy, &found, &roots);
     (appeared, quarantined)
 }
 
@@ -241,7 +264,9 @@ async fn run(args: &ExecArgs) -> u8 {
     if args.no_cgroup {
         sub = sub.without_cgroups();
     }
-    let confined = match policy(args, &cwd, &config).and_then(|p| confine(args, p)) {
+    let (confined, mut watches) = match policy(args, &cwd, &config)
+        .and_then(|(p, watches)| confine(args, p).map(|c| (c, watches)))
+    {
         Ok(c) => c,
         Err(e) => return fail(args, &e),
     };
@@ -319,7 +344,8 @@ async fn run(args: &ExecArgs) -> u8 {
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
     let (appeared, quarantined) = confined
         .as_ref()
-        .map(|c| after_command(&c.policy))
+        .filter(|c| c.policy.mode == SandboxMode::WorkspaceWrite)
+        .map(|c| after_command(&c.policy, &mut watches, c.sandbox.temp_dir()))
         .unwrap_or_default();
     if !appeared.is_empty() && !args.json {
         eprintln!(
@@ -333,12 +359,20 @@ async fn run(args: &ExecArgs) -> u8 {
                 .join(", "),
             quarantined
                 .iter()
-                .map(|q| format!(
-                    " Set aside {} ({}) as {}.",
-                    q.path.display(),
-                    q.what,
-                    q.moved_to.display()
-                ))
+                .map(|q| match &q.moved_to {
+                    Some(to) if q.set_aside => format!(
+                        " Set aside {} ({}) as {}.",
+                        q.path.display(),
+                        q.what,
+                        to.display()
+                    ),
+                    _ => format!(
+                        " COULD NOT set aside {} ({}): do not run git or tools there before \
+                         you have looked at it.",
+                        q.path.display(),
+                        q.what
+                    ),
+                })
                 .collect::<String>()
         );
     }
@@ -357,6 +391,7 @@ async fn run(args: &ExecArgs) -> u8 {
                 "appeared": appeared,
                 "quarantined": quarantined.iter().map(|q| serde_json::json!({
                     "path": q.path, "moved_to": q.moved_to, "what": q.what,
+                    "set_aside": q.set_aside,
                 })).collect::<Vec<_>>(),
             })
         });

@@ -2,7 +2,19 @@
 //! `core.hooksPath`, `config.worktree`, `.git` pointer files, nested and bare repositories,
 //! the git dirs of `--writable` roots, and repositories the command makes itself.
 
+use std::path::{Path, PathBuf};
+
 use crate::support::{bwrap_usable, text, Fixture};
+
+/// The `NAME.dsh-quarantine-*` dsh set aside in `dir`, if any.
+fn aside(dir: &Path, name: &str) -> Option<PathBuf> {
+    let prefix = format!("{name}.dsh-quarantine-");
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+}
 
 // Regression: issue 11, finding 1 (husky sets core.hooksPath = .husky/_, whose stubs run
 // the scripts in .husky).
@@ -195,7 +207,10 @@ fn a_repository_the_command_makes_is_reported_disarmed_and_protected_afterwards(
         config.contains("https://example.com/x.git"),
         "its data is kept: {config}"
     );
-    assert!(fx.ws.join("nested/.git/config.dsh-quarantine").exists());
+    assert!(
+        aside(&fx.ws.join("nested/.git"), "config").is_some(),
+        "the original config was not kept"
+    );
     fx.git(&fx.ws.join("nested"), &["status", "--short"]);
     assert!(
         !fx.marker().exists(),
@@ -244,7 +259,10 @@ fn repositories_of_unusual_shape_or_made_by_the_file_tools_are_disarmed() {
         fx.plant()
     ));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    fx.git(&fx.ws.join("docs/site/wt"), &["status", "--short"]);
+    // (core.worktree is set aside too: git may refuse to run there at all.)
+    let _ = fx.git_status(&fx.ws.join("docs/site/wt"), &["status", "--short"]);
+    let config = std::fs::read_to_string(fx.ws.join("docs/site/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
     assert!(
         !fx.marker().exists(),
         "a symlinked bare repository's fsmonitor ran"
@@ -282,7 +300,9 @@ fn repositories_of_unusual_shape_or_made_by_the_file_tools_are_disarmed() {
             assert!(stdout.contains("core.fsmonitor"), "{stdout}");
         }
     }
-    fx.git(&fx.ws.join("site/wt"), &["status", "--short"]);
+    let _ = fx.git_status(&fx.ws.join("site/wt"), &["status", "--short"]);
+    let config = std::fs::read_to_string(fx.ws.join("site/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
     assert!(
         !fx.marker().exists(),
         "a repository made by writes ran its fsmonitor"
@@ -302,11 +322,9 @@ fn tool_settings_made_in_a_subdirectory_are_set_aside() {
         "mkdir -p crates/x/.cargo && printf '[build]\\nrustc-wrapper = \"/tmp/w\"\\n' > crates/x/.cargo/config.toml",
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(!fx.ws.join("crates/x/.cargo").exists());
-    assert!(fx
-        .ws
-        .join("crates/x/.cargo.dsh-quarantine/config.toml")
-        .exists());
+    assert!(!fx.ws.join("crates/x/.cargo/config.toml").exists());
+    let kept = aside(&fx.ws.join("crates/x"), ".cargo").expect("kept aside");
+    assert!(kept.join("config.toml").exists());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tool settings"), "{stderr}");
 }
@@ -372,9 +390,88 @@ fn fifos_and_huge_files_where_git_keeps_its_facts_do_not_stall_dsh() {
     let start = std::time::Instant::now();
     let ws = fx.ws.to_str().expect("utf-8");
     let out = fx.dsh(&[
-        "exec", "-C", ws, "--mode", "workspace-write", "--timeout", "20000", "--", "true",
+        "exec",
+        "-C",
+        ws,
+        "--mode",
+        "workspace-write",
+        "--timeout",
+        "20000",
+        "--",
+        "true",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // Only a bound against a hang: the call itself takes milliseconds.
     assert!(start.elapsed() < std::time::Duration::from_secs(60));
+}
+
+// Regression: a second review redirected a new git dir's `commondir` to a directory with
+// the config and hooks, and pointed a `.git` file at a repository in `$TMPDIR`.
+#[test]
+fn redirects_to_config_elsewhere_are_undone() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let fsmonitor = format!("[core]\\n\\tfsmonitor = \\\"{}; false\\\"\\n", fx.plant());
+    let out = fx.exec(&format!(
+        "mkdir -p c/objects c/refs sub/.git && printf '{fsmonitor}' > c/config && \
+         echo 'ref: refs/heads/main' > sub/.git/HEAD && echo ../../c > sub/.git/commondir && \
+         git init -q --bare \"$TMPDIR/evil\" && printf '{fsmonitor}' >> \"$TMPDIR/evil/config\" && \
+         mkdir -p sub2 && echo \"gitdir: $TMPDIR/evil\" > sub2/.git"
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("sub/.git/commondir")).expect("commondir"),
+        ".\n"
+    );
+    assert!(!fx.ws.join("sub2/.git").exists(), "{}", text(&out));
+    for dir in ["sub", "sub2"] {
+        let _ = fx.git_status(&fx.ws.join(dir), &["status", "--short"]);
+    }
+    assert!(!fx.marker().exists(), "a redirected config ran on the host");
+}
+
+// Regression: a second review set dsh's old placeholder mark on the user's `.git`, which
+// the next call then emptied.
+#[test]
+fn nothing_a_command_sets_makes_dsh_remove_a_users_files() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(
+        "python3 -c 'import os; [os.setxattr(p, \"user.dsh.placeholder\", b\"1\") for p in (\".git\", \"README\")]'",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = fx.exec("true");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(fx.ws.join(".git/HEAD").exists() && fx.ws.join("README").exists());
+    assert_eq!(fx.git(&fx.ws, &["log", "--format=%s"]), "init\n");
+}
+
+// Regression: a second review hid a new repository in a directory its owner could not
+// list (non-root), so the check did not see it.
+#[test]
+fn a_repository_hidden_in_an_unlistable_directory_is_found() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(&format!(
+        "mkdir -p b/inner && git init -q b/inner/r && \
+         git -C b/inner/r config core.fsmonitor \"{}; false\" && chmod 311 b",
+        fx.plant()
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("core.fsmonitor"), "{stderr}");
+    let _ = fx.git_status(&fx.ws.join("b/inner/r"), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "the hidden repository's fsmonitor ran"
+    );
 }
