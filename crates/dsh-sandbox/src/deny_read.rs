@@ -77,8 +77,41 @@ pub fn expand_home(p: &str) -> Option<PathBuf> {
     }
 }
 
-/// The paths `patterns` name that exist now, canonical, sorted, without duplicates.
+/// The paths `patterns` name that exist now, canonical, sorted, without duplicates. A
+/// match that leads, through a symlink, to `/` or a directory directly in it (`/usr`,
+/// `/tmp`: never what a pattern is written to deny) is left out: a command can make such
+/// a link at a denied name, and an empty mount there would leave no usable sandbox.
 pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (written, real) in matches(patterns) {
+        let through_link = real != crate::fold_dots(&written);
+        if through_link && real.components().count() <= 2 {
+            continue;
+        }
+        out.push(real);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A match of `patterns` in one of `places` (where a command can write) that is a link, or
+/// lies behind one, leading out of every place or to a directory holding one: `(the match
+/// as written, where it leads)`.
+/// dsh does not hide that target on the word of a link a command could have made (an empty
+/// mount over `/usr/lib` would leave no usable sandbox).
+pub fn planted_link(patterns: &[PathBuf], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    matches(patterns).into_iter().find_map(|(written, real)| {
+        let written = crate::fold_dots(&written);
+        let in_place = |p: &Path| places.iter().any(|w| p.starts_with(w));
+        let holds_place = places.iter().any(|w| w.starts_with(&real));
+        (written != real && in_place(&written) && (!in_place(&real) || holds_place))
+            .then_some((written, real))
+    })
+}
+
+/// The paths `patterns` name that exist now, `(as written, canonical)`.
+fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
     for p in patterns {
         let (Some(dir), Some(last)) = (p.parent(), p.file_name()) else {
@@ -87,7 +120,7 @@ pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
         let last = last.to_string_lossy();
         if !last.contains(['*', '?']) {
             if std::fs::symlink_metadata(p).is_ok() {
-                out.push(crate::canonical_path(p));
+                out.push((p.clone(), crate::canonical_path(p)));
             }
             continue;
         }
@@ -96,10 +129,27 @@ pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
         };
         for e in entries.flatten() {
             if name_matches(&last, &e.file_name().to_string_lossy()) {
-                out.push(crate::canonical_path(&e.path()));
+                out.push((e.path(), crate::canonical_path(&e.path())));
             }
         }
     }
+    out
+}
+
+/// The paths `patterns` name that exist now, as the check after a command sees them: each
+/// where it really is (what the sandbox hides), and a match in one of `roots` (the
+/// writable roots, where a command makes links) also as written.
+pub fn expand_within(patterns: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = matches(patterns)
+        .into_iter()
+        .flat_map(|(written, real)| {
+            let written = crate::fold_dots(&written);
+            // Where the sandbox hides it, and, in a root, the name it is denied under.
+            let named = roots.iter().any(|r| written.starts_with(r));
+            [Some(real), named.then_some(written)]
+        })
+        .flatten()
+        .collect();
     out.sort();
     out.dedup();
     out

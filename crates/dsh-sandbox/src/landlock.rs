@@ -233,23 +233,25 @@ impl Ruleset {
                 if e.file_type().is_ok_and(|t| t.is_symlink()) {
                     continue;
                 }
-                let same_inode = std::fs::symlink_metadata(&path).is_ok_and(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    denied_ids.contains(&(m.dev(), m.ino()))
-                });
-                if same_inode {
-                    continue;
-                }
-                match self.allow_nofollow(&path, access::READ & handled) {
-                    Ok(()) => {}
+                let file = match open_path(&path, true) {
+                    Ok(f) => f,
                     // Gone since it was listed, or not ours to open: nothing to grant.
                     Err(e)
                         if matches!(
                             e.kind(),
                             io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
-                        ) => {}
+                        ) =>
+                    {
+                        continue
+                    }
                     Err(e) => return Err(e),
+                };
+                let st = fstat(&file)?;
+                #[allow(clippy::useless_conversion)] // `dev_t`, `ino_t` are not u64 everywhere
+                if denied_ids.contains(&(u64::from(st.st_dev), u64::from(st.st_ino))) {
+                    continue;
                 }
+                self.add_rule_fd(&file, &st, access::READ & handled, &path)?;
             }
         }
         Ok(())
@@ -260,19 +262,22 @@ impl Ruleset {
         self.add_rule(path, rights, false)
     }
 
-    /// [`allow`](Self::allow) for `path` itself, never where a symlink there leads.
-    fn allow_nofollow(&self, path: &Path, rights: u64) -> io::Result<()> {
-        self.add_rule(path, rights, true)
-    }
-
     fn add_rule(&self, path: &Path, rights: u64, nofollow: bool) -> io::Result<()> {
         let file = open_path(path, nofollow)?;
-        let is_dir = {
-            // SAFETY: a zeroed stat is a valid out-buffer for fstat(2) on our fd.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let ok = unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0;
-            ok && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-        };
+        let st = fstat(&file)?;
+        self.add_rule_fd(&file, &st, rights, path)
+    }
+
+    /// Adds a rule granting `rights` beneath the open `file` (stat `st`), masked to file
+    /// rights for a file.
+    fn add_rule_fd(
+        &self,
+        file: &OwnedFd,
+        st: &libc::stat,
+        rights: u64,
+        path: &Path,
+    ) -> io::Result<()> {
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         let attr = PathBeneathAttr {
             allowed_access: if is_dir {
                 rights
@@ -304,6 +309,17 @@ impl Ruleset {
     /// The ruleset fd, which the child passes to `landlock_restrict_self`.
     pub fn into_fd(self) -> OwnedFd {
         self.fd
+    }
+}
+
+/// `fstat(fd)`.
+fn fstat(file: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: a zeroed stat is a valid out-buffer for fstat(2) on our fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

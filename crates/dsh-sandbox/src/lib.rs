@@ -75,6 +75,7 @@ pub mod escalation;
 pub mod gitconfig;
 pub mod landlock;
 mod local;
+mod nofollow;
 mod placeholder;
 pub mod policy;
 pub mod protected;
@@ -82,6 +83,8 @@ pub mod quarantine;
 pub mod seatbelt;
 pub mod seccomp;
 mod small_file;
+mod state_dir;
+mod unsettled;
 pub mod walk;
 pub mod watch;
 

@@ -537,6 +537,7 @@ impl LocalSandbox {
         &self,
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        denied: &[PathBuf],
     ) -> Result<ChildRestrictions, HarnessError> {
         let abi = self
             .landlock_abi()
@@ -549,7 +550,6 @@ impl LocalSandbox {
         // A root that does not exist grants nothing (rather than failing the call).
         writable.retain(|p| p.exists());
         let deny_network = policy.network == Network::Deny;
-        let denied = deny_read::expand(&policy.deny_read);
         let ruleset = Ruleset::build(
             abi,
             &RulesetSpec {
@@ -601,9 +601,34 @@ impl Sandbox for LocalSandbox {
                 "the argv to confine is empty",
             ));
         }
+        let mut places = policy.writable_dirs();
+        places.push(policy.workspace_root.clone());
+        if let Some((link, target)) = deny_read::planted_link(&policy.deny_read, &places) {
+            return Err(HarnessError::new(
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "{} is denied for reading and is (or lies behind) a link to {}, in a \
+                     directory a command can write: dsh will not hide {} on the word of a \
+                     link a command could have made. Remove the link, or, if it is yours, \
+                     deny {} itself (deny_read in ~/.config/dsh/config.toml).",
+                    link.display(),
+                    target.display(),
+                    target.display(),
+                    target.display()
+                ),
+            ));
+        }
         let (runner, enforcement) = self.choose(policy)?;
         if let (Enforcement::Partial(why), OnPartial::Refuse) = (&enforcement, policy.on_partial) {
             return Err(partial_refused(policy.mode, why));
+        }
+        if policy.mode == SandboxMode::WorkspaceWrite {
+            // What earlier checks could not set aside, tried again: what remains is a
+            // program the host would run, whatever partial enforcement the user accepts.
+            let left = crate::quarantine::recheck(policy);
+            if !left.is_empty() {
+                return Err(unsettled_refused(&left));
+            }
         }
         let denied = deny_read::expand(&policy.deny_read);
         // The private directory: the temp dir under workspace-write; under read-only only
@@ -619,7 +644,7 @@ impl Sandbox for LocalSandbox {
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, temp_area)?),
+                Some(self.confine_landlock(policy, temp_area, &denied)?),
                 None,
             ),
             Runner::Bwrap | Runner::Operator => {
@@ -636,6 +661,15 @@ impl Sandbox for LocalSandbox {
                         // `exclude` that hid planted files from the host's `git status`.
                         add_anchors(&carve.at, &root, &mut anchors);
                         carves.push(carve);
+                    }
+                    // Regression: a third review renamed a folder above a denied path
+                    // (`mv gh gh2`): the next command read the file under its new name.
+                    for d in &denied {
+                        for root in policy.writable_dirs() {
+                            if strictly_beneath(d, &root) {
+                                add_anchors(d, &root, &mut anchors);
+                            }
+                        }
                     }
                     anchors.sort_by_key(|a| a.components().count());
                     a = with_carves(a, &anchors, carves);
@@ -912,6 +946,24 @@ fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
     )
 }
 
+/// `SANDBOX_UNAVAILABLE`: what earlier checks could not set aside is still there.
+fn unsettled_refused(left: &[crate::quarantine::Quarantined]) -> HarnessError {
+    let list: Vec<String> = left
+        .iter()
+        .map(|q| format!("{} ({})", q.path.display(), q.what))
+        .collect();
+    HarnessError::new(
+        ErrorCode::SandboxUnavailable,
+        format!(
+            "workspace-write is refused here until this is dealt with: an earlier command \
+             made what the host's own tools would run, and dsh could not set it aside: {}. \
+             Look at it, then move or remove it (or give it back to this user), and run \
+             again; read-only commands still run.",
+            list.join("; ")
+        ),
+    )
+}
+
 /// Removes `--bind T T` (T under /tmp would be hidden by `--bind T /tmp` anyway).
 fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
     if let Some(i) = argv
@@ -924,9 +976,23 @@ fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
 
 /// What no runner can enforce of `policy` on this filesystem: a writable root that holds
 /// the home directory (its startup files, autostart entries and user units cannot all be
-/// listed), and roots whose walk for nested repositories stopped short.
+/// listed) or dsh's state directory, a denied path that holds a writable root, and roots
+/// whose walk for nested repositories stopped short.
 fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
     let mut gaps = Vec::new();
+    for d in deny_read::expand(&policy.deny_read) {
+        use std::os::unix::fs::MetadataExt;
+        // Another name for a denied file (a hard link made before the secret was written
+        // into it) is readable where that name is.
+        if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+            gaps.push(format!(
+                "{} is denied for reading but has another name (a hard link) the sandbox \
+                 cannot hide; find it (find / -samefile {}) and remove it",
+                d.display(),
+                d.display()
+            ));
+        }
+    }
     if policy.mode != SandboxMode::WorkspaceWrite {
         return gaps;
     }
@@ -941,6 +1007,40 @@ fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
             ));
         }
     }
+    for d in deny_read::expand(&policy.deny_read) {
+        if let Some(root) = policy.writable_dirs().iter().find(|w| w.starts_with(&d)) {
+            gaps.push(format!(
+                "{} is denied for reading and holds the writable root {}: the command could \
+                 not see its own files (a link at a denied name can lead there; remove it)",
+                d.display(),
+                root.display()
+            ));
+        }
+    }
+    for (root, dir) in startup_places(policy) {
+        gaps.push(format!(
+            "the writable root {} is, holds or lies in {}, where programs keep what they run \
+             (settings and scripts read at start, commands found on PATH): they cannot all \
+             be protected",
+            root.display(),
+            dir.display()
+        ));
+    }
+    if let Some(state) = crate::state_dir::path() {
+        if let Some(root) = policy
+            .writable_dirs()
+            .iter()
+            .find(|w| state.starts_with(w) || w.starts_with(&state))
+        {
+            gaps.push(format!(
+                "the writable root {} holds or lies inside dsh's state directory {}, where \
+                 dsh records the placeholders it made and what it could not set aside: a \
+                 command could forge those records",
+                root.display(),
+                state.display()
+            ));
+        }
+    }
     for root in &policy.incomplete_roots {
         gaps.push(format!(
             "{} could not be walked whole for nested git repositories, or a git config \
@@ -950,6 +1050,39 @@ fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
         ));
     }
     gaps
+}
+
+/// The writable roots of `policy` that are, hold or lie in a place where programs keep
+/// what they run (`~/.config`, `~/.local`, a toolchain's home, a directory on `PATH`),
+/// each with that place: no list of names can cover what is there.
+fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
+    let mut places: Vec<PathBuf> = Vec::new();
+    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
+        let config = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| home.join(".config"), PathBuf::from);
+        places.push(crate::canonical_path(&config));
+        for name in [".local", ".cargo", ".rustup", "go", "bin"] {
+            places.push(home.join(name));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        places.extend(
+            std::env::split_paths(&path)
+                .filter(|p| p.is_absolute())
+                .map(|p| crate::canonical_path(&p)),
+        );
+    }
+    let mut out = Vec::new();
+    for root in policy.writable_dirs() {
+        if let Some(dir) = places
+            .iter()
+            .find(|d| d.starts_with(&root) || root.starts_with(d))
+        {
+            out.push((root.clone(), dir.clone()));
+        }
+    }
+    out
 }
 
 /// Under workspace-write, the first symlink on the way from a writable root to one of its

@@ -30,6 +30,9 @@
 //! elsewhere.
 //!
 //! # Limits
+//! A placeholder that is not empty when its last holder is done (only someone outside
+//! every sandbox can put something in one: the user, an editor, a root process) is left
+//! with what is in it, writable to its owner again and no longer a placeholder.
 //! A dsh killed while holding placeholders leaves them behind, empty and recorded; the
 //! next confinement of the same user that meets one adopts it and removes it when done. A
 //! placeholder another user's dsh made (a root dsh in a user's workspace) is shared but
@@ -40,10 +43,11 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::nofollow::{cstring, fstat, open_dir, owned};
 use crate::protected::COMMONDIR_PLACEHOLDER;
 
 /// Modes of placeholders.
@@ -134,7 +138,7 @@ impl Placeholders {
         }) {
             return Err(format!("{}: not a plain absolute path", at.display()));
         }
-        let dir = open_dir_no_symlinks(parent)
+        let dir = open_dir(parent)
             .map_err(|e| format!("cannot open {} without symlinks: {e}", parent.display()))?;
         for _ in 0..ATTEMPTS {
             match stat_at(&dir, name) {
@@ -207,7 +211,7 @@ fn release(h: Held) {
     let (Some(parent), Some(name)) = (h.path.parent(), h.path.file_name()) else {
         return;
     };
-    let Ok(dir) = open_dir_no_symlinks(parent) else {
+    let Ok(dir) = open_dir(parent) else {
         return;
     };
     let (Ok(now), Ok(mine)) = (stat_at(&dir, name), fstat(fd)) else {
@@ -220,20 +224,37 @@ fn release(h: Held) {
         return;
     };
     let is_dir = mine.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    if !is_dir && !holds_placeholder_content(fd, &mine) {
-        return;
-    }
-    if is_dir {
-        // Nothing may be in a placeholder directory (it is read-only in every sandbox, and
-        // 0555 on the host); what is there was put in through a descriptor opened before
-        // it became one, and goes with it.
-        empty_dir(fd, 0);
-    }
-    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: unlinkat(2) on our directory fd with a valid C string; rmdir refuses a
-    // directory that is not empty.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags) } == 0 {
-        registry::forget(&mine);
+    // Only a placeholder that is still empty goes: no confined command can put anything
+    // in one (it is read-only in every sandbox), so what is there now was put there from
+    // outside (the user, an editor, a root process) and is someone's data.
+    let unlink = |flags: i32| {
+        // SAFETY: unlinkat(2) on our directory fd with a valid C string; rmdir refuses a
+        // directory that is not empty.
+        if unsafe { libc::unlinkat(dir.as_raw_fd(), name_c.as_ptr(), flags) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    let outcome = if is_dir {
+        unlink(libc::AT_REMOVEDIR)
+    } else if holds_placeholder_content(fd, &mine) {
+        unlink(0)
+    } else {
+        Err(io::Error::from_raw_os_error(libc::ENOTEMPTY))
+    };
+    match outcome {
+        Ok(()) => registry::forget(&mine),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {
+            // Left as someone's: no longer a placeholder, and writable to its owner again.
+            registry::forget(&mine);
+            // SAFETY: fchmod(2) on our fd.
+            unsafe {
+                libc::fchmod(fd, if is_dir { 0o755 } else { 0o644 });
+            }
+        }
+        // Kept in the registry: the next dsh that meets it tries again.
+        Err(_) => {}
     }
     // The exclusive lock goes with `h.fd` after the name is gone: a joiner waiting for it
     // then finds its inode unlinked and starts over.
@@ -432,48 +453,6 @@ fn lock_within(fd: i32, op: i32) -> io::Result<()> {
     }
 }
 
-/// Removes everything inside the directory `dir` (an fd), depth first, never following a
-/// symlink: `unlinkat` on names read through the fd itself.
-fn empty_dir(dir: i32, depth: usize) {
-    if depth > 32 {
-        return;
-    }
-    // Writable to its owner while it is emptied (a placeholder is 0555).
-    // SAFETY: fchmod(2) on an fd we hold.
-    unsafe {
-        libc::fchmod(dir, 0o700);
-    }
-    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{dir}")) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Ok(name) = CString::new(e.file_name().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: openat(2) relative to our fd with a valid C string; O_NOFOLLOW and
-        // O_DIRECTORY make it fail on anything but a real directory.
-        let sub = unsafe {
-            libc::openat(
-                dir,
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if let Ok(sub) = owned(sub) {
-            empty_dir(sub.as_raw_fd(), depth + 1);
-            // SAFETY: unlinkat(2) relative to our fd with a valid C string.
-            unsafe {
-                libc::unlinkat(dir, name.as_ptr(), libc::AT_REMOVEDIR);
-            }
-        } else {
-            // SAFETY: as above; removes the name, never what a link names.
-            unsafe {
-                libc::unlinkat(dir, name.as_ptr(), 0);
-            }
-        }
-    }
-}
-
 /// `flock(fd, op)`, retried on `EINTR`.
 fn lock(fd: i32, op: i32) -> io::Result<()> {
     loop {
@@ -486,35 +465,6 @@ fn lock(fd: i32, op: i32) -> io::Result<()> {
             return Err(e);
         }
     }
-}
-
-/// `openat2(AT_FDCWD, dir, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS)`: `dir` itself and
-/// every component on the way must be real directories.
-pub(crate) fn open_dir_no_symlinks(dir: &Path) -> io::Result<OwnedFd> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    let c = cstring(dir.as_os_str())?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS,
-    };
-    // SAFETY: openat2(2) with a valid C string and an open_how of the size given.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    owned(i32::try_from(fd).unwrap_or(-1))
 }
 
 fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
@@ -537,30 +487,6 @@ fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<libc::stat> {
     }
 }
 
-fn fstat(fd: i32) -> io::Result<libc::stat> {
-    // SAFETY: a zeroed stat is a valid out-buffer for fstat(2).
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat(2) on an fd we own and a live buffer.
-    if unsafe { libc::fstat(fd, &mut st) } == 0 {
-        Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn owned(fd: i32) -> io::Result<OwnedFd> {
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd the kernel just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn cstring(s: &OsStr) -> io::Result<CString> {
-    CString::new(s.as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
-}
-
 /// The user's record of the placeholders dsh made: `STATE/dsh/placeholders/<dev>-<ino>`
 /// holding the inode's birth time. It lives where no confined command can write (a
 /// writable root that holds the home directory is refused), so only dsh decides what is a
@@ -568,43 +494,14 @@ fn cstring(s: &OsStr) -> io::Result<CString> {
 mod registry {
     use std::ffi::CString;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::PathBuf;
     use std::sync::OnceLock;
 
-    /// The registry's directory fd, made (0700) and checked (a directory of ours, not a
-    /// link) once per process; `None` where it cannot be had.
+    /// The registry's directory fd, opened once per process; `None` where it cannot be
+    /// had.
     fn dir() -> Option<&'static OwnedFd> {
         static DIR: OnceLock<Option<OwnedFd>> = OnceLock::new();
-        DIR.get_or_init(|| {
-            let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-                Some(x) => PathBuf::from(x),
-                None => crate::home_dir()?.join(".local/state"),
-            };
-            let path = base.join("dsh/placeholders");
-            let _ = std::fs::create_dir_all(base.join("dsh"));
-            let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-            // SAFETY: mkdir(2)/open(2) with a valid C string.
-            unsafe {
-                libc::mkdir(c.as_ptr(), 0o700);
-            }
-            let fd = unsafe {
-                libc::open(
-                    c.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return None;
-            }
-            // SAFETY: a fresh fd the kernel returned.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let st = super::fstat(fd.as_raw_fd()).ok()?;
-            // SAFETY: geteuid(2) has no preconditions.
-            let ours = st.st_uid == unsafe { libc::geteuid() } && st.st_mode & 0o077 == 0;
-            ours.then_some(fd)
-        })
-        .as_ref()
+        DIR.get_or_init(|| crate::state_dir::open("placeholders"))
+            .as_ref()
     }
 
     /// `(name, birth)` of the inode behind `fd`: `<dev>-<ino>` and its birth time (the
@@ -751,23 +648,33 @@ mod tests {
         assert!(!at.exists());
     }
 
-    // Regression: a review pointed out that a directory planted in place of a placeholder
-    // (through a descriptor opened before) would keep what was put in it.
+    // Regression: a third review put files in a placeholder directory while its command
+    // ran (as the user's editor or a root process can: only a sandbox cannot), and the
+    // release deleted them.
     #[test]
-    fn what_is_found_inside_a_placeholder_directory_goes_with_it() {
+    fn a_placeholder_someone_put_files_in_is_left_with_them() {
+        use std::os::unix::fs::PermissionsExt;
         let (_d, r) = root();
         let at = r.join(".vscode");
         let mut a = Placeholders::new();
         a.ensure(&at, Kind::Dir).expect("a");
-        // As its owner could through an fd: make it writable and put something in it.
-        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
+        std::fs::set_permissions(&at, PermissionsExt::from_mode(0o755)).expect("chmod");
         std::fs::create_dir(at.join("deep")).expect("deep");
-        std::fs::write(at.join("deep/tasks.json"), "{}").expect("plant");
-        std::os::unix::fs::symlink("/etc/passwd", at.join("link")).expect("link");
+        std::fs::write(at.join("deep/settings.json"), "{}").expect("write");
         drop(a);
-        assert!(!at.exists(), "the planted placeholder directory was left");
-        assert!(std::path::Path::new("/etc/passwd").exists());
+        assert_eq!(
+            std::fs::read(at.join("deep/settings.json")).expect("kept"),
+            b"{}"
+        );
+        assert!(!is_placeholder_dir(&at), "still taken for a placeholder");
+        let mode = std::fs::metadata(&at).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o700, 0o700, "not writable to its owner again");
+        // The next confinement holds it as the user's directory, and leaves it.
+        let mut b = Placeholders::new();
+        b.ensure(&at, Kind::Dir).expect("b");
+        assert!(b.made().is_empty());
+        drop(b);
+        assert!(at.join("deep/settings.json").exists());
     }
 
     // Regression: a review set the old placeholder mark (an extended attribute) on a

@@ -47,8 +47,6 @@ pub struct PolicyService {
     /// Every read-denial pattern (the defaults and the configured ones).
     deny_read: Vec<PathBuf>,
     watches: Arc<Mutex<HashMap<PathBuf, TreeWatch>>>,
-    /// What a check could not set aside: refused (a gap) while it exists.
-    tainted: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl PolicyService {
@@ -63,7 +61,6 @@ impl PolicyService {
             protect: Vec::new(),
             deny_read: deny_read::defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
-            tainted: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -138,7 +135,8 @@ impl PolicyService {
     /// set aside ([`quarantine`](crate::quarantine::quarantine)); the next policy for that
     /// root protects what is left. `extra_roots`: other directories the command could
     /// write (the sandbox's temp dir). What could not be set aside makes later
-    /// workspace-write policies in that root refused (a gap) until it is gone.
+    /// workspace-write commands in that root refused (a gap) until it is gone (see
+    /// [`recheck`](crate::quarantine::recheck)).
     pub async fn after_command(
         &self,
         policy: &SandboxPolicy,
@@ -146,56 +144,42 @@ impl PolicyService {
     ) -> AfterCommand {
         let root = policy.workspace_root.clone();
         let layout = self.layout_of(&root).await;
-        let appeared = protected::appeared(policy, &layout);
-        if appeared.is_empty() {
+        let mut short = Vec::new();
+        if !layout.complete && !policy.incomplete_roots.contains(&root) {
+            short.push(crate::quarantine::walked_short(&root, policy));
+        }
+        let mut appeared = protected::appeared(policy, &layout);
+        if appeared.is_empty() && short.is_empty() {
             return AfterCommand::default();
         }
+        appeared.extend(short.iter().map(|q| q.path.clone()));
         // Every directory the command could write: a git dir made in one of them and named
         // by a pointer in the workspace is one git runs too.
         let mut roots = policy.writable_dirs();
         roots.extend(extra_roots.iter().cloned());
         let work = {
-            let (appeared, before, tainted) =
-                (appeared.clone(), policy.clone(), self.tainted.clone());
-            move || {
-                let q = crate::quarantine::quarantine(&appeared, &before, &layout, &roots);
-                let mut t = tainted
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                t.extend(q.iter().filter(|x| !x.set_aside).map(|x| x.path.clone()));
-                q
-            }
+            let (appeared, before) = (appeared.clone(), policy.clone());
+            move || crate::quarantine::quarantine(&appeared, &before, &layout, &roots)
         };
         let quarantined = match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
             Err(_) => work(),
         };
+        let mut quarantined = quarantined;
+        quarantined.extend(short);
         AfterCommand {
             appeared,
             quarantined,
         }
     }
 
-    /// The policy of `mode` for `root` (canonical) with `layout`. What an earlier check
-    /// could not set aside, while it is there, makes a workspace-write policy incomplete
-    /// (refused unless partial enforcement is accepted).
+    /// The policy of `mode` for `root` (canonical) with `layout`.
     fn policy_with(
         &self,
         mode: SandboxMode,
         root: &Path,
-        mut layout: WorkspaceLayout,
+        layout: WorkspaceLayout,
     ) -> SandboxPolicy {
-        let tainted = {
-            let mut t = self
-                .tainted
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            t.retain(|p| std::fs::symlink_metadata(p).is_ok());
-            t.iter().any(|p| p.starts_with(root))
-        };
-        if mode == SandboxMode::WorkspaceWrite && tainted {
-            layout.complete = false;
-        }
         SandboxPolicy::bare(mode, root)
             .with_layout(root, layout)
             .with_protected(self.protect.iter().map(|p| root.join(p)))

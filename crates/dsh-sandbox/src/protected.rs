@@ -54,6 +54,7 @@ pub const PROTECTED_NAMES: &[&str] = &[
     ".vscode",
     ".idea",
     ".zed",
+    ".helix",
     ".devcontainer",
     ".devcontainer.json",
     // Agents: their settings, hooks and MCP servers (programs they start by themselves).
@@ -98,15 +99,45 @@ pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
     ".envrc",
 ];
 
-/// The names lefthook reads its configuration from.
+/// What a hook manager other than lefthook keeps in a worktree, protected where present in
+/// every repository's worktree, nested ones included.
+pub const HOOK_MANAGER_NAMES: &[&str] = &[".husky", ".pre-commit-config.yaml", ".gitmodules"];
+
+/// The names lefthook reads its configuration from (and merges a `-local` one into), in
+/// each format it reads, at the root, hidden, or in `.config/`.
 pub const LEFTHOOK_NAMES: &[&str] = &[
     "lefthook.yml",
-    "lefthook.yaml",
     ".lefthook.yml",
+    ".config/lefthook.yml",
+    "lefthook.yaml",
     ".lefthook.yaml",
+    ".config/lefthook.yaml",
+    "lefthook.toml",
+    ".lefthook.toml",
+    ".config/lefthook.toml",
+    "lefthook.json",
+    ".lefthook.json",
+    ".config/lefthook.json",
+    "lefthook.jsonc",
+    ".lefthook.jsonc",
+    ".config/lefthook.jsonc",
     "lefthook-local.yml",
     ".lefthook-local.yml",
+    ".config/lefthook-local.yml",
+    "lefthook-local.yaml",
+    ".lefthook-local.yaml",
+    ".config/lefthook-local.yaml",
+    "lefthook-local.toml",
+    ".lefthook-local.toml",
+    ".config/lefthook-local.toml",
+    "lefthook-local.json",
+    ".lefthook-local.json",
+    ".config/lefthook-local.json",
+    "lefthook-local.jsonc",
+    ".lefthook-local.jsonc",
+    ".config/lefthook-local.jsonc",
     ".lefthook",
+    ".lefthook-local",
 ];
 
 /// Patterns (`*` in the last component) matched against the entries of each writable
@@ -122,9 +153,9 @@ pub const GIT_DIR_PARTS: [&str; 4] = ["hooks", "config", "config.worktree", "com
 /// The content of a placeholder `commondir`: the git dir itself.
 pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
 
-/// How deep submodule git dirs are looked for under `.git/modules` (`modules/a/modules/b`
-/// is depth 2; a name with `/` adds levels).
-const MODULE_DEPTH: usize = 6;
+/// Directories one search for submodule git dirs under a `modules` folder reads at most
+/// (a name with `/` nests them at any depth); past it, the layout is incomplete.
+const MODULE_SEARCH: usize = 100_000;
 
 /// Names that are directories when they exist (a placeholder for a missing one is an empty
 /// directory, so tools that look for a file of that name are not confused).
@@ -207,12 +238,20 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         b.global.extend(facts.hooks_paths);
     }
     // What runs at login or on the user's own git commands, wherever it really lives: a
-    // dotfiles repository as a workspace holds the targets of these links.
-    if let Some(home) = crate::home_dir() {
+    // dotfiles repository as a workspace holds the targets of these links. One missing in
+    // this root (`--writable ~/.config`) is held by a placeholder, so it cannot be made.
+    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
         for name in HOME_STARTUP {
             let p = home.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
                 b.layout.protected.push(p);
+            } else {
+                // Missing: where it would be made, through any link on the way
+                // (`~/.config/git -> dotfiles/git`).
+                let made_at = through_links(&p);
+                if made_at.starts_with(root) {
+                    b.layout.protected.push(made_at);
+                }
             }
         }
     }
@@ -315,7 +354,7 @@ impl Builder {
     fn pointer(&mut self, file: &Path) -> Option<PathBuf> {
         let base = file.parent()?;
         let target = read_pointer(file)?;
-        Some(crate::canonical_path(&base.join(target)))
+        Some(crate::fold_dots(&crate::canonical_path(&base.join(target))))
     }
 
     /// Protects the git dir `g` (whose hooks run in `top`), the git dirs it holds for
@@ -339,6 +378,21 @@ impl Builder {
             configs.push(common.join("config"));
         }
         let top = top.map(Path::to_path_buf).or_else(|| worktree_of(g));
+        if let Some(top) = &top {
+            // The hook managers of this repository's worktree (husky, pre-commit,
+            // lefthook) run on its commits as the root's do.
+            let exists = |n: &str| std::fs::symlink_metadata(top.join(n)).is_ok();
+            for name in HOOK_MANAGER_NAMES {
+                if exists(name) {
+                    self.layout.protected.push(top.join(name));
+                }
+            }
+            if LEFTHOOK_NAMES.iter().any(|n| exists(n)) {
+                self.layout
+                    .protected
+                    .extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
+            }
+        }
         let mut hooks_paths = self.global.clone();
         for config in configs {
             let facts = gitconfig::read(&config);
@@ -361,11 +415,13 @@ impl Builder {
             }
         }
         for wt in subdirs(&g.join("worktrees")) {
-            let wt_top = small_file::read(&wt.join("gitdir"), small_file::POINTER_MAX)
-                .and_then(|t| Path::new(t.trim()).parent().map(Path::to_path_buf));
+            let wt_top = small_file::git_path(&wt.join("gitdir"), "")
+                .and_then(|t| t.parent().map(Path::to_path_buf));
             self.git_dir(&wt, wt_top.as_deref());
         }
-        for module in module_dirs(g) {
+        let (modules, whole) = module_dirs(g);
+        self.layout.complete &= whole;
+        for module in modules {
             self.git_dir(&module, None);
         }
     }
@@ -374,7 +430,7 @@ impl Builder {
 /// What a confined command made, found by comparing the layout of its root after it ran
 /// with the policy it ran under: new git dirs and hooks folders, new `.git` entries, new
 /// entries matching [`PROTECTED_PATTERNS`] and new tool settings in any directory
-/// ([`NESTED_TOOL_NAMES`](walk::NESTED_TOOL_NAMES)). Sorted.
+/// ([`walk::is_tool_setting`]). Sorted.
 pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = after
         .git_dirs
@@ -398,14 +454,54 @@ pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<P
     out
 }
 
+/// Where the missing path `p` would be made: its deepest existing ancestor made canonical
+/// (links followed), with the rest of `p` after it.
+fn through_links(p: &Path) -> PathBuf {
+    let mut p = p.to_path_buf();
+    // A dangling link on the way leads on to where its target would be made (a few hops).
+    for _ in 0..8 {
+        let mut existing = p.as_path();
+        let mut rest = Vec::new();
+        while std::fs::symlink_metadata(existing).is_err() {
+            let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+                return p;
+            };
+            rest.push(name.to_os_string());
+            existing = parent;
+        }
+        let next = match std::fs::canonicalize(existing) {
+            Ok(real) => {
+                let mut out = real;
+                out.extend(rest.iter().rev());
+                return out;
+            }
+            Err(_) => match std::fs::read_link(existing) {
+                Ok(target) => {
+                    let mut out = existing.parent().unwrap_or(existing).join(target);
+                    out.extend(rest.iter().rev());
+                    crate::fold_dots(&out)
+                }
+                Err(_) => return p,
+            },
+        };
+        p = next;
+    }
+    p
+}
+
 /// The submodule git dirs under `g/modules`, nested ones too: directories that hold a
 /// `HEAD` (a submodule's name may contain `/`, so its git dir can be deeper).
-fn module_dirs(g: &Path) -> Vec<PathBuf> {
+fn module_dirs(g: &Path) -> (Vec<PathBuf>, bool) {
     let mut out = Vec::new();
+    let mut budget = MODULE_SEARCH;
     let mut level = subdirs(&g.join("modules"));
-    for _ in 0..MODULE_DEPTH {
+    while !level.is_empty() {
         let mut next = Vec::new();
         for dir in level {
+            if budget == 0 {
+                return (out, false);
+            }
+            budget -= 1;
             if walk::is_git_dir(&dir) || dir.join("HEAD").is_file() {
                 out.push(dir);
             } else {
@@ -414,14 +510,13 @@ fn module_dirs(g: &Path) -> Vec<PathBuf> {
         }
         level = next;
     }
-    out
+    (out, true)
 }
 
 /// The common dir `g/commondir` names (canonical), if it names one.
 fn common_dir(g: &Path) -> Option<PathBuf> {
-    let text = small_file::read(&g.join("commondir"), small_file::POINTER_MAX)?;
-    let rel = text.lines().next()?.trim();
-    (!rel.is_empty()).then(|| crate::canonical_path(&g.join(rel)))
+    let rel = small_file::git_path(&g.join("commondir"), "")?;
+    Some(crate::fold_dots(&crate::canonical_path(&g.join(rel))))
 }
 
 /// The worktree of a submodule's git dir, from its `core.worktree` (relative to `g`).
@@ -544,8 +639,7 @@ fn points_back(g: &Path, pointer: &Path, root: &Path) -> bool {
     if !shaped {
         return false;
     }
-    let by_gitdir = small_file::read(&g.join("gitdir"), small_file::POINTER_MAX)
-        .and_then(|t| t.lines().next().map(|l| PathBuf::from(l.trim())))
+    let by_gitdir = small_file::git_path(&g.join("gitdir"), "")
         .is_some_and(|p| crate::canonical_path(&g.join(p)) == crate::canonical_path(pointer));
     by_gitdir || worktree_of(g).is_some_and(|w| crate::canonical_path(&w) == *root)
 }
@@ -565,10 +659,8 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The target of a `gitdir: PATH` pointer file.
-fn read_pointer(file: &Path) -> Option<PathBuf> {
-    let text = small_file::read(file, small_file::POINTER_MAX)?;
-    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    (!target.is_empty()).then(|| PathBuf::from(target))
+pub(crate) fn read_pointer(file: &Path) -> Option<PathBuf> {
+    small_file::git_path(file, "gitdir: ")
 }
 
 #[cfg(test)]
@@ -747,5 +839,54 @@ mod tests {
         assert!(!name_matches("id_*", "known_hosts"));
         assert!(name_matches("a?c*", "abcdef"));
         assert!(name_matches("*", ""));
+    }
+
+    // Regression: a fifth review hid a submodule's git dir seven levels down in
+    // `.git/modules` (a name with `/`), deeper than the search went, with a hook.
+    #[test]
+    fn submodule_git_dirs_are_found_at_any_depth() {
+        let (_d, root) = canonical_tempdir();
+        git_shape(&root.join(".git"));
+        let deep = root.join(".git/modules/a/b/c/d/e/f/g");
+        git_shape(&deep);
+        let layout = for_workspace(&root);
+        assert!(layout.complete);
+        assert!(layout.protected.contains(&deep.join("hooks")), "{layout:?}");
+    }
+
+    // Regression: a fifth review wrote `.husky/pre-commit` in a nested repository that uses
+    // husky: its hook managers were protected at the root only.
+    #[test]
+    fn nested_repositories_hook_managers_are_protected() {
+        let (_d, root) = canonical_tempdir();
+        git_shape(&root.join("app/.git"));
+        std::fs::create_dir_all(root.join("app/.husky")).expect("husky");
+        std::fs::write(root.join("app/lefthook.yml"), "").expect("lefthook");
+        let layout = for_workspace(&root);
+        for p in ["app/.husky", "app/lefthook.yml", "app/lefthook-local.json"] {
+            assert!(layout.protected.contains(&root.join(p)), "{p}");
+        }
+    }
+
+    // Regression: a fifth review had `~/.config/git` link into the workspace, with no
+    // `config` there: the missing startup file was looked for by its unresolved path.
+    #[test]
+    fn a_missing_path_is_placed_where_links_on_the_way_lead() {
+        let (_d, root) = canonical_tempdir();
+        std::fs::create_dir_all(root.join("home/.config")).expect("config");
+        std::fs::create_dir_all(root.join("ws/git")).expect("ws");
+        std::os::unix::fs::symlink(root.join("ws/git"), root.join("home/.config/git"))
+            .expect("link");
+        assert_eq!(
+            through_links(&root.join("home/.config/git/config")),
+            root.join("ws/git/config")
+        );
+        // A dangling link leads on to where its target would be made.
+        std::os::unix::fs::symlink(root.join("ws/later"), root.join("home/.config/fish"))
+            .expect("link");
+        assert_eq!(
+            through_links(&root.join("home/.config/fish/config.fish")),
+            root.join("ws/later/config.fish")
+        );
     }
 }

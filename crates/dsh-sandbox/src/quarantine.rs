@@ -14,7 +14,7 @@
 //!   earlier policy protected is made `.`;
 //! - a new `.git` pointer file that leads out of the workspace, and a new `.git` symlink:
 //!   moved aside;
-//! - new tool settings ([`NESTED_TOOL_NAMES`](crate::walk::NESTED_TOOL_NAMES), a new
+//! - new tool settings ([`is_tool_setting`](crate::walk::is_tool_setting), a new
 //!   `*.code-workspace`): emptied (a directory's entries moved out).
 //!
 //! Nothing is deleted: the original is copied, or its entries moved, to
@@ -23,22 +23,27 @@
 //! same path in a concurrent call's sandbox stays attached (a rename would detach it and let
 //! that call write the path again). A repository made with ordinary git commands is left
 //! exactly as it is. Every step goes through directory fds opened beneath the writable
-//! root without following a symlink; what is owned by this user but not writable to it is
-//! made writable first.
+//! root without following a symlink (`openat2`, `O_NOFOLLOW`); what is owned by this user
+//! but not readable or writable to it gets its owner's bits, through a descriptor of the
+//! inode checked. A file that is not this user's, has another name (a hard link) or is larger
+//! than a copy takes whole is moved aside instead of rewritten.
 //!
 //! # Limits
 //! A repository or setting made by a command that is still running elsewhere (a
 //! concurrent call) is found by the next check, not this one. What fails to be set aside
-//! is reported with `set_aside: false`; the policy service then refuses workspace-write in
-//! that root until it is gone.
+//! is reported with `set_aside: false` and remembered in the user's state directory: every
+//! dsh process of this user tries it again before a workspace-write command in that root
+//! ([`recheck`]), and refuses the command (a gap) while it still cannot.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::gitconfig::{self, Entry};
+use crate::nofollow::{self, Refused};
 use crate::protected::WorkspaceLayout;
+use crate::unsettled::{self, Kind};
 use crate::SandboxPolicy;
 
 /// The git settings a new repository may keep: data, never a program to run or a place
@@ -94,6 +99,9 @@ pub const SAFE_GIT_KEYS: &[(&str, &str)] = &[
     ("index", "version"),
 ];
 
+/// The largest file a rewrite copies aside; a larger one is moved aside whole.
+const MAX_COPY_BYTES: u64 = 4 * gitconfig::MAX_CONFIG_BYTES;
+
 /// One thing acted on: what, where the original went, and whether it worked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quarantined {
@@ -118,82 +126,356 @@ pub fn quarantine(
     roots: &[PathBuf],
 ) -> Vec<Quarantined> {
     let mut out = Vec::new();
+    let denied = crate::deny_read::expand_within(&before.deny_read, roots);
     for p in appeared {
-        let Some(root) = roots.iter().find(|r| p.starts_with(r) && p != *r) else {
+        let Some(root) = roots.iter().find(|r| p.starts_with(r)) else {
             continue;
         };
-        let Ok(meta) = std::fs::symlink_metadata(p) else {
+        if was_protected(p, before) {
+            // The user's as it was; a record of it (from `recheck`) is kept.
             continue;
+        }
+        let start = out.len();
+        let hooks = after.hooks_dirs.contains(p);
+        let site = Site {
+            root,
+            denied: &denied,
         };
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut act = |what: &str, r: Result<Option<PathBuf>, String>| match r {
-            Ok(None) => {}
-            Ok(Some(to)) => out.push(Quarantined {
-                path: p.clone(),
-                moved_to: Some(to),
-                what: what.to_owned(),
-                set_aside: true,
-            }),
-            Err(why) => out.push(Quarantined {
-                path: p.clone(),
-                moved_to: None,
-                what: format!("{what} (NOT set aside: {why})"),
-                set_aside: false,
-            }),
-        };
-        if meta.file_type().is_symlink() {
-            if name == ".git" {
-                act("a .git symlink", rename_aside(root, p).map(Some));
-            } else if is_tool_setting(&name) {
-                act("tool settings (a symlink)", rename_aside(root, p).map(Some));
-            }
-            continue;
-        }
-        if name == ".git" && meta.is_file() {
-            let leads_out =
-                pointer_target(p).is_none_or(|t| !t.starts_with(&before.workspace_root));
-            if leads_out {
-                act(
-                    "a .git file leading out of the workspace",
-                    rename_aside(root, p).map(Some),
-                );
-            }
-            continue;
-        }
-        if meta.is_dir() && after.hooks_dirs.contains(p) {
-            out.extend(report(p, "a git hooks folder", quarantine_hooks(root, p)));
-            continue;
-        }
-        if meta.is_dir() && (after.git_dirs.contains(p) || crate::walk::is_git_dir(p)) {
-            for config in ["config", "config.worktree"] {
-                let path = p.join(config);
-                let mut what = String::new();
-                let r = quarantine_config(root, &path, &mut what);
-                out.extend(report(&path, &what, r));
-            }
-            let hooks = p.join("hooks");
-            out.extend(report(&hooks, "git hooks", quarantine_hooks(root, &hooks)));
-            let commondir = p.join("commondir");
-            out.extend(report(
-                &commondir,
-                "a commondir leading to an unprotected directory",
-                quarantine_commondir(root, &commondir, before),
-            ));
-            continue;
-        }
-        if is_tool_setting(&name) {
-            let r = if meta.is_dir() {
-                empty_dir_aside(root, p, |_| true)
-            } else {
-                rewrite_aside(root, p, b"")
-            };
-            act("tool settings", r);
+        act_on(p, &site, before, after, &mut out);
+        // Remembered across processes while it stays (see `recheck`).
+        if out[start..].iter().any(|q| !q.set_aside) {
+            let kind = if hooks { Kind::HooksDir } else { Kind::Entry };
+            unsettled::remember(p, kind);
+        } else {
+            unsettled::forget_kind(p, Kind::Entry);
+            unsettled::forget_kind(p, Kind::HooksDir);
         }
     }
     out
+}
+
+/// The walk of `root` after a command under `before` stopped short (more entries than a
+/// walk reads): what the command made there cannot be told from what was there. What was
+/// there before (from `before`) is remembered with the root; every later workspace-write
+/// command there is refused until a walk reads the root whole again, and then what
+/// appeared since is set aside ([`recheck`]).
+pub fn walked_short(root: &Path, before: &SandboxPolicy) -> Quarantined {
+    let mut baseline: Vec<PathBuf> = before
+        .git_dirs
+        .iter()
+        .chain(before.protected.iter())
+        .filter(|p| p.starts_with(root))
+        .cloned()
+        .collect();
+    baseline.sort();
+    baseline.dedup();
+    unsettled::remember_baseline(root, &baseline);
+    Quarantined {
+        path: root.to_path_buf(),
+        moved_to: None,
+        what: short_walk_what(),
+        set_aside: false,
+    }
+}
+
+/// What is said of a root walked short after a command.
+fn short_walk_what() -> String {
+    format!(
+        "a root the walk after a command could not read whole (more than {} entries): what \
+         the command made there cannot be told from what was there before, and a repository \
+         it made may be armed (NOT set aside); remove entries until it can be walked",
+        crate::walk::MAX_WALK_ENTRIES
+    )
+}
+
+/// Before a workspace-write command under `policy`: what an earlier check could not set
+/// aside in one of its writable roots (in any dsh process of this user) is tried again;
+/// what still cannot be is returned, and is a gap of every runner until it is gone.
+pub fn recheck(policy: &SandboxPolicy) -> Vec<Quarantined> {
+    let roots = policy.writable_dirs();
+    let mut out = Vec::new();
+    for root in &roots {
+        if let Some(baseline) = unsettled::baseline(root) {
+            if policy.incomplete_roots.iter().any(|r| r == root) {
+                out.push(Quarantined {
+                    path: root.clone(),
+                    moved_to: None,
+                    what: short_walk_what(),
+                    set_aside: false,
+                });
+                continue;
+            }
+            // Whole again: what appeared since the baseline is set aside now.
+            let mut then = SandboxPolicy::bare(policy.mode, root)
+                .with_deny_read(policy.deny_read.iter().cloned())
+                .with_protected(baseline.iter().cloned());
+            then.git_dirs = baseline;
+            let now = WorkspaceLayout {
+                protected: policy.protected.clone(),
+                git_dirs: policy.git_dirs.clone(),
+                complete: true,
+                ..WorkspaceLayout::default()
+            };
+            let appeared: Vec<PathBuf> = crate::protected::appeared(&then, &now)
+                .into_iter()
+                .filter(|p| p.starts_with(root))
+                .collect();
+            out.extend(
+                quarantine(&appeared, &then, &now, &roots)
+                    .into_iter()
+                    .filter(|q| !q.set_aside),
+            );
+            unsettled::forget_kind(root, Kind::Baseline);
+        }
+        let mut remembered = unsettled::beneath(root);
+        remembered.retain(|(_, kind)| *kind != Kind::Baseline);
+        // A hooks folder no config names any more (the one that did was rewritten) is
+        // an ordinary folder again.
+        remembered.retain(|(p, kind)| {
+            let named = *kind != Kind::HooksDir || policy.git_dirs.contains(p);
+            if !named {
+                unsettled::forget(p);
+            }
+            named
+        });
+        if remembered.is_empty() {
+            continue;
+        }
+        // Tried again as after the command that made them: the protection the next
+        // policy gives them (their parts, themselves) is what this check is for, so it
+        // does not count as "the user's as it was" here; everything else still does.
+        let derived = |q: &PathBuf| {
+            remembered.iter().any(|(p, _)| {
+                q == p
+                    || crate::protected::GIT_DIR_PARTS
+                        .iter()
+                        .any(|n| *q == p.join(n))
+            })
+        };
+        let mut before = policy.clone();
+        before.protected.retain(|q| !derived(q));
+        before
+            .git_dirs
+            .retain(|g| !remembered.iter().any(|(p, _)| g.starts_with(p)));
+        let after = WorkspaceLayout {
+            git_dirs: policy.git_dirs.clone(),
+            hooks_dirs: remembered
+                .iter()
+                .filter(|(_, k)| *k == Kind::HooksDir)
+                .map(|(p, _)| p.clone())
+                .collect(),
+            ..WorkspaceLayout::default()
+        };
+        let (held, paths): (Vec<PathBuf>, Vec<PathBuf>) = remembered
+            .into_iter()
+            .map(|(p, _)| p)
+            .partition(|p| was_protected(p, &before));
+        // Inside a path protected for another reason: not to be acted on, nor let go.
+        out.extend(held.into_iter().map(|p| Quarantined {
+            path: p,
+            moved_to: None,
+            what: "made by an earlier command, inside a protected path now (NOT set aside)".into(),
+            set_aside: false,
+        }));
+        out.extend(
+            quarantine(&paths, &before, &after, &roots)
+                .into_iter()
+                .filter(|q| !q.set_aside),
+        );
+    }
+    out
+}
+
+/// Whether `p` was protected while the command ran (it is, or lies beneath, a protected
+/// path): the command could not change it, so it is the user's as it was. A config or
+/// pointer the command wrote can name such a path (a hooks folder, a git dir); that config
+/// or pointer is what is dealt with, never the path it names.
+fn was_protected(p: &Path, before: &SandboxPolicy) -> bool {
+    before.protected.iter().any(|q| p.starts_with(q))
+}
+
+/// Where one thing is acted on: the writable root it lies in (nothing is opened outside
+/// it), and the paths denied for reading now.
+struct Site<'a> {
+    root: &'a Path,
+    denied: &'a [PathBuf],
+}
+
+impl Site<'_> {
+    /// Whether `p` is, holds or lies beneath a path denied for reading. Its content is
+    /// not dsh's to move: a copy or a move beside it would hand it over under a name the
+    /// sandbox does not deny, and what lies there may be the user's secret that the
+    /// command could not even read. It is reported as not set aside instead, so that the
+    /// user looks at it.
+    fn touches_denied(&self, p: &Path) -> bool {
+        self.denied
+            .iter()
+            .any(|d| d.starts_with(p) || p.starts_with(d))
+    }
+
+    /// `Err` when `p` may not be moved or copied aside (see [`Site::touches_denied`]).
+    fn may_move(&self, p: &Path) -> Result<(), String> {
+        if self.touches_denied(p) {
+            return Err(DENIED.into());
+        }
+        Ok(())
+    }
+}
+
+/// Why something denied for reading is left where it is.
+const DENIED: &str = "it is, holds or lies in a path denied for reading, which dsh does not \
+                      move; look at it yourself";
+
+/// Acts on one thing the check found (see [`quarantine`]), adding what it did to `out`.
+fn act_on(
+    p: &Path,
+    site: &Site,
+    before: &SandboxPolicy,
+    after: &WorkspaceLayout,
+    out: &mut Vec<Quarantined>,
+) {
+    let root = site.root;
+    let Ok(meta) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    if p == root {
+        // A root a command gave git's shape: git takes it (and every directory beneath it
+        // without a `.git` of its own) for a repository whenever its own `.git` does not
+        // pass git's checks, which a command can arrange too. Its `HEAD` goes aside, which
+        // ends the shape; the root's `config`, `hooks` (the user's folders, perhaps) stay.
+        if meta.is_dir() && crate::walk::is_git_dir(p) {
+            let head = p.join("HEAD");
+            let r = if was_protected(&head, before) {
+                Err("its HEAD is protected".into())
+            } else {
+                rename_aside(site, &head).map(Some)
+            };
+            out.extend(report(&head, "a HEAD giving the root git's shape", r));
+        }
+        return;
+    }
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut act = |what: &str, r: Result<Option<PathBuf>, String>| match r {
+        Ok(None) => {}
+        Ok(Some(to)) => out.push(Quarantined {
+            path: p.to_path_buf(),
+            moved_to: Some(to),
+            what: what.to_owned(),
+            set_aside: true,
+        }),
+        Err(why) => out.push(Quarantined {
+            path: p.to_path_buf(),
+            moved_to: None,
+            what: format!("{what} (NOT set aside: {why})"),
+            set_aside: false,
+        }),
+    };
+    if meta.file_type().is_symlink() {
+        if name == ".git" {
+            act("a .git symlink", rename_aside(site, p).map(Some));
+        } else if is_tool_setting(&name) {
+            act("tool settings (a symlink)", rename_aside(site, p).map(Some));
+        }
+        return;
+    }
+    if name == ".git" && meta.is_file() {
+        // One leading to what dsh does not act on (out of the workspace, a protected
+        // path, a path denied for reading) goes aside itself, so that nothing is named.
+        let leads_to_untouched = pointer_target(p).is_none_or(|t| {
+            !t.starts_with(&before.workspace_root)
+                || was_protected(&t, before)
+                || site.touches_denied(&t)
+        });
+        if leads_to_untouched {
+            act(
+                "a .git file leading out of the workspace or to a protected or denied path",
+                rename_aside(site, p).map(Some),
+            );
+        }
+        return;
+    }
+    // A folder holding what was protected (a repository, a folder of settings) is not
+    // dsh's to empty; a config naming it as a hooks folder is rewritten on its own.
+    let holds_protected = before.protected.iter().any(|q| q.starts_with(p));
+    if meta.is_dir() && after.hooks_dirs.iter().any(|h| h == p) {
+        if holds_protected {
+            act(
+                "a git hooks folder holding protected paths",
+                Err("not moved".into()),
+            );
+            return;
+        }
+        out.extend(report(p, "a git hooks folder", quarantine_hooks(site, p)));
+        return;
+    }
+    if meta.is_dir() && (after.git_dirs.iter().any(|g| g == p) || crate::walk::is_git_dir(p)) {
+        git_dir_parts(p, site, before, out);
+        return;
+    }
+    if is_tool_setting(&name) {
+        if holds_protected {
+            act(
+                "tool settings holding protected paths",
+                Err("not moved".into()),
+            );
+            return;
+        }
+        let r = if meta.is_dir() {
+            empty_dir_aside(site, p, |_| true)
+        } else {
+            rewrite_aside(site, p, b"")
+        };
+        act("tool settings", r);
+    }
+}
+
+/// Sets aside the programs of the git dir `g`: its configs' unsafe settings, its hooks,
+/// a `commondir` leading elsewhere. A part that was protected is the user's as it was.
+fn git_dir_parts(g: &Path, site: &Site, before: &SandboxPolicy, out: &mut Vec<Quarantined>) {
+    let mut part = |name: &str| {
+        let p = g.join(name);
+        if was_protected(&p, before) {
+            return None;
+        }
+        // What holds a protected path is the user's in part: not dsh's to move.
+        if before
+            .protected
+            .iter()
+            .any(|q| q.starts_with(&p) && *q != p)
+        {
+            out.push(Quarantined {
+                path: p,
+                moved_to: None,
+                what: "a git dir's part holding a protected path (NOT set aside)".into(),
+                set_aside: false,
+            });
+            return None;
+        }
+        Some(p)
+    };
+    let parts: Vec<PathBuf> = ["config", "config.worktree", "hooks", "commondir"]
+        .into_iter()
+        .filter_map(&mut part)
+        .collect();
+    let part = |name: &str| parts.iter().find(|p| p.ends_with(name)).cloned();
+    for config in ["config", "config.worktree"].into_iter().filter_map(part) {
+        let mut what = String::new();
+        let r = quarantine_config(site, &config, &mut what);
+        out.extend(report(&config, &what, r));
+    }
+    if let Some(hooks) = part("hooks") {
+        out.extend(report(&hooks, "git hooks", quarantine_hooks(site, &hooks)));
+    }
+    if let Some(commondir) = part("commondir") {
+        out.extend(report(
+            &commondir,
+            "a commondir leading to an unprotected directory",
+            quarantine_commondir(site, &commondir, before),
+        ));
+    }
 }
 
 fn report(path: &Path, what: &str, r: Result<Option<PathBuf>, String>) -> Option<Quarantined> {
@@ -221,7 +503,7 @@ fn is_tool_setting(name: &str) -> bool {
 /// A git config with anything outside [`SAFE_GIT_KEYS`], or that dsh cannot read whole
 /// as git would: a copy of the original set aside, the safe settings written in its place.
 fn quarantine_config(
-    root: &Path,
+    site: &Site,
     config: &Path,
     what: &mut String,
 ) -> Result<Option<PathBuf>, String> {
@@ -231,9 +513,12 @@ fn quarantine_config(
     };
     if meta.file_type().is_symlink() || !meta.is_file() {
         *what = "git config (not a plain file)".into();
-        return rename_aside(root, config).map(Some);
+        return rename_aside(site, config).map(Some);
     }
-    let bytes = read_nofollow(root, config, gitconfig::MAX_CONFIG_BYTES + 1)?;
+    let Some(bytes) = read_nofollow(site.root, config, gitconfig::MAX_CONFIG_BYTES + 1)? else {
+        *what = "git config (a link, or another name of a file)".into();
+        return rename_aside(site, config).map(Some);
+    };
     let whole = (bytes.len() as u64) <= gitconfig::MAX_CONFIG_BYTES;
     let text = String::from_utf8_lossy(&bytes);
     let (entries, clean) = gitconfig::parse(&text);
@@ -255,24 +540,24 @@ fn quarantine_config(
         format!("git config setting {}", unsafe_keys.join(", "))
     };
     let safe: Vec<&Entry> = entries.iter().filter(|e| is_safe(e)).collect();
-    rewrite_aside(root, config, render(&safe).as_bytes())
+    rewrite_aside(site, config, render(&safe).as_bytes())
 }
 
 /// A hooks directory holding anything but git's samples: those entries moved aside.
-fn quarantine_hooks(root: &Path, hooks: &Path) -> Result<Option<PathBuf>, String> {
+fn quarantine_hooks(site: &Site, hooks: &Path) -> Result<Option<PathBuf>, String> {
     let Ok(meta) = std::fs::symlink_metadata(hooks) else {
         return Ok(None);
     };
     if meta.file_type().is_symlink() || !meta.is_dir() {
-        return rename_aside(root, hooks).map(Some);
+        return rename_aside(site, hooks).map(Some);
     }
-    empty_dir_aside(root, hooks, |n| !n.to_string_lossy().ends_with(".sample"))
+    empty_dir_aside(site, hooks, |n| !n.to_string_lossy().ends_with(".sample"))
 }
 
 /// A `commondir` that leads somewhere no earlier policy protected: a copy set aside, the
 /// file made to lead to the git dir itself.
 fn quarantine_commondir(
-    root: &Path,
+    site: &Site,
     commondir: &Path,
     before: &SandboxPolicy,
 ) -> Result<Option<PathBuf>, String> {
@@ -280,18 +565,24 @@ fn quarantine_commondir(
         return Ok(None);
     };
     if meta.file_type().is_symlink() || !meta.is_file() {
-        return rename_aside(root, commondir).map(Some);
+        return rename_aside(site, commondir).map(Some);
     }
-    let text = read_nofollow(root, commondir, crate::small_file::POINTER_MAX)?;
-    let rel = String::from_utf8_lossy(&text);
-    let rel = rel.lines().next().unwrap_or("").trim();
-    let g = commondir.parent().unwrap_or(root);
-    let target = crate::canonical_path(&g.join(rel));
-    if rel == "." || target == g || before.git_dirs.contains(&target) {
+    let Some(text) = read_nofollow(site.root, commondir, crate::small_file::POINTER_MAX)? else {
+        return rename_aside(site, commondir).map(Some);
+    };
+    // Read as git reads it (see `small_file::git_path`): only trailing line breaks go.
+    let text = &text[..text.iter().position(|b| *b == 0).unwrap_or(text.len())];
+    let mut rel = text;
+    while let [head @ .., b'\n' | b'\r'] = rel {
+        rel = head;
+    }
+    let g = commondir.parent().unwrap_or(site.root);
+    let target = crate::fold_dots(&crate::canonical_path(&g.join(OsStr::from_bytes(rel))));
+    if rel == b"." || target == g || before.git_dirs.contains(&target) {
         return Ok(None);
     }
     rewrite_aside(
-        root,
+        site,
         commondir,
         crate::protected::COMMONDIR_PLACEHOLDER.as_bytes(),
     )
@@ -340,8 +631,10 @@ fn escape(v: &str) -> String {
 }
 
 /// `<name>.dsh-quarantine-<random>`: unguessable, so a command cannot take the name first.
+/// A name too long for the suffix is cut (a name is at most 255 bytes).
 fn aside_name(name: &OsStr) -> OsString {
-    let mut n = OsString::from(name);
+    let bytes = name.as_bytes();
+    let mut n = OsString::from(OsStr::from_bytes(&bytes[..bytes.len().min(200)]));
     n.push(format!(
         ".dsh-quarantine-{}",
         dsh_core::spill::random_hex(12)
@@ -356,21 +649,23 @@ fn parent_of(root: &Path, p: &Path) -> Result<(OwnedFd, CString), String> {
         p.parent().ok_or("no parent")?,
         p.file_name().ok_or("no name")?,
     );
-    let dir = open_beneath(root, parent, libc::O_RDONLY).ok_or_else(|| {
+    let dir = nofollow::open_beneath(root, parent, libc::O_PATH).map_err(|e| {
         format!(
-            "cannot open {} beneath {} without symlinks",
+            "cannot open {} beneath {} without symlinks: {e}",
             parent.display(),
             root.display()
         )
     })?;
-    make_writable(dir.as_raw_fd());
+    // A command of this user may have taken the bits away to stop dsh.
+    let _ = nofollow::add_owner_bits(&dir, 0o700);
     let name = CString::new(name.as_bytes()).map_err(|_| "a NUL in a name")?;
     Ok((dir, name))
 }
 
 /// Renames `p` to a fresh `<name>.dsh-quarantine-<random>` beside it.
-fn rename_aside(root: &Path, p: &Path) -> Result<PathBuf, String> {
-    let (dir, from) = parent_of(root, p)?;
+fn rename_aside(site: &Site, p: &Path) -> Result<PathBuf, String> {
+    site.may_move(p)?;
+    let (dir, from) = parent_of(site.root, p)?;
     let to_name = aside_name(p.file_name().ok_or("no name")?);
     let to = CString::new(to_name.as_bytes()).map_err(|_| "a NUL in a name")?;
     // SAFETY: renameat2(2) within our directory fd, valid C strings.
@@ -391,64 +686,55 @@ fn rename_aside(root: &Path, p: &Path) -> Result<PathBuf, String> {
 
 /// Copies the file `p` to a fresh `<name>.dsh-quarantine-<random>` beside it, then
 /// rewrites `p` in place (same inode) with `content`.
-fn rewrite_aside(root: &Path, p: &Path, content: &[u8]) -> Result<Option<PathBuf>, String> {
-    let (dir, name) = parent_of(root, p)?;
-    // SAFETY: openat(2) relative to our directory fd; O_NOFOLLOW: never a link's target.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
+fn rewrite_aside(site: &Site, p: &Path, content: &[u8]) -> Result<Option<PathBuf>, String> {
+    site.may_move(p)?;
+    let (dir, name) = parent_of(site.root, p)?;
+    let file = match nofollow::open_as_owner(
+        &dir,
+        &name,
+        libc::O_RDWR | libc::O_NONBLOCK,
+        libc::S_IFREG,
+        0o600,
+    ) {
+        Ok(fd) => std::fs::File::from(fd),
+        // Swapped for a link since it was looked at: the link goes aside whole.
+        Err(Refused::Aside) => return rename_aside(site, p).map(Some),
+        Err(Refused::Io(e)) => return Err(e.to_string()),
     };
-    let file = if fd < 0 {
-        // Owned by this user but read-only: made writable (it cannot be a link here).
-        // SAFETY: fchmodat(2) relative to our directory fd; then open again.
-        unsafe {
-            libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), 0o600, 0);
-        }
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        fd
-    } else {
-        fd
-    };
-    // SAFETY: a fresh fd the kernel returned.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(file) });
-    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
         return Err("not a regular file".into());
+    }
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid(2) has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        // Another name for the same file (a hard link the command moved here), another
+        // user's file (under a root dsh), or more than the copy takes whole: not rewritten,
+        // which would change that other name too, truncate what is not ours, or lose data,
+        // but moved aside.
+        if meta.nlink() != 1 || meta.uid() != euid || meta.len() > MAX_COPY_BYTES {
+            drop(file);
+            return rename_aside(site, p).map(Some);
+        }
     }
     let mut original = Vec::new();
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(&file, crate::gitconfig::MAX_CONFIG_BYTES * 4),
+        &mut std::io::Read::take(&file, MAX_COPY_BYTES + 1),
         &mut original,
     )
     .map_err(|e| e.to_string())?;
+    if original.len() as u64 > MAX_COPY_BYTES {
+        // Grew while it was read: moved aside whole instead.
+        drop(file);
+        return rename_aside(site, p).map(Some);
+    }
     let to_name = aside_name(p.file_name().ok_or("no name")?);
     let to = CString::new(to_name.as_bytes()).map_err(|_| "a NUL in a name")?;
-    // SAFETY: openat(2) relative to our directory fd: a new file, never an existing one or
-    // a link's target.
-    let copy = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            to.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if copy < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    // SAFETY: a fresh fd the kernel returned.
-    let copy = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) });
+    // A new file, never an existing one or a link's target.
+    let copy = nofollow::open_at(&dir, &to, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
+        .map(std::fs::File::from)
+        .map_err(|e| e.to_string())?;
     std::io::Write::write_all(&mut &copy, &original).map_err(|e| e.to_string())?;
     file.set_len(0).map_err(|e| e.to_string())?;
     std::os::unix::fs::FileExt::write_all_at(&file, content, 0).map_err(|e| e.to_string())?;
@@ -457,70 +743,50 @@ fn rewrite_aside(root: &Path, p: &Path, content: &[u8]) -> Result<Option<PathBuf
 
 /// Moves the entries of the directory `p` that `pick` chooses into a fresh
 /// `<name>.dsh-quarantine-<random>` beside it; `p` itself stays (same inode). `None` when
-/// there is nothing to move.
+/// there is nothing to move. An entry that is or holds a path denied for reading stays,
+/// and makes the result an `Err` naming it.
 fn empty_dir_aside(
-    root: &Path,
+    site: &Site,
     p: &Path,
     pick: impl Fn(&OsStr) -> bool,
 ) -> Result<Option<PathBuf>, String> {
-    let (parent, name) = parent_of(root, p)?;
-    // SAFETY: openat(2) relative to our directory fd: the directory itself, not a link.
-    let fd = unsafe {
-        libc::openat(
-            parent.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
+    if site.denied.iter().any(|d| p.starts_with(d)) {
+        return Err(DENIED.into());
+    }
+    let (parent, name) = parent_of(site.root, p)?;
+    let dir = match nofollow::open_as_owner(
+        &parent,
+        &name,
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        libc::S_IFDIR,
+        0o700,
+    ) {
+        Ok(fd) => fd,
+        Err(Refused::Aside) => return rename_aside(site, p).map(Some),
+        Err(Refused::Io(e)) => return Err(e.to_string()),
     };
-    let dir = if fd < 0 {
-        // SAFETY: fchmodat(2) relative to our directory fd (owner only), then open again.
-        unsafe {
-            libc::fchmodat(parent.as_raw_fd(), name.as_ptr(), 0o700, 0);
-        }
-        let fd = unsafe {
-            libc::openat(
-                parent.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        fd
-    } else {
-        fd
-    };
-    // SAFETY: a fresh fd the kernel returned.
-    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
-    make_writable(dir.as_raw_fd());
-    let entries: Vec<OsString> = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| pick(n))
-        .collect();
+    let _ = nofollow::add_owner_bits(&dir, 0o700);
+    let (entries, denied): (Vec<OsString>, Vec<OsString>) =
+        std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| pick(n))
+            .partition(|n| !site.touches_denied(&p.join(n)));
+    if entries.is_empty() && !denied.is_empty() {
+        return Err(DENIED.into());
+    }
     if entries.is_empty() {
         return Ok(None);
     }
     let to_name = aside_name(p.file_name().ok_or("no name")?);
     let to = CString::new(to_name.as_bytes()).map_err(|_| "a NUL in a name")?;
-    // SAFETY: mkdirat(2)/openat(2) relative to our directory fd with valid C strings.
+    // SAFETY: mkdirat(2) relative to our directory fd with a valid C string.
     if unsafe { libc::mkdirat(parent.as_raw_fd(), to.as_ptr(), 0o700) } != 0 {
         return Err(std::io::Error::last_os_error().to_string());
     }
-    let aside = unsafe {
-        libc::openat(
-            parent.as_raw_fd(),
-            to.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if aside < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    // SAFETY: a fresh fd the kernel returned.
-    let aside = unsafe { OwnedFd::from_raw_fd(aside) };
+    let aside = nofollow::open_at(&parent, &to, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| e.to_string())?;
     for n in entries {
         let Ok(c) = CString::new(n.as_bytes()) else {
             continue;
@@ -539,111 +805,52 @@ fn empty_dir_aside(
             return Err(std::io::Error::last_os_error().to_string());
         }
     }
+    if !denied.is_empty() {
+        let names: Vec<String> = denied
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        return Err(format!(
+            "the rest went to {}, but not {}: {DENIED}",
+            p.with_file_name(&to_name).display(),
+            names.join(", ")
+        ));
+    }
     Ok(Some(p.with_file_name(to_name)))
 }
 
-/// Adds the owner's read, write and search bits to the directory behind `fd` (a command
-/// of this user may have taken them away to stop dsh).
-fn make_writable(fd: i32) {
-    // SAFETY: fstat(2)/fchmod(2) on an fd we hold.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) == 0 && st.st_uid == libc::geteuid() {
-            libc::fchmod(fd, (st.st_mode & 0o7777) | 0o700);
-        }
-    }
-}
-
-/// Up to `max` bytes of the regular file `p` (beneath `root`), never through a symlink.
-fn read_nofollow(root: &Path, p: &Path, max: u64) -> Result<Vec<u8>, String> {
+/// Up to `max` bytes of the regular file `p` (beneath `root`), never through a symlink;
+/// `None` when it is to be moved aside whole instead (a symlink now, or unreadable with a
+/// second name).
+fn read_nofollow(root: &Path, p: &Path, max: u64) -> Result<Option<Vec<u8>>, String> {
     let (dir, name) = parent_of(root, p)?;
-    // SAFETY: openat(2) relative to our directory fd, not following a link.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
+    let file = match nofollow::open_as_owner(
+        &dir,
+        &name,
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        libc::S_IFREG,
+        0o600,
+    ) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(Refused::Aside) => return Ok(None),
+        Err(Refused::Io(e)) => return Err(e.to_string()),
     };
-    let fd = if fd < 0 {
-        // SAFETY: as above, after making it readable to its owner.
-        unsafe {
-            libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), 0o600, 0);
-        }
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        fd
-    } else {
-        fd
-    };
-    // SAFETY: a fresh fd the kernel returned.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     if !file.metadata().map_err(|e| e.to_string())?.is_file() {
         return Err("not a regular file".into());
     }
     let mut out = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(&file, max), &mut out)
         .map_err(|e| e.to_string())?;
-    Ok(out)
+    Ok(Some(out))
 }
 
-/// The directory a `.git` pointer file names (canonical), read without following a link.
+/// The directory a `.git` pointer file names (canonical, `..` folded), read as git reads
+/// it.
 fn pointer_target(p: &Path) -> Option<PathBuf> {
-    let text = crate::small_file::read(p, crate::small_file::POINTER_MAX)?;
-    let rel = text
-        .lines()
-        .next()?
-        .strip_prefix("gitdir:")?
-        .trim()
-        .to_owned();
-    Some(crate::canonical_path(&p.parent()?.join(rel)))
-}
-
-/// `openat2(root, dir, O_DIRECTORY | flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`.
-fn open_beneath(root: &Path, dir: &Path, flags: i32) -> Option<OwnedFd> {
-    let rel = dir.strip_prefix(root).ok()?;
-    let root_fd = crate::placeholder::open_dir_no_symlinks(root).ok()?;
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    let rel = if rel.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        rel
-    };
-    let c = CString::new(rel.as_os_str().as_bytes()).ok()?;
-    let how = OpenHow {
-        flags: (flags | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
-    };
-    // SAFETY: openat2(2) relative to our fd with a valid C string and an open_how of the
-    // size given.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root_fd.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-    // SAFETY: a fresh fd the kernel returned.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    let rel = crate::protected::read_pointer(p)?;
+    Some(crate::fold_dots(&crate::canonical_path(
+        &p.parent()?.join(rel),
+    )))
 }
 
 #[cfg(test)]
@@ -674,6 +881,21 @@ mod tests {
         }
     }
 
+    /// The check on `p` alone, with `git_dirs` as the git dirs it found, in `root`.
+    fn check(
+        p: &Path,
+        policy: &SandboxPolicy,
+        git_dirs: &[&PathBuf],
+        root: &Path,
+    ) -> Vec<Quarantined> {
+        quarantine(
+            &[p.to_path_buf()],
+            policy,
+            &found(git_dirs),
+            &[root.to_path_buf()],
+        )
+    }
+
     fn aside_of(q: &[Quarantined], suffix: &str) -> PathBuf {
         q.iter()
             .find(|x| x.path.ends_with(suffix))
@@ -687,13 +909,7 @@ mod tests {
         let g = root.join("sub/.git");
         let config = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n[remote \"origin\"]\n\turl = https://example.com/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n";
         repo(&g, config);
-        assert!(quarantine(
-            std::slice::from_ref(&g),
-            &policy,
-            &found(&[&g]),
-            std::slice::from_ref(&root)
-        )
-        .is_empty());
+        assert!(check(&g, &policy, &[&g], &root).is_empty());
         assert_eq!(
             std::fs::read_to_string(g.join("config")).expect("config"),
             config
@@ -710,12 +926,7 @@ mod tests {
         );
         std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/x\n").expect("hook");
         let config_ino = std::fs::metadata(g.join("config")).expect("meta");
-        let q = quarantine(
-            std::slice::from_ref(&g),
-            &policy,
-            &found(&[&g]),
-            std::slice::from_ref(&root),
-        );
+        let q = check(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         let cfg = q
             .iter()
@@ -744,12 +955,7 @@ mod tests {
         // A new nested tool setting is emptied, its entries kept aside.
         std::fs::create_dir_all(root.join("crates/x/.cargo")).expect("cargo");
         std::fs::write(root.join("crates/x/.cargo/config.toml"), "x").expect("cfg");
-        let q = quarantine(
-            &[root.join("crates/x/.cargo")],
-            &policy,
-            &found(&[]),
-            std::slice::from_ref(&root),
-        );
+        let q = check(&root.join("crates/x/.cargo"), &policy, &[], &root);
         assert!(aside_of(&q, ".cargo").join("config.toml").exists());
         assert!(root.join("crates/x/.cargo").is_dir());
         assert!(!root.join("crates/x/.cargo/config.toml").exists());
@@ -765,12 +971,7 @@ mod tests {
         for n in 0..100 {
             std::fs::write(g.join(format!("config.dsh-quarantine-{n}")), "").expect("taken");
         }
-        let q = quarantine(
-            std::slice::from_ref(&g),
-            &policy,
-            &found(&[&g]),
-            std::slice::from_ref(&root),
-        );
+        let q = check(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert_eq!(
             std::fs::read_to_string(g.join("config")).expect("config"),
@@ -780,16 +981,33 @@ mod tests {
         let mut text = "#".repeat((gitconfig::MAX_CONFIG_BYTES + 10) as usize);
         text.push_str("\n[core]\n\tfsmonitor = x\n");
         repo(&big, &text);
-        let q = quarantine(
-            std::slice::from_ref(&big),
-            &policy,
-            &found(&[&big]),
-            std::slice::from_ref(&root),
-        );
+        let q = check(&big, &policy, &[&big], &root);
         assert!(q[0].what.contains("cannot read whole"), "{q:?}");
         assert!(!std::fs::read_to_string(big.join("config"))
             .expect("c")
             .contains("fsmonitor"));
+    }
+
+    // Regression: a new git dir's config that is another name of a user's file (a hard
+    // link) was rewritten in place, which rewrote the user's file as well.
+    #[test]
+    fn a_config_with_another_name_is_moved_aside_and_the_other_name_kept() {
+        let (_d, root, policy) = setup();
+        let g = root.join("sub/.git");
+        repo(&g, "");
+        let notes = root.join("notes.txt");
+        let text = "[core]\n\tfsmonitor = x\nthe user's notes\n";
+        std::fs::write(&notes, text).expect("notes");
+        std::fs::remove_file(g.join("config")).expect("rm");
+        std::fs::hard_link(&notes, g.join("config")).expect("link");
+        let q = check(&g, &policy, &[&g], &root);
+        assert!(q.iter().all(|x| x.set_aside), "{q:?}");
+        assert_eq!(std::fs::read_to_string(&notes).expect("notes"), text);
+        assert!(!g.join("config").exists(), "{q:?}");
+        assert_eq!(
+            std::fs::read_to_string(aside_of(&q, "config")).expect("aside"),
+            text
+        );
     }
 
     // Regression: a second review pointed a new git dir's `commondir` at a directory
@@ -801,12 +1019,7 @@ mod tests {
         std::fs::create_dir_all(&g).expect("g");
         std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
         std::fs::write(g.join("commondir"), "../../c\n").expect("commondir");
-        let q = quarantine(
-            std::slice::from_ref(&g),
-            &policy,
-            &found(&[&g]),
-            std::slice::from_ref(&root),
-        );
+        let q = check(&g, &policy, &[&g], &root);
         assert_eq!(
             std::fs::read_to_string(g.join("commondir")).expect("c"),
             ".\n"
@@ -816,5 +1029,166 @@ mod tests {
                 .any(|x| x.path.ends_with("commondir") && x.set_aside),
             "{q:?}"
         );
+    }
+
+    // Regression: a third review found that what could not be set aside was refused only
+    // in the process that found it: the next `dsh tool` or `dsh exec` ran on.
+    #[test]
+    fn what_cannot_be_set_aside_is_remembered_and_refused_until_it_is_gone() {
+        let (_d, root, policy) = setup();
+        let g = root.join("real/.git");
+        repo(&g, "[core]\n\tfsmonitor = x\n");
+        // Found through a symlinked directory, which no step passes: it cannot be acted on.
+        std::os::unix::fs::symlink(root.join("real"), root.join("l")).expect("link");
+        let through = root.join("l/.git");
+        let q = check(&through, &policy, &[&through], &root);
+        assert!(q.iter().any(|x| !x.set_aside), "{q:?}");
+        // What every dsh process of this user consults (the state directory).
+        assert_eq!(
+            unsettled::beneath(&root),
+            vec![(through.clone(), Kind::Entry)]
+        );
+        let left = recheck(&policy);
+        assert!(
+            left.iter().any(|x| x.path.starts_with(&through)),
+            "{left:?}"
+        );
+        // The next policy protects what it found there: that does not settle it.
+        let next = policy.clone().with_protected(
+            crate::protected::GIT_DIR_PARTS
+                .iter()
+                .map(|n| through.join(n))
+                .chain([through.clone()]),
+        );
+        let left = recheck(&next);
+        assert!(
+            left.iter().any(|x| x.path.starts_with(&through)),
+            "{left:?}"
+        );
+        // Refused whatever partial enforcement is accepted.
+        let policy = policy.with_on_partial(crate::OnPartial::Accept);
+        let gap = |p: &SandboxPolicy| {
+            use crate::Sandbox;
+            match crate::LocalSandbox::new().confine(&["true".into()], p) {
+                Ok(_) => String::new(),
+                Err(e) => e.message().to_owned(),
+            }
+        };
+        assert!(
+            gap(&policy).contains(&through.display().to_string()),
+            "{}",
+            gap(&policy)
+        );
+        // Read-only calls are not held up by it.
+        let ro = SandboxPolicy::bare(crate::SandboxMode::ReadOnly, &root)
+            .with_on_partial(crate::OnPartial::Accept);
+        assert!(!gap(&ro).contains(&through.display().to_string()));
+        // Gone: forgotten, and workspace-write runs again.
+        std::fs::remove_file(root.join("l")).expect("rm");
+        assert!(recheck(&policy).is_empty());
+        assert!(unsettled::beneath(&root).is_empty());
+        assert!(!gap(&policy).contains(&through.display().to_string()));
+    }
+
+    // Regression: a third review had a root dsh truncate another user's file that a
+    // command hard-linked or moved into a new repository, and lose the end of a file
+    // larger than the copy kept.
+    #[test]
+    fn a_file_too_large_to_copy_or_not_ours_is_moved_aside_whole() {
+        let (_d, root, policy) = setup();
+        let big = root.join("a/.npmrc");
+        std::fs::create_dir_all(root.join("a")).expect("a");
+        let size = MAX_COPY_BYTES + 10;
+        std::fs::File::create(&big)
+            .and_then(|f| f.set_len(size))
+            .expect("big");
+        let q = check(&big, &policy, &[], &root);
+        assert!(!big.exists(), "{q:?}");
+        assert_eq!(
+            std::fs::metadata(aside_of(&q, ".npmrc"))
+                .expect("aside")
+                .len(),
+            size
+        );
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Only root can hand a file to another user; the rest is a root dsh's case.
+            return;
+        }
+        let theirs = root.join("b/.npmrc");
+        std::fs::create_dir_all(root.join("b")).expect("b");
+        std::fs::write(&theirs, "registry=x\n").expect("theirs");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        let q = check(&theirs, &policy, &[], &root);
+        let aside = aside_of(&q, ".npmrc");
+        assert!(!theirs.exists());
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&aside).expect("aside");
+        assert_eq!((meta.uid(), meta.len()), (65534, 11), "changed, not moved");
+    }
+
+    // Regression: a third review had a chmod by name follow a symlink swapped in; now the
+    // owner's bits are added through the inode checked, and a link is moved aside whole.
+    #[test]
+    fn files_without_their_owner_bits_are_opened_through_the_inode_checked() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_d, root, policy) = setup();
+        let npmrc = root.join("a/.npmrc");
+        std::fs::create_dir_all(root.join("a")).expect("a");
+        std::fs::write(&npmrc, "script-shell=/tmp/x\n").expect("npmrc");
+        std::fs::set_permissions(&npmrc, PermissionsExt::from_mode(0o000)).expect("chmod");
+        let q = check(&npmrc, &policy, &[], &root);
+        assert!(q.iter().all(|x| x.set_aside), "{q:?}");
+        assert_eq!(std::fs::read(&npmrc).expect("emptied"), b"");
+        assert_eq!(
+            std::fs::read(aside_of(&q, ".npmrc")).expect("kept"),
+            b"script-shell=/tmp/x\n"
+        );
+        // A hooks folder that is a symlink now: the link goes aside, its target is left.
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::write(outside.path().join("keep"), "x").expect("keep");
+        std::fs::set_permissions(outside.path(), PermissionsExt::from_mode(0o500)).expect("ro");
+        let g = root.join("sub/.git");
+        repo(&g, "");
+        std::fs::remove_dir_all(g.join("hooks")).expect("rm");
+        std::os::unix::fs::symlink(outside.path(), g.join("hooks")).expect("link");
+        let q = check(&g, &policy, &[&g], &root);
+        assert!(q.iter().all(|x| x.set_aside), "{q:?}");
+        assert!(outside.path().join("keep").exists());
+        let mode = std::fs::metadata(outside.path())
+            .expect("m")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o500, "the link's target was changed");
+        std::fs::set_permissions(outside.path(), PermissionsExt::from_mode(0o700)).expect("rw");
+    }
+
+    // Regression: a fourth review made more entries than a walk reads (hard links), then
+    // an armed repository: the check after the command did not see it, and once the
+    // entries were gone the repository was taken for one that was always there.
+    #[test]
+    fn a_root_walked_short_is_refused_and_then_checked_against_what_was_there() {
+        let (_d, root, before) = setup();
+        let g = root.join("x/.git");
+        repo(&g, "[core]\n\tfsmonitor = x\n");
+        walked_short(&root, &before);
+        let short = before.clone().with_layout(
+            &root,
+            WorkspaceLayout {
+                complete: false,
+                ..WorkspaceLayout::default()
+            },
+        );
+        let left = recheck(&short);
+        assert!(left.iter().any(|q| q.path == root), "{left:?}");
+        // Whole again: the repository made meanwhile is set aside, and the record goes.
+        let whole = before
+            .clone()
+            .with_layout(&root, crate::protected::for_workspace(&root));
+        assert!(recheck(&whole).is_empty());
+        assert!(!std::fs::read_to_string(g.join("config"))
+            .expect("config")
+            .contains("fsmonitor"));
+        assert!(recheck(&short).iter().all(|q| q.path != root));
     }
 }

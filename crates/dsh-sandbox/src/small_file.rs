@@ -12,6 +12,12 @@ use std::path::Path;
 /// The first `max` bytes of the regular file at `path` (links followed), as text (invalid
 /// UTF-8 replaced); `None` when it is missing, not a regular file, or unreadable.
 pub(crate) fn read(path: &Path, max: u64) -> Option<String> {
+    read_bytes(path, max).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The first `max` bytes of the regular file at `path` (links followed); `None` as for
+/// [`read`].
+fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -22,7 +28,22 @@ pub(crate) fn read(path: &Path, max: u64) -> Option<String> {
     }
     let mut bytes = Vec::new();
     file.take(max).read_to_end(&mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    Some(bytes)
+}
+
+/// The path a `.git` file, `commondir` or `gitdir` file holds, read as git reads it: up to
+/// the first NUL byte, with trailing line feeds and carriage returns taken off and nothing
+/// else (spaces and inner line breaks are part of the path). A `.git` file's must follow
+/// `gitdir: `. `None` when it is missing, empty or not a regular file.
+pub(crate) fn git_path(path: &Path, after: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = read_bytes(path, POINTER_MAX)?;
+    let bytes = &bytes[..bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len())];
+    let mut rest = bytes.strip_prefix(after.as_bytes())?;
+    while let [head @ .., b'\n' | b'\r'] = rest {
+        rest = head;
+    }
+    (!rest.is_empty()).then(|| std::ffi::OsStr::from_bytes(rest).into())
 }
 
 /// What a pointer-sized file (`.git`, `commondir`, `gitdir`) may hold: a path and a line
@@ -46,5 +67,29 @@ mod tests {
         let f = std::fs::File::create(&big).expect("big");
         f.set_len(1 << 40).expect("sparse");
         assert_eq!(read(&big, 4).map(|s| s.len()), Some(4));
+    }
+
+    // Regression: a third review named `evil ` (a trailing space) in a `.git` file and a
+    // `commondir`; dsh trimmed the space and looked elsewhere than git.
+    #[test]
+    fn git_paths_are_read_as_git_reads_them() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = d.path().join("f");
+        for (text, after, want) in [
+            ("gitdir: ../evil \n", "gitdir: ", Some("../evil ")),
+            ("gitdir: a\r\n\n", "gitdir: ", Some("a")),
+            ("gitdir:a\n", "gitdir: ", None),
+            (". \n", "", Some(". ")),
+            ("x\ny\n", "", Some("x\ny")),
+            ("a\0b\n", "", Some("a")),
+            ("\n", "", None),
+        ] {
+            std::fs::write(&f, text).expect("write");
+            assert_eq!(
+                git_path(&f, after),
+                want.map(std::path::PathBuf::from),
+                "{text:?}"
+            );
+        }
     }
 }

@@ -5,7 +5,9 @@
 //! config (`core.fsmonitor`) is read, by the host's git in that directory, which a shell
 //! prompt or an editor's git panel starts without asking. The walk reads directories only
 //! (no `stat` per file: the kind comes from the directory entry), never follows a symlink,
-//! and does not enter [`SKIPPED_DIRS`] or a git dir.
+//! and does not enter [`SKIPPED_DIRS`] or a `.git` directory. A git dir under another name
+//! (a bare repository, or a directory a command gave git's shape) is entered: a repository
+//! nested anywhere in it is one git finds.
 //!
 //! # Limits
 //! A tree of more than [`MAX_WALK_ENTRIES`] entries is walked only that far, which leaves
@@ -16,8 +18,9 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// Directory names the walk does not enter: dependency trees that hold tens of thousands
-/// of files and no repository a host tool opens by itself (editors skip them too).
+/// Directory names the walk does not enter beyond their own entries: dependency trees that
+/// hold tens of thousands of files and no repository a host tool opens by itself (editors
+/// skip them too). What is right in one (a `.git`, git's shape, tool settings) is found.
 pub const SKIPPED_DIRS: &[&str] = &["node_modules"];
 
 /// Directory entries one walk reads at most.
@@ -29,45 +32,45 @@ pub struct Walk {
     /// Every `.git` entry (directory, pointer file or symlink) and every bare repository
     /// directory, sorted.
     pub git_entries: Vec<PathBuf>,
-    /// Every entry named as one of [`NESTED_TOOL_NAMES`], in any directory, sorted.
+    /// Every entry that [`is_tool_setting`] names, in any directory, sorted.
     pub tool_configs: Vec<PathBuf>,
     /// Directories this user owns but cannot list (it could change their mode and make
     /// something in them): protected whole, so nothing is made there unseen.
     pub unlistable: Vec<PathBuf>,
-    /// Directories holding a `HEAD` that are not git dirs (yet).
-    pub head_dirs: Vec<PathBuf>,
     /// Whether every directory was read (see the [module docs](self)).
     pub complete: bool,
 }
 
 /// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
-/// from a project's root: `cargo` and `rustup` in any subdirectory, npm and yarn at each
-/// package, direnv in each directory, an editor's per-folder settings.
-pub const NESTED_TOOL_NAMES: &[&str] = &[
-    ".cargo",
-    "rust-toolchain",
-    "rust-toolchain.toml",
-    ".npmrc",
-    ".yarnrc",
-    ".yarnrc.yml",
-    ".envrc",
-    ".vscode",
-    ".claude",
-    ".mcp.json",
-    ".cursor",
-    ".gemini",
-    ".codex",
-];
+/// from a project's root, besides every name [`PROTECTED_NAMES`](crate::protected::PROTECTED_NAMES)
+/// protects at a root as a whole entry (cargo and rustup in any subdirectory, npm and yarn
+/// at each package, an editor's or an agent's per-folder settings): direnv's, in each
+/// directory.
+pub const NESTED_TOOL_NAMES: &[&str] = &[".envrc"];
 
 /// Walks `root`, calling `on_dir` with each directory it reads (the root first).
-pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
+pub fn walk(root: &Path, on_dir: impl FnMut(&Path)) -> Walk {
+    walk_from(root, true, on_dir)
+}
+
+/// Walks `dir`, a directory that appeared inside a walked root, as [`walk`] would have
+/// reached it: a skipped one (`node_modules`) is read but not entered.
+pub fn walk_appeared(dir: &Path, on_dir: impl FnMut(&Path)) -> Walk {
+    let enter = dir.file_name().is_none_or(|n| !is_skipped(n));
+    walk_from(dir, enter, on_dir)
+}
+
+fn walk_from(root: &Path, enter_root: bool, mut on_dir: impl FnMut(&Path)) -> Walk {
     let mut out = Walk {
         complete: true,
         ..Walk::default()
     };
     let mut budget = MAX_WALK_ENTRIES;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    // (directory, whether its subdirectories are walked): a skipped directory is read (a
+    // `.git`, git's shape or tool settings right in it count, as git and tools look there
+    // from any package beneath it) but not entered further.
+    let mut stack = vec![(root.to_path_buf(), enter_root)];
+    while let Some((dir, enter)) = stack.pop() {
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
             // This user's own directory that it cannot list (a command may have taken the
@@ -92,7 +95,6 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
         on_dir(&dir);
         let mut subdirs = Vec::new();
         let mut shape = GitShape::default();
-        let mut head = false;
         for entry in entries.flatten() {
             if budget == 0 {
                 out.complete = false;
@@ -103,29 +105,21 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
-            shape.note(&entry.path(), &name, kind);
+            shape.note(&name, kind);
             if name == ".git" {
                 out.git_entries.push(entry.path());
             } else if is_tool_setting(&name) {
                 out.tool_configs.push(entry.path());
             }
-            if name == "HEAD" {
-                head = true;
-            }
-            if kind.is_dir() && name != ".git" && !is_skipped(&name) {
-                subdirs.push(entry.path());
+            if enter && kind.is_dir() && name != ".git" {
+                subdirs.push((entry.path(), !is_skipped(&name)));
             }
         }
         if shape.is_git_dir() {
             // A bare repository (or a git dir under another name): its parts are
-            // protected as a git dir's; nothing in it is a nested repository.
-            out.git_entries.push(dir);
-            continue;
-        }
-        if head {
-            // Not a git dir yet; one more entry (or a link's target appearing) could make
-            // it one, which a watch re-checks each time.
-            out.head_dirs.push(dir.clone());
+            // protected as a git dir's. It is entered all the same: git finds a repository
+            // nested in any of its subdirectories.
+            out.git_entries.push(dir.clone());
         }
         stack.extend(subdirs);
         if budget == 0 {
@@ -137,7 +131,6 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
     out.git_entries.dedup();
     out.tool_configs.sort();
     out.unlistable.sort();
-    out.head_dirs.sort();
     out
 }
 
@@ -145,28 +138,21 @@ pub fn walk(root: &Path, mut on_dir: impl FnMut(&Path)) -> Walk {
 /// protected pattern (`*.code-workspace`).
 pub fn is_tool_setting(name: &OsStr) -> bool {
     let n = name.to_string_lossy();
+    let whole_entry = |p: &&str| !p.contains('/') && *p != ".dsh" && **p == *n;
     NESTED_TOOL_NAMES.contains(&n.as_ref())
+        || crate::protected::PROTECTED_NAMES.iter().any(whole_entry)
         || crate::protected::PROTECTED_PATTERNS
             .iter()
             .any(|p| crate::protected::name_matches(p, &n))
 }
 
 /// Gives `dir`, when this user owns it, its owner's read and search bits back; whether it
-/// did.
+/// did. The directory is opened without a symlink anywhere on the way and changed through
+/// that descriptor, so a command that swaps it for a link meanwhile changes nothing else;
+/// no bit but those two is ever set.
 fn make_listable(dir: &Path) -> bool {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let Ok(m) = std::fs::symlink_metadata(dir) else {
-        return false;
-    };
-    // SAFETY: geteuid(2) has no preconditions.
-    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
-        return false;
-    }
-    std::fs::set_permissions(
-        dir,
-        std::fs::Permissions::from_mode((m.mode() & 0o7777) | 0o500),
-    )
-    .is_ok()
+    crate::nofollow::open_dir(dir)
+        .is_ok_and(|fd| crate::nofollow::add_owner_bits(&fd, 0o500).is_ok())
 }
 
 /// Whether a command of this user could create an entry in `dir`: it may write there, or
@@ -188,8 +174,9 @@ pub fn is_skipped(name: &OsStr) -> bool {
 }
 
 /// What git looks for to call a directory a git dir (`is_git_directory`): a `HEAD`, and
-/// `objects/` and `refs/` (links to directories count, as git follows them) or a
-/// `commondir` that supplies them.
+/// `objects` and `refs` or a `commondir` that supplies them. Git only asks that it may
+/// search `objects` and `refs` (`access(X_OK)`), which an executable file passes too, so
+/// an entry of either name counts whatever it is.
 #[derive(Default)]
 struct GitShape {
     head: bool,
@@ -199,14 +186,13 @@ struct GitShape {
 }
 
 impl GitShape {
-    fn note(&mut self, path: &Path, name: &OsStr, kind: std::fs::FileType) {
-        let is_dir = || kind.is_dir() || kind.is_symlink() && path.is_dir();
+    fn note(&mut self, name: &OsStr, kind: std::fs::FileType) {
         if name == "HEAD" && !kind.is_dir() {
             self.head = true;
         } else if name == "objects" {
-            self.objects = is_dir();
+            self.objects = true;
         } else if name == "refs" {
-            self.refs = is_dir();
+            self.refs = true;
         } else if name == "commondir" && !kind.is_dir() {
             self.commondir = true;
         }
@@ -219,9 +205,10 @@ impl GitShape {
 
 /// Whether `dir` has git's shape of a git dir (see [`walk`]).
 pub fn is_git_dir(dir: &Path) -> bool {
-    let head = std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| !m.is_dir());
-    head && (dir.join("objects").is_dir() && dir.join("refs").is_dir()
-        || std::fs::symlink_metadata(dir.join("commondir")).is_ok_and(|m| !m.is_dir()))
+    let there = |name: &str| std::fs::symlink_metadata(dir.join(name));
+    let head = there("HEAD").is_ok_and(|m| !m.is_dir());
+    head && (there("objects").is_ok() && there("refs").is_ok()
+        || there("commondir").is_ok_and(|m| !m.is_dir()))
 }
 
 #[cfg(test)]
@@ -259,8 +246,9 @@ mod tests {
                 r.join("vendor/foo/.git"),
             ]
         );
-        // root, sub, sub/deep, sub/deep/er, vendor, vendor/foo, bare.git (read, not entered).
-        assert_eq!(dirs, 7);
+        // root, sub, sub/deep, sub/deep/er, vendor, vendor/foo, bare.git and its two, and
+        // node_modules (read, not entered).
+        assert_eq!(dirs, 10);
     }
 
     // Regression: a review made a bare repository whose objects and refs were symlinks,
@@ -282,6 +270,39 @@ mod tests {
         assert_eq!(w.git_entries, vec![r.join("a"), r.join("b")]);
         assert_eq!(w.tool_configs, vec![r.join("crates/x/.cargo")]);
         assert!(is_git_dir(&r.join("a")) && is_git_dir(&r.join("b")));
+    }
+
+    // Regression: a third review made `pkg/.zed/settings.json` and `pkg/opencode.json`,
+    // which the walk did not look for although the root protects them.
+    #[test]
+    fn every_setting_protected_at_a_root_is_looked_for_in_subdirectories() {
+        for name in [
+            ".zed",
+            "opencode.json",
+            ".cargo",
+            ".vscode",
+            ".envrc",
+            "x.code-workspace",
+        ] {
+            assert!(is_tool_setting(OsStr::new(name)), "{name}");
+        }
+        for name in [".git", ".dsh", "src", "hooks"] {
+            assert!(!is_tool_setting(OsStr::new(name)), "{name}");
+        }
+    }
+
+    // Regression: a third review made `objects` and `refs` executable files, which git
+    // accepts in a git dir and the walk did not.
+    #[test]
+    fn objects_and_refs_of_any_kind_make_a_git_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = dir.path().join("src");
+        std::fs::create_dir_all(&r).expect("src");
+        std::fs::write(r.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(r.join("objects"), "").expect("objects");
+        std::fs::write(r.join("refs"), "").expect("refs");
+        assert!(is_git_dir(&r));
+        assert_eq!(walk(dir.path(), |_| {}).git_entries, vec![r]);
     }
 
     #[test]

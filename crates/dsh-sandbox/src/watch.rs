@@ -3,12 +3,20 @@
 //!
 //! Every directory the walk reads gets an inotify watch for entries created, moved in or
 //! out, and deleted. [`TreeWatch::walk`] first drains the events that arrived since it was
-//! last asked: a new `.git` entry is added, a directory that now has git's shape (`HEAD`,
-//! `objects/`, `refs/`) is added, a new or moved-in directory is walked (and watched), a
-//! directory moved inside the tree takes its watches and entries along (the two halves of
-//! a move are paired by their cookie), one moved out leaves them behind, and entries that
-//! are gone are dropped. What cannot be followed exactly (the event queue overflowed, the
-//! root itself moved) makes the next call walk the root again from scratch.
+//! last asked, in order: a new `.git` entry is added, a directory that now has git's shape
+//! (`HEAD`, `objects/`, `refs/`) is added, a directory made or moved in is walked (and
+//! watched) as it is when the event is read, a directory moved away takes what was known
+//! beneath it along (at once, before a later event can make something new at that path),
+//! and entries that are gone are dropped.
+//!
+//! Events are read after a command, so a directory may have been made, filled and moved
+//! before its watch exists: nothing made in it has an event of its own. It is found all
+//! the same, as every directory that is not watched arrived where it is now by an event
+//! still in the queue (its own creation or move, or an ancestor's), and each such event's
+//! directory is walked when it is read; one whose path is gone by then is walked where its
+//! later move put it, or is out of the tree. What cannot be followed exactly (the event
+//! queue overflowed, the root itself moved) makes the next call walk the root again from
+//! scratch.
 //!
 //! The kernel reports events of every process, the sandboxed ones included: watches are on
 //! inodes, not on a mount namespace's view of them.
@@ -99,18 +107,6 @@ impl TreeWatch {
         if self.stale {
             self.rewalk();
         } else {
-            // A directory with a `HEAD` may have become a git dir without an event in it (a
-            // link's target made elsewhere).
-            let became: Vec<PathBuf> = self
-                .current
-                .head_dirs
-                .iter()
-                .filter(|d| walk::is_git_dir(d))
-                .cloned()
-                .collect();
-            for d in became {
-                self.note(d);
-            }
             self.current.git_entries.retain(|e| still_there(e));
             self.current
                 .tool_configs
@@ -165,17 +161,23 @@ impl TreeWatch {
         }
         if let Some(old) = self.dirs.insert(wd, dir.to_path_buf()) {
             // The same inode watched again under a new path.
-            self.paths.remove(&old);
+            if old != dir && self.paths.get(&old) == Some(&wd) {
+                self.paths.remove(&old);
+            }
         }
-        self.paths.insert(dir.to_path_buf(), wd);
+        if let Some(replaced) = self.paths.insert(dir.to_path_buf(), wd) {
+            // Another inode was watched at this path (replaced by a rename onto it): its
+            // events would be read as this path's.
+            if replaced != wd {
+                self.dirs.remove(&replaced);
+            }
+        }
         true
     }
 
-    /// Reads every pending event and applies it, pairing the two halves of each move.
+    /// Reads every pending event and applies it, in order.
     fn drain(&mut self) {
         let mut buf = vec![0u8; 64 * 1024];
-        // Directories moved away whose arrival has not been seen: cookie -> old path.
-        let mut moved_away: HashMap<u32, PathBuf> = HashMap::new();
         loop {
             let Some(fd) = &self.inotify else {
                 return;
@@ -209,31 +211,23 @@ impl TreeWatch {
                     .position(|b| *b == 0)
                     .unwrap_or(name_bytes.len());
                 let name = OsStr::from_bytes(&name_bytes[..name_end]).to_os_string();
-                self.apply(ev.wd, ev.mask, ev.cookie, &name, &mut moved_away);
+                self.apply(ev.wd, ev.mask, &name);
                 at += header + len;
             }
         }
-        // Moved out of the tree: forget what was there.
-        for old in moved_away.into_values() {
-            self.forget(&old);
-        }
     }
 
-    fn apply(
-        &mut self,
-        wd: i32,
-        mask: u32,
-        cookie: u32,
-        name: &OsStr,
-        moved_away: &mut HashMap<u32, PathBuf>,
-    ) {
+    fn apply(&mut self, wd: i32, mask: u32, name: &OsStr) {
         if mask & libc::IN_Q_OVERFLOW != 0 {
             self.stale = true;
             return;
         }
         if mask & libc::IN_IGNORED != 0 {
+            // A watch gone (its directory removed): its path may lead to a newer one.
             if let Some(p) = self.dirs.remove(&wd) {
-                self.paths.remove(&p);
+                if self.paths.get(&p) == Some(&wd) {
+                    self.paths.remove(&p);
+                }
             }
             return;
         }
@@ -251,26 +245,16 @@ impl TreeWatch {
         let path = dir.join(name);
         let is_dir = mask & libc::IN_ISDIR != 0;
         if mask & libc::IN_MOVED_FROM != 0 {
+            // Gone from here: what was known beneath it goes now, before a later event
+            // makes something new at this path. Where it went (inside the tree) is walked
+            // afresh on its arrival.
             if is_dir {
-                moved_away.insert(cookie, path);
+                self.forget(&path);
             }
             return;
         }
         if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) == 0 {
             return;
-        }
-        if mask & libc::IN_MOVED_TO != 0 && is_dir {
-            if let Some(old) = moved_away.remove(&cookie) {
-                if walk::is_skipped(name) {
-                    self.forget(&old);
-                } else {
-                    self.rename(&old, &path);
-                }
-                if name == ".git" {
-                    self.note(path);
-                }
-                return;
-            }
         }
         if name == ".git" {
             self.note(path);
@@ -281,19 +265,18 @@ impl TreeWatch {
                 self.current.tool_configs.insert(i, path.clone());
             }
         }
-        if name == "HEAD" && !self.current.head_dirs.contains(&dir) {
-            self.current.head_dirs.push(dir.clone());
-        }
         if walk::is_git_dir(&dir) {
             self.note(dir.clone());
         }
-        let part = matches!(
-            name.to_str(),
-            Some("HEAD" | "objects" | "refs" | "commondir")
-        );
-        if !part && is_dir && !walk::is_skipped(name) {
+        // A directory made or moved in is walked as it is now, whatever happened to it
+        // since (events are read after the command: one made and then moved is walked
+        // where its move's event says it went).
+        // Nothing beneath a skipped directory (`node_modules`) is walked: its own entries
+        // are watched and read (a `.git` or git's shape there counts), not its packages.
+        let in_skipped = dir.file_name().is_some_and(walk::is_skipped);
+        if is_dir && !in_skipped {
             let mut full = false;
-            let found = walk::walk(&path, |d| {
+            let found = walk::walk_appeared(&path, |d| {
                 if !full && !self.add_watch(d) {
                     full = true;
                 }
@@ -314,8 +297,11 @@ impl TreeWatch {
                     self.current.tool_configs.insert(i, t);
                 }
             }
-            self.current.unlistable.extend(found.unlistable);
-            self.current.head_dirs.extend(found.head_dirs);
+            for u in found.unlistable {
+                if let Err(i) = self.current.unlistable.binary_search(&u) {
+                    self.current.unlistable.insert(i, u);
+                }
+            }
         }
     }
 
@@ -328,33 +314,7 @@ impl TreeWatch {
             .collect()
     }
 
-    /// A watched directory moved from `old` to `new` inside the tree: its watches and
-    /// entries follow it.
-    fn rename(&mut self, old: &Path, new: &Path) {
-        for (p, wd) in self.beneath(old) {
-            self.paths.remove(&p);
-            let moved = p
-                .strip_prefix(old)
-                .map_or_else(|_| p.clone(), |rest| new.join(rest));
-            self.paths.insert(moved.clone(), wd);
-            self.dirs.insert(wd, moved);
-        }
-        for list in [
-            &mut self.current.git_entries,
-            &mut self.current.tool_configs,
-            &mut self.current.unlistable,
-        ] {
-            for e in list.iter_mut() {
-                if let Ok(rest) = e.strip_prefix(old) {
-                    *e = new.join(rest);
-                }
-            }
-            list.sort();
-        }
-    }
-
-    /// A directory moved out of the tree (or into a skipped one): its watches go, and so do
-    /// its entries.
+    /// A directory moved away from `old`: its watches go, and so do its entries.
     fn forget(&mut self, old: &Path) {
         for (p, wd) in self.beneath(old) {
             if let Some(fd) = &self.inotify {
@@ -426,22 +386,129 @@ mod tests {
     }
 
     // Regression: a second review made `a/objects` a link to a directory that did not
-    // exist yet, then made it: `a` became a git dir with no event in it.
+    // exist yet, then made it: `a` became a git dir with no event in it. Git's shape is
+    // now its names alone (whatever they lead to), so it is one from the start.
     #[test]
-    fn a_directory_that_becomes_a_git_dir_through_a_link_is_seen() {
+    fn a_directory_with_git_names_is_a_git_dir_whatever_they_lead_to() {
         let d = tempfile::tempdir().expect("tempdir");
         let r = crate::canonical_path(d.path());
         std::fs::create_dir_all(r.join("a/refs")).expect("refs");
         std::fs::write(r.join("a/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
-        std::os::unix::fs::symlink("/nonexistent-dsh-target", r.join("a/objects")).expect("link");
-        let out = tempfile::tempdir().expect("tempdir");
         let mut w = TreeWatch::new(&r);
         assert!(w.walk().git_entries.is_empty());
-        std::fs::remove_file(r.join("a/objects")).expect("rm");
-        std::os::unix::fs::symlink(out.path().join("o"), r.join("a/objects")).expect("link");
-        assert!(w.walk().git_entries.is_empty());
-        std::fs::create_dir(out.path().join("o")).expect("target");
+        std::os::unix::fs::symlink("/nonexistent-dsh-target", r.join("a/objects")).expect("link");
         assert_eq!(w.walk().git_entries, vec![r.join("a")]);
+    }
+
+    // Regression: a third review made a directory, a repository in it, and moved it, all
+    // in one command (events are read after it): the move only renamed what was known of
+    // the directory, which was nothing, and the repository went unseen.
+    #[test]
+    fn a_directory_made_filled_and_moved_in_one_go_is_walked_where_it_went() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        std::fs::create_dir_all(r.join("old/keep")).expect("dirs");
+        std::fs::create_dir_all(r.join("objects")).expect("dirs");
+        let mut w = TreeWatch::new(&r);
+        assert!(w.walk().git_entries.is_empty());
+        // Made, filled and moved before the watch reads a thing.
+        std::fs::create_dir_all(r.join("x/sub/.git")).expect("x");
+        std::fs::create_dir_all(r.join("x/sub/.cargo")).expect("cargo");
+        std::fs::rename(r.join("x"), r.join("y")).expect("mv");
+        // A known directory, filled and moved.
+        std::fs::create_dir_all(r.join("old/keep/inner/.git")).expect("inner");
+        std::fs::rename(r.join("old"), r.join("new")).expect("mv");
+        // A directory git would call a part of a repository, outside any.
+        std::fs::create_dir_all(r.join("objects/deep/.git")).expect("objects");
+        let walk = w.walk().clone();
+        assert_eq!(
+            walk.git_entries,
+            vec![
+                r.join("new/keep/inner/.git"),
+                r.join("objects/deep/.git"),
+                r.join("y/sub/.git"),
+            ]
+        );
+        assert_eq!(walk.tool_configs, vec![r.join("y/sub/.cargo")]);
+        assert!(!w.stale, "followed without a new walk");
+        // The watches are where the directories went.
+        std::fs::create_dir_all(r.join("y/sub/later/.git")).expect("later");
+        assert!(w.walk().git_entries.contains(&r.join("y/sub/later/.git")));
+    }
+
+    // Regression: a third review moved a directory away and made a new one at its path in
+    // the same command; what was known beneath the old path was forgotten after the new
+    // one had been walked, with the new one's repository.
+    #[test]
+    fn a_directory_made_where_one_was_moved_away_is_kept() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        for x in ["z", "e", "a", "node_modules"] {
+            std::fs::create_dir_all(r.join(x)).expect("dirs");
+        }
+        let mut w = TreeWatch::new(&r);
+        std::fs::rename(r.join("e"), r.join("z/e")).expect("mv");
+        std::fs::create_dir_all(r.join("e/r/.git")).expect("again");
+        std::fs::create_dir_all(r.join("e/.cargo")).expect("cargo");
+        std::fs::rename(r.join("a"), r.join("node_modules/a")).expect("mv skipped");
+        std::fs::create_dir_all(r.join("a/sub/.git")).expect("again");
+        let walk = w.walk().clone();
+        assert_eq!(
+            walk.git_entries,
+            vec![r.join("a/sub/.git"), r.join("e/r/.git")]
+        );
+        assert_eq!(walk.tool_configs, vec![r.join("e/.cargo")]);
+        // And the moved one is still followed where it went.
+        std::fs::create_dir_all(r.join("z/e/later/.git")).expect("later");
+        assert!(w.walk().git_entries.contains(&r.join("z/e/later/.git")));
+    }
+
+    // Regression: a third review gave a directory (and the root itself) git's shape, which
+    // ended the walk there, and hid a repository beneath it.
+    #[test]
+    fn repositories_beneath_a_directory_of_git_shape_are_found() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        let mut w = TreeWatch::new(&r);
+        std::fs::create_dir_all(r.join("p/q/.git")).expect("q");
+        for x in ["p/objects", "p/refs", "objects", "refs", "x/.git"] {
+            std::fs::create_dir_all(r.join(x)).expect("shape");
+        }
+        std::fs::write(r.join("p/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(r.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        let want = vec![r.clone(), r.join("p"), r.join("p/q/.git"), r.join("x/.git")];
+        assert_eq!(w.walk().git_entries, want);
+        assert_eq!(
+            crate::walk::walk(&r, |_| {}).git_entries,
+            want,
+            "the full walk"
+        );
+    }
+
+    // Regression: a sixth review gave `node_modules` itself git's shape, with a pager in
+    // its config (git in any package beneath takes it for the repository): the walk never
+    // read it.
+    #[test]
+    fn what_is_right_in_node_modules_counts_and_nothing_deeper_is_walked() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = crate::canonical_path(d.path());
+        let mut w = TreeWatch::new(&r);
+        for x in [
+            "node_modules/objects",
+            "node_modules/refs",
+            "node_modules/pkg/sub/.git",
+        ] {
+            std::fs::create_dir_all(r.join(x)).expect("dirs");
+        }
+        std::fs::write(r.join("node_modules/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::create_dir_all(r.join("node_modules/.cargo")).expect("cargo");
+        let walk = w.walk().clone();
+        assert_eq!(walk.git_entries, vec![r.join("node_modules")]);
+        assert_eq!(walk.tool_configs, vec![r.join("node_modules/.cargo")]);
+        assert_eq!(crate::walk::walk(&r, |_| {}).git_entries, walk.git_entries);
+        // Its own entries are followed.
+        std::fs::create_dir_all(r.join("node_modules/.git")).expect("git");
+        assert!(w.walk().git_entries.contains(&r.join("node_modules/.git")));
     }
 
     #[test]

@@ -255,3 +255,22 @@ fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
     assert!(!Path::new("/dshprobe").exists());
     assert!(!argv.iter().any(|a| a.contains("dshprobe")), "{argv:?}");
 }
+
+// Regression: a fifth review hard-linked a denied file's name before the secret was
+// written into it; the other name was readable.
+#[test]
+fn a_denied_file_with_another_name_is_a_gap() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let ws = dsh_sandbox::canonical_path(d.path());
+    std::fs::write(ws.join(".env"), "").expect("env");
+    let policy =
+        SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join(".env")]);
+    let gaps = |p: &SandboxPolicy| match LocalSandbox::new().choose(p) {
+        Ok((_, dsh_sandbox::Enforcement::Partial(why))) => why,
+        Ok(_) => String::new(),
+        Err(e) => e.message().to_owned(),
+    };
+    assert!(!gaps(&policy).contains("hard link"), "{}", gaps(&policy));
+    std::fs::hard_link(ws.join(".env"), ws.join("x")).expect("link");
+    assert!(gaps(&policy).contains("hard link"), "{}", gaps(&policy));
+}

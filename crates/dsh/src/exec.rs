@@ -202,10 +202,15 @@ fn after_command(
 ) -> (Vec<PathBuf>, Vec<Quarantined>) {
     let mut after = policy.clone();
     let mut appeared = Vec::new();
+    let mut short = Vec::new();
     let mut found = protected::WorkspaceLayout::default();
     for watch in watches.iter_mut() {
         let root = watch.root().to_path_buf();
         let layout = protected::for_root(&root, watch.walk());
+        if !layout.complete && !policy.incomplete_roots.contains(&root) {
+            short.push(dsh_sandbox::quarantine::walked_short(&root, policy));
+            appeared.push(root.clone());
+        }
         appeared.extend(protected::appeared(&after, &layout));
         found.git_dirs.extend(layout.git_dirs.iter().cloned());
         found.hooks_dirs.extend(layout.hooks_dirs.iter().cloned());
@@ -215,7 +220,8 @@ fn after_command(
     appeared.dedup();
     let mut roots = policy.writable_dirs();
     roots.extend(temp);
-    let quarantined = dsh_sandbox::quarantine::quarantine(&appeared, policy, &found, &roots);
+    let mut quarantined = dsh_sandbox::quarantine::quarantine(&appeared, policy, &found, &roots);
+    quarantined.extend(short);
     (appeared, quarantined)
 }
 

@@ -117,3 +117,31 @@ fn the_file_tools_refuse_credential_stores() {
         text(&out)
     );
 }
+
+// Regression: a third review renamed a folder above a denied path inside a writable root
+// (`mv gh gh2` under `--writable ~/.config`); the next command read the file under its new
+// name.
+#[test]
+fn a_folder_above_a_denied_path_cannot_be_renamed_away_from_it() {
+    if !crate::support::bwrap_usable() {
+        return;
+    }
+    let fx = fixture_with_credentials();
+    let config = fx.home.join(".config").display().to_string();
+    // A writable ~/.config is a gap (refused unless accepted): accepted here.
+    let out = fx.exec_in(
+        &fx.ws,
+        &["--writable", &config, "--allow-partial"],
+        &format!("mv {config}/gh {config}/gh2; cat {config}/gh2/hosts.yml; echo ran"),
+    );
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+    assert!(fx.home.join(".config/gh/hosts.yml").exists());
+    let out = fx.exec_in(
+        &fx.ws,
+        &["--writable", &config, "--allow-partial"],
+        &format!("cat {config}/gh2/hosts.yml {config}/gh/hosts.yml; echo ran"),
+    );
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+}

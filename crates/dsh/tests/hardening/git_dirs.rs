@@ -475,3 +475,84 @@ fn a_repository_hidden_in_an_unlistable_directory_is_found() {
         "the hidden repository's fsmonitor ran"
     );
 }
+
+/// The repository `repo` (relative to the workspace) is named in `out`'s report, and the
+/// host's `git status` there runs nothing planted.
+fn assert_reported_and_disarmed(fx: &Fixture, out: &std::process::Output, repo: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}/{repo}/.git", fx.ws.display())),
+        "{repo} not reported: {stderr}"
+    );
+    let _ = fx.git_status(&fx.ws.join(repo), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "the fsmonitor of {repo} ran on the host"
+    );
+}
+
+// Regression: a third review made a directory, a repository with an fsmonitor in it, and
+// moved the directory, all in one command; and moved a directory that existed before
+// after arming a repository in it. The check read the moves but never walked where the
+// directories went.
+#[test]
+fn repositories_in_directories_moved_during_the_command_are_found() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    std::fs::create_dir_all(fx.ws.join("existing")).expect("existing");
+    let out = fx.exec(&format!(
+        "mkdir -p x/sub && git init -q x/sub && git -C x/sub config core.fsmonitor \"{p}; false\" \
+         && mv x y && git init -q existing/r && git -C existing/r config core.fsmonitor \
+         \"{p}; false\" && mv existing moved",
+        p = fx.plant()
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for repo in ["y/sub", "moved/r"] {
+        assert_reported_and_disarmed(&fx, &out, repo);
+    }
+}
+
+// Regression: a third review (1) moved a directory away and made a repository at its
+// path, (2) hid a repository beneath a directory it gave git's shape, and (3) gave the
+// workspace root itself git's shape, which blinded every later check.
+#[test]
+fn no_shape_or_order_of_directories_hides_a_new_repository() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    fx.git(&fx.ws, &["init", "-q", "vend"]);
+    let arm = |dir: &str| {
+        format!(
+            "git init -q {dir} && git -C {dir} config core.fsmonitor \"{}; false\"",
+            fx.plant()
+        )
+    };
+    let out = fx.exec(&format!(
+        "mkdir -p z e && mv e z/e && mkdir -p e/.cargo && {} && \
+         mkdir -p p && {} && mkdir p/objects p/refs && echo 'ref: refs/heads/main' > p/HEAD && \
+         echo 'ref: refs/heads/main' > HEAD && mkdir objects refs && {}",
+        arm("e/r"),
+        arm("p/q"),
+        arm("x")
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for repo in ["e/r", "p/q", "x"] {
+        assert_reported_and_disarmed(&fx, &out, repo);
+    }
+    // A repository that was there before stays protected in the next command.
+    let out = fx.exec(&format!(
+        "git -C vend config core.fsmonitor \"{}; false\"",
+        fx.plant()
+    ));
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    let _ = fx.git_status(&fx.ws.join("vend"), &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "the fsmonitor of vend ran on the host"
+    );
+}

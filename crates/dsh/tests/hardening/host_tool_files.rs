@@ -34,8 +34,10 @@ const PLANTS: &[(&str, &str)] = &[
     ("lefthook.yml", "pre-commit: {}"),
     (".envrc", "x"),
     (".gitmodules", "x"),
-    // Missing, but lefthook.yml exists: lefthook would merge it.
+    // Missing, but lefthook.yml exists: lefthook would merge them.
     ("lefthook-local.yml", "pre-commit: {}"),
+    // Regression: a third review named the other formats lefthook merges.
+    ("lefthook-local.json", "{\"pre-commit\": {}}"),
 ];
 
 /// The files of [`PLANTS`] the workspace holds before the command, with their content.

@@ -7,6 +7,7 @@
 //! runs dsh with its own `HOME` and `XDG_CONFIG_HOME`, so the user's files and git config
 //! play no part.
 
+mod check_limits;
 mod deny_read;
 mod doctor;
 mod fail_closed;
