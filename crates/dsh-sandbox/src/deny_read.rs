@@ -82,8 +82,25 @@ pub fn expand_home(p: &str) -> Option<PathBuf> {
 /// `/tmp`: never what a pattern is written to deny) is left out: a command can make such
 /// a link at a denied name, and an empty mount there would leave no usable sandbox.
 pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
+    expand_matches(matches(patterns))
+}
+
+/// [`expand`] of what [`planted_link`] did not refuse: one look at the file system for
+/// both. `Err((link, target))` as [`planted_link`] says.
+pub fn expand_unless_planted(
+    patterns: &[PathBuf],
+    places: &[PathBuf],
+) -> Result<Vec<PathBuf>, (PathBuf, PathBuf)> {
+    let found = matches(patterns);
+    if let Some(planted) = planted_in(&found, places) {
+        return Err(planted);
+    }
+    Ok(expand_matches(found))
+}
+
+fn expand_matches(found: Vec<(PathBuf, PathBuf)>) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for (written, real) in matches(patterns) {
+    for (written, real) in found {
         let through_link = real != crate::fold_dots(&written);
         if through_link && real.components().count() <= 2 {
             continue;
@@ -101,8 +118,12 @@ pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
 /// dsh does not hide that target on the word of a link a command could have made (an empty
 /// mount over `/usr/lib` would leave no usable sandbox).
 pub fn planted_link(patterns: &[PathBuf], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
-    matches(patterns).into_iter().find_map(|(written, real)| {
-        let written = crate::fold_dots(&written);
+    planted_in(&matches(patterns), places)
+}
+
+fn planted_in(found: &[(PathBuf, PathBuf)], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    found.iter().find_map(|(written, real)| {
+        let (written, real) = (crate::fold_dots(written), real.clone());
         let in_place = |p: &Path| places.iter().any(|w| p.starts_with(w));
         let holds_place = places.iter().any(|w| w.starts_with(&real));
         (written != real && in_place(&written) && (!in_place(&real) || holds_place))

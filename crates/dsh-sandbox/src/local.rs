@@ -223,12 +223,23 @@ impl LocalSandbox {
     /// # Errors
     /// `SANDBOX_UNAVAILABLE` when no runner works (or the forced one does not).
     pub fn choose(&self, policy: &SandboxPolicy) -> Result<(Runner, Enforcement), HarnessError> {
+        self.choose_with(policy, &deny_read::expand(&policy.deny_read))
+    }
+
+    /// [`choose`](Self::choose) with the paths `policy` denies for reading, expanded.
+    fn choose_with(
+        &self,
+        policy: &SandboxPolicy,
+        denied: &[PathBuf],
+    ) -> Result<(Runner, Enforcement), HarnessError> {
         let mut why_not = Vec::new();
+        // What no runner enforces, looked at once.
+        let common = policy_gaps(policy, denied);
         // Among runners that enforce only in part, the one with the fewest gaps (the
         // earlier, faster one on a tie).
         let mut partial: Option<(Runner, Vec<String>)> = None;
         for runner in self.candidates() {
-            match self.gaps(runner, policy) {
+            match self.gaps(runner, policy, &common) {
                 Ok(gaps) if gaps.is_empty() => return Ok((runner, Enforcement::Full)),
                 Ok(gaps) => {
                     if partial
@@ -264,8 +275,13 @@ impl LocalSandbox {
 
     /// What `runner` would leave unenforced of `policy` (nothing: full enforcement), or
     /// why it cannot run at all.
-    fn gaps(&self, runner: Runner, policy: &SandboxPolicy) -> Result<Vec<String>, String> {
-        let mut gaps = policy_gaps(policy);
+    fn gaps(
+        &self,
+        runner: Runner,
+        policy: &SandboxPolicy,
+        common: &[String],
+    ) -> Result<Vec<String>, String> {
+        let mut gaps = common.to_vec();
         match runner {
             Runner::Landlock => {
                 let abi = self.landlock_abi()?;
@@ -603,22 +619,25 @@ impl Sandbox for LocalSandbox {
         }
         let mut places = policy.writable_dirs();
         places.push(policy.workspace_root.clone());
-        if let Some((link, target)) = deny_read::planted_link(&policy.deny_read, &places) {
-            return Err(HarnessError::new(
-                ErrorCode::SandboxUnavailable,
-                format!(
-                    "{} is denied for reading and is (or lies behind) a link to {}, in a \
+        let denied = match deny_read::expand_unless_planted(&policy.deny_read, &places) {
+            Ok(denied) => denied,
+            Err((link, target)) => {
+                return Err(HarnessError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!(
+                        "{} is denied for reading and is (or lies behind) a link to {}, in a \
                      directory a command can write: dsh will not hide {} on the word of a \
                      link a command could have made. Remove the link, or, if it is yours, \
                      deny {} itself (deny_read in ~/.config/dsh/config.toml).",
-                    link.display(),
-                    target.display(),
-                    target.display(),
-                    target.display()
-                ),
-            ));
-        }
-        let (runner, enforcement) = self.choose(policy)?;
+                        link.display(),
+                        target.display(),
+                        target.display(),
+                        target.display()
+                    ),
+                ))
+            }
+        };
+        let (runner, enforcement) = self.choose_with(policy, &denied)?;
         if let (Enforcement::Partial(why), OnPartial::Refuse) = (&enforcement, policy.on_partial) {
             return Err(partial_refused(policy.mode, why));
         }
@@ -630,7 +649,6 @@ impl Sandbox for LocalSandbox {
                 return Err(unsettled_refused(&left));
             }
         }
-        let denied = deny_read::expand(&policy.deny_read);
         // The private directory: the temp dir under workspace-write; under read-only only
         // the empty stand-ins bubblewrap mounts over denied paths need it.
         let area = match policy.mode {
@@ -978,13 +996,13 @@ fn drop_self_bind(argv: &mut Vec<OsString>, temp: &Path) {
 /// the home directory (its startup files, autostart entries and user units cannot all be
 /// listed) or dsh's state directory, a denied path that holds a writable root, and roots
 /// whose walk for nested repositories stopped short.
-fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
+fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<String> {
     let mut gaps = Vec::new();
-    for d in deny_read::expand(&policy.deny_read) {
+    for d in denied {
         use std::os::unix::fs::MetadataExt;
         // Another name for a denied file (a hard link made before the secret was written
         // into it) is readable where that name is.
-        if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+        if std::fs::symlink_metadata(d).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
             gaps.push(format!(
                 "{} is denied for reading but has another name (a hard link) the sandbox \
                  cannot hide; find it (find / -samefile {}) and remove it",
@@ -1007,8 +1025,8 @@ fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
             ));
         }
     }
-    for d in deny_read::expand(&policy.deny_read) {
-        if let Some(root) = policy.writable_dirs().iter().find(|w| w.starts_with(&d)) {
+    for d in denied {
+        if let Some(root) = policy.writable_dirs().iter().find(|w| w.starts_with(d)) {
             gaps.push(format!(
                 "{} is denied for reading and holds the writable root {}: the command could \
                  not see its own files (a link at a denied name can lead there; remove it)",
@@ -1056,6 +1074,10 @@ fn policy_gaps(policy: &SandboxPolicy) -> Vec<String> {
 /// what they run (`~/.config`, `~/.local`, a toolchain's home, a directory on `PATH`),
 /// each with that place: no list of names can cover what is there.
 fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
+    let roots = policy.writable_dirs();
+    if roots.is_empty() {
+        return Vec::new();
+    }
     let mut places: Vec<PathBuf> = Vec::new();
     if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
         let config = std::env::var_os("XDG_CONFIG_HOME")
@@ -1074,7 +1096,7 @@ fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
         );
     }
     let mut out = Vec::new();
-    for root in policy.writable_dirs() {
+    for root in roots {
         if let Some(dir) = places
             .iter()
             .find(|d| d.starts_with(&root) || root.starts_with(d))
