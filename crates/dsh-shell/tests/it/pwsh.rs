@@ -65,13 +65,17 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
 #[tokio::test]
 async fn local_pwsh_passes_the_shell_conformance_checks_where_pwsh_is_installed() {
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
-    if sh
+    // Only a missing pwsh skips: any other error is a failure of the test.
+    match sh
         .run(sh.resolve(ShellRequest::new("exit 0")).expect("resolve"))
         .await
-        .is_err()
     {
-        println!("skipped: pwsh is not installed");
-        return;
+        Err(e) if e.code() == ErrorCode::ProcessNotFound => {
+            println!("skipped: pwsh is not installed: {e}");
+            return;
+        }
+        Err(e) => panic!("pwsh is there but did not run: {e}"),
+        Ok(_) => {}
     }
     let result =
         dsh_shell::conformance::check_all(&sh, &dsh_shell::conformance::Scripts::pwsh()).await;

@@ -1,6 +1,7 @@
 //! Confined bash with real runners (Landlock + seccomp, bubblewrap): what the kernel lets
 //! through and what it refuses. Each test runs under every runner available here;
-//! `DSH_REQUIRE_BWRAP=1` makes a missing bubblewrap a failure instead of a skip.
+//! `DSH_REQUIRE_BWRAP=1`, `DSH_REQUIRE_LANDLOCK=1` and `DSH_REQUIRE_SANDBOX=1` (any runner)
+//! make a missing one a failure instead of a skip.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,13 +25,20 @@ fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
         match status {
             Some(Ok(_)) => out.push((runner, Arc::new(sandbox))),
             Some(Err(why)) => {
-                if runner == Runner::Bwrap && std::env::var_os("DSH_REQUIRE_BWRAP").is_some() {
-                    panic!("DSH_REQUIRE_BWRAP is set but bwrap is unusable: {why}");
+                let required = match runner {
+                    Runner::Bwrap => "DSH_REQUIRE_BWRAP",
+                    _ => "DSH_REQUIRE_LANDLOCK",
+                };
+                if std::env::var_os(required).is_some() {
+                    panic!("{required} is set but {runner} is unusable: {why}");
                 }
                 println!("skipping {runner}: {why}");
             }
             None => println!("skipping {runner}: not a runner of this platform"),
         }
+    }
+    if out.is_empty() && std::env::var_os("DSH_REQUIRE_SANDBOX").is_some() {
+        panic!("DSH_REQUIRE_SANDBOX is set but no runner works here");
     }
     out
 }
