@@ -971,6 +971,13 @@ mod tests {
             .register(contributor("late", &["DSH_LATE"], &[]))
             .expect("register");
         drop(env);
+        // The registration did not keep the registry alive, and dropping it now is a no-op
+        // (no panic, no lock on freed state).
+        assert!(
+            r.registry.upgrade().is_none(),
+            "the registry outlived its ShellEnv"
+        );
+        assert_eq!(r.name(), "late");
         drop(r);
     }
 
