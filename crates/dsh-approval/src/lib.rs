@@ -30,6 +30,8 @@
 //! with a notice of how much is not shown, never silently. Nothing of the model's reaches
 //! a terminal raw.
 
+#![forbid(unsafe_code)]
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
 

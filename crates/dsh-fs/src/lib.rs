@@ -23,6 +23,8 @@
 //! The `FS_*` codes of [`dsh_core::ErrorCode`], each with a message naming the path as
 //! the caller spelled it.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;

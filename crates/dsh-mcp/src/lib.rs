@@ -25,6 +25,8 @@
 //! [`DshServer::close`] cancels and awaits every call. Nothing but protocol goes to
 //! stdout; diagnostics go to stderr.
 
+#![forbid(unsafe_code)]
+
 pub mod elicitation;
 mod transport;
 pub mod workspace;

@@ -75,6 +75,11 @@ pub(crate) unsafe fn spawn_into_cgroup(
 }
 
 /// The `clone3` syscall; in the child: `exit(entry(arg))` on the new stack.
+///
+/// # Safety
+/// `args` must describe a valid `clone3` request whose stack stays valid and unused until
+/// the child has exec'd or exited; the child runs `entry`, which must never unwind and may
+/// only make async-signal-safe calls (see [`spawn_into_cgroup`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw_clone3(
     args: &CloneArgs,
@@ -113,6 +118,10 @@ unsafe fn raw_clone3(
     ret
 }
 
+/// Where the trampoline is not written: always `ENOSYS`, so the caller falls back.
+///
+/// # Safety
+/// None beyond the signature's: it makes no call.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn raw_clone3(
     _args: &CloneArgs,

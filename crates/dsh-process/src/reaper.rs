@@ -239,6 +239,11 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
 /// joining the cgroup itself. Either way it shares our memory and we sleep until it has
 /// exec'd (no copy of the page tables); it runs on its own stack, so it cannot clobber
 /// ours. Returns its pid or the clone's errno.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. `plan` must
+/// hold the leader's prepared exec (its argv and env as C strings) and stack.
 unsafe fn start_leader(plan: &mut ExecPlan) -> Result<libc::pid_t, i32> {
     let arg: *mut ExecPlan = plan;
     // SAFETY: single-threaded child; the stack belongs to the plan, which outlives the
@@ -278,6 +283,11 @@ unsafe fn start_leader(plan: &mut ExecPlan) -> Result<libc::pid_t, i32> {
 
 /// `fcntl(fd, F_DUPFD_CLOEXEC, 10)`: a copy above the low fd numbers that the command's
 /// stdio and std's own pipes use.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. `fd` must be an
+/// open fd of this process.
 unsafe fn high_dup(fd: RawFd) -> io::Result<RawFd> {
     // SAFETY: fcntl(2) on an fd we own.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
@@ -291,6 +301,10 @@ unsafe fn high_dup(fd: RawFd) -> io::Result<RawFd> {
 /// Resets every signal the owner handles to the default, so neither the reaper nor the
 /// leader ever runs the owner's handlers (which write to the owner's fds). Ignored
 /// signals stay ignored, as across any `exec`.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind.
 unsafe fn reset_handlers() {
     // SAFETY: sigaction(2) with stack values.
     unsafe {
@@ -309,6 +323,10 @@ unsafe fn reset_handlers() {
 /// The reaper blocks every signal (SIGCHLD it reads through the signalfd): a signal meant
 /// for the tree, or sent by it, stays pending and never runs or stops anything. One
 /// `sigprocmask` instead of a `sigaction` per signal.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind.
 unsafe fn ignore_signals() {
     // SAFETY: sigprocmask(2) with a stack set.
     unsafe {
@@ -321,6 +339,11 @@ unsafe fn ignore_signals() {
 /// Closes every fd from 3 up except `keep` (-1 entries are ignored), with `close_range`,
 /// or one by one up to the fd limit where `close_range` is missing (Linux < 5.9) or
 /// filtered.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. No fd outside
+/// `keep` may be in use by the caller afterwards.
 unsafe fn close_all_except(keep: &mut [RawFd]) {
     keep.sort_unstable();
     let sorted = &*keep;
@@ -334,6 +357,10 @@ unsafe fn close_all_except(keep: &mut [RawFd]) {
     unsafe { close_range(from, RawFd::MAX) };
 }
 
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. No fd in
+/// `first..=last` may be in use by the caller afterwards.
 unsafe fn close_range(first: RawFd, last: RawFd) {
     if first > last {
         return;
@@ -429,6 +456,10 @@ struct Reaper {
 }
 
 impl Reaper {
+    /// # Safety
+    /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in,
+    /// where every call must be async-signal-safe and nothing may allocate or unwind. The
+    /// fds of `self` must be open, and the leader started.
     unsafe fn serve(&mut self) -> ! {
         loop {
             // SAFETY (loop body): async-signal-safe calls on our own fds and children.
@@ -494,6 +525,11 @@ impl Reaper {
     /// Reaps every exited child except the leader, whose status is only peeked (`WNOWAIT`)
     /// and reported once. Returns the number of children other than the leader still
     /// present (alive or not yet reaped).
+    ///
+    /// # Safety
+    /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in,
+    /// where every call must be async-signal-safe and nothing may allocate or unwind. The
+    /// fds of `self` must be open.
     unsafe fn reap(&mut self) -> usize {
         loop {
             let mut others = 0usize;
@@ -548,6 +584,11 @@ impl Reaper {
     /// Sends `sig` to the leader's group (safe while the leader is unreaped: its pid, and
     /// so its group id, cannot be reused) and to each direct child and the group it leads
     /// (unreaped children: same argument).
+    ///
+    /// # Safety
+    /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in,
+    /// where every call must be async-signal-safe and nothing may allocate or unwind. The
+    /// leader must not have been reaped (its pid and group id cannot be reused until then).
     unsafe fn signal_tree(&self, sig: libc::c_int) {
         // SAFETY: kill(2) on pids pinned as described above.
         unsafe {
@@ -559,6 +600,10 @@ impl Reaper {
         }
     }
 
+    /// # Safety
+    /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in,
+    /// where every call must be async-signal-safe and nothing may allocate or unwind.
+    /// `self.control_r` must be an open, non-blocking fd.
     unsafe fn read_control(&mut self) {
         let mut buf = [0u8; 16];
         // SAFETY: read(2) into a stack buffer.
@@ -591,6 +636,9 @@ impl Reaper {
     }
 }
 
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind.
 unsafe fn monotonic_ns() -> i128 {
     // SAFETY: clock_gettime(2) into a stack value.
     unsafe {
@@ -601,6 +649,11 @@ unsafe fn monotonic_ns() -> i128 {
 }
 
 /// Writes one status record.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. `fd` must be an
+/// open fd of this process.
 unsafe fn write_record(fd: RawFd, tag: u8, value: i32) {
     let mut rec = [0u8; STATUS_LEN];
     rec[0] = tag;
@@ -610,6 +663,11 @@ unsafe fn write_record(fd: RawFd, tag: u8, value: i32) {
 }
 
 /// Writes the leader's exit record from `waitid`'s siginfo.
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. `fd` must be an
+/// open fd of this process; `info` filled in by `waitid`.
 unsafe fn report_exit(fd: RawFd, info: &libc::siginfo_t) {
     // SAFETY: reading the siginfo fields waitid filled.
     let (tag, value) = unsafe {
@@ -625,6 +683,11 @@ unsafe fn report_exit(fd: RawFd, info: &libc::siginfo_t) {
 /// Calls `f` with each pid listed in our `/proc/thread-self/children` (`fd`; our children,
 /// zombies included), parsing in a fixed stack buffer. Returns false if the list could not
 /// be read to its end (the pids seen so far were still passed to `f`).
+///
+/// # Safety
+/// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
+/// every call must be async-signal-safe and nothing may allocate or unwind. `fd` must be an
+/// open fd of `/proc/thread-self/children`; `f` may only make async-signal-safe calls.
 unsafe fn for_each_child(fd: RawFd, mut f: impl FnMut(libc::pid_t)) -> bool {
     let mut buf = [0u8; 1024];
     let mut parser = PidParser::default();

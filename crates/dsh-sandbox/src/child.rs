@@ -152,6 +152,11 @@ impl ChildRestrictions {
 /// Drops every capability for good: the bounding set (needs CAP_SETPCAP, which only a
 /// privileged process has and only it needs), the ambient set, then effective, permitted
 /// and inheritable. After this even a root command gains none at `exec`.
+///
+/// # Safety
+/// Only in a freshly forked, single-threaded child before `exec` (the confinement steps):
+/// it changes this process's capabilities for good and may only make async-signal-safe
+/// calls.
 unsafe fn drop_capabilities() -> Result<(), i32> {
     // SAFETY (whole function): prctl/capset on this process, no memory but the stack.
     unsafe {

@@ -30,6 +30,8 @@
 //! `INVALID_ARGUMENT` (a bad name, an undeclared table, a unit opened twice), `IO_FAILED`,
 //! `INTERNAL` (a bug: a storage job panicked; the storage thread goes on with the next).
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

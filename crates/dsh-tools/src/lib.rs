@@ -26,6 +26,8 @@
 //! Every string argument of the built-in tools has a size bound, checked before it is
 //! used: [`bounds`] lists them. An argument past its bound is `INVALID_ARGS`.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
