@@ -42,10 +42,15 @@ fn area() -> Option<&'static OwnedFd> {
         .as_ref()
 }
 
-/// The records of a process without a state directory.
-fn memory() -> &'static Mutex<Vec<(PathBuf, Kind)>> {
-    static MEMORY: Mutex<Vec<(PathBuf, Kind)>> = Mutex::new(Vec::new());
-    &MEMORY
+/// A record kept in memory: path, kind, and a baseline's list.
+type Record = (PathBuf, Kind, Vec<PathBuf>);
+
+/// The records of a process without a state directory, locked.
+fn memory() -> std::sync::MutexGuard<'static, Vec<Record>> {
+    static MEMORY: Mutex<Vec<Record>> = Mutex::new(Vec::new());
+    MEMORY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Remembers `path` (absolute) as not set aside.
@@ -63,12 +68,10 @@ pub(crate) fn remember_baseline(path: &Path, baseline: &[PathBuf]) {
 /// The baseline kept with the record of the root `path`, if there is one.
 pub(crate) fn baseline(path: &Path) -> Option<Vec<PathBuf>> {
     let Some(dir) = area() else {
-        return memory_baselines()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        return memory()
             .iter()
-            .find(|(p, _)| p == path)
-            .map(|(_, b)| b.clone());
+            .find(|(p, k, _)| p == path && *k == Kind::Baseline)
+            .map(|(_, _, list)| list.clone());
     };
     records(dir)
         .into_iter()
@@ -77,24 +80,11 @@ pub(crate) fn baseline(path: &Path) -> Option<Vec<PathBuf>> {
         .map(|(_, _, list)| list)
 }
 
-fn memory_baselines() -> &'static Mutex<Vec<(PathBuf, Vec<PathBuf>)>> {
-    static MEMORY: Mutex<Vec<(PathBuf, Vec<PathBuf>)>> = Mutex::new(Vec::new());
-    &MEMORY
-}
-
 fn remember_with(path: &Path, kind: Kind, list: &[PathBuf]) {
     let Some(dir) = area() else {
-        let mut m = memory()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !m.iter().any(|(p, k)| p == path && *k == kind) {
-            m.push((path.to_path_buf(), kind));
-            if kind == Kind::Baseline {
-                memory_baselines()
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((path.to_path_buf(), list.to_vec()));
-            }
+        let mut m = memory();
+        if !m.iter().any(|(p, k, _)| p == path && *k == kind) {
+            m.push((path.to_path_buf(), kind, list.to_vec()));
         }
         return;
     };
@@ -133,51 +123,29 @@ fn remember_with(path: &Path, kind: Kind, list: &[PathBuf]) {
 
 /// Forgets the record of `kind` of `path` (set aside, or settled).
 pub(crate) fn forget_kind(path: &Path, kind: Kind) {
-    let Some(dir) = area() else {
-        memory()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(p, k)| p != path || *k != kind);
-        if kind == Kind::Baseline {
-            memory_baselines()
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|(p, _)| p != path);
-        }
-        return;
-    };
-    for (name, p, k) in records(dir) {
-        if p == path && k == kind {
-            unlink(dir, name);
-        }
-    }
-}
-
-fn unlink(dir: &OwnedFd, name: OsString) {
-    if let Ok(c) = std::ffi::CString::new(name.into_vec()) {
-        // SAFETY: unlinkat(2) within our directory fd, a valid C string.
-        unsafe {
-            libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0);
-        }
-    }
+    forget_where(path, Some(kind));
 }
 
 /// Forgets `path` (gone), whatever its records.
 pub(crate) fn forget(path: &Path) {
+    forget_where(path, None);
+}
+
+/// Forgets the records of `path` of `kind` (any kind: `None`).
+fn forget_where(path: &Path, kind: Option<Kind>) {
+    let of = |p: &Path, k: Kind| p == path && kind.is_none_or(|want| want == k);
     let Some(dir) = area() else {
-        memory()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(p, _)| p != path);
-        memory_baselines()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(p, _)| p != path);
+        memory().retain(|(p, k, _)| !of(p, *k));
         return;
     };
-    for (name, p, _) in records(dir) {
-        if p == path {
-            unlink(dir, name);
+    for (name, p, k) in records(dir) {
+        if of(&p, k) {
+            if let Ok(c) = std::ffi::CString::new(name.into_vec()) {
+                // SAFETY: unlinkat(2) within our directory fd, a valid C string.
+                unsafe {
+                    libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0);
+                }
+            }
         }
     }
 }
@@ -187,10 +155,7 @@ pub(crate) fn forget(path: &Path) {
 pub(crate) fn beneath(root: &Path) -> Vec<(PathBuf, Kind)> {
     let all: Vec<(PathBuf, Kind)> = match area() {
         Some(dir) => records(dir).into_iter().map(|(_, p, k)| (p, k)).collect(),
-        None => memory()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone(),
+        None => memory().iter().map(|(p, k, _)| (p.clone(), *k)).collect(),
     };
     let mut out: Vec<(PathBuf, Kind)> = Vec::new();
     for (p, kind) in all {
