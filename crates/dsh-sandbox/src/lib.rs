@@ -73,6 +73,7 @@ mod child;
 pub mod deny_read;
 pub mod escalation;
 pub mod gitconfig;
+pub mod gitlinks;
 pub mod landlock;
 mod local;
 mod nofollow;

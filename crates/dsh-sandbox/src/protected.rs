@@ -31,9 +31,12 @@
 //! refuses to run with an empty one) but holds [`COMMONDIR_PLACEHOLDER`], `.`: the git
 //! dir itself, what git assumes without the file.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::gitconfig;
+use crate::gitlinks;
 use crate::small_file;
 use crate::walk::{self, Walk};
 
@@ -393,6 +396,18 @@ impl Builder {
                     .extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
             }
         }
+        if let Some(top) = &top {
+            // Every submodule the index names is entered by the host's `git status`, also
+            // one beneath a `node_modules` package, which the walk does not enter.
+            let links = gitlinks::read(g, object_hash_len(&configs));
+            self.layout.complete &= links.complete;
+            for path in links.paths {
+                let dot_git = crate::fold_dots(&top.join(OsStr::from_bytes(&path)).join(".git"));
+                if std::fs::symlink_metadata(&dot_git).is_ok() {
+                    self.entry(&dot_git);
+                }
+            }
+        }
         let mut hooks_paths = self.global.clone();
         for config in configs {
             let facts = gitconfig::read(&config);
@@ -487,6 +502,28 @@ fn through_links(p: &Path) -> PathBuf {
         p = next;
     }
     p
+}
+
+/// The length of the hashes that name a repository's objects, from its configs
+/// (`extensions.objectFormat`).
+fn object_hash_len(configs: &[PathBuf]) -> usize {
+    let sha256 = configs.iter().any(|c| {
+        small_file::read(c, gitconfig::MAX_CONFIG_BYTES).is_some_and(|text| {
+            gitconfig::entries(&text).iter().any(|e| {
+                e.section == "extensions"
+                    && e.subsection.is_none()
+                    && e.key == "objectformat"
+                    && e.value
+                        .as_deref()
+                        .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
+            })
+        })
+    });
+    if sha256 {
+        32
+    } else {
+        20
+    }
 }
 
 /// The submodule git dirs under `g/modules`, nested ones too: directories that hold a

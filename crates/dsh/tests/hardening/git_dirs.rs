@@ -556,3 +556,47 @@ fn no_shape_or_order_of_directories_hides_a_new_repository() {
         "the fsmonitor of vend ran on the host"
     );
 }
+
+// Regression: a review made a repository beneath a `node_modules` package (where the walk
+// does not go) and named it a submodule in the workspace's index; the host's `git status`
+// at the top entered it and ran its fsmonitor. Every index format git writes is tried.
+#[test]
+fn a_repository_the_index_names_as_a_submodule_is_disarmed_wherever_it_is() {
+    if !bwrap_usable() {
+        return;
+    }
+    for (i, setup) in [
+        "true",
+        "git update-index --index-version 4",
+        "git update-index --split-index",
+        "git -c index.threads=2 -c index.recordOffsetTable=true \
+         -c index.recordEndOfIndexEntries=true update-index --index-version 4",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let fx = Fixture::new();
+        fx.repo(&fx.ws);
+        let dir = format!("node_modules/p{i}/lib");
+        let out = fx.exec(&format!(
+            "{setup} && mkdir -p {dir} && (cd {dir} && git init -q && \
+             git config core.fsmonitor \"{}; false\" && git commit -q --allow-empty -m x) && \
+             git update-index --add --cacheinfo 160000,$(git -C {dir} rev-parse HEAD),{dir}",
+            fx.plant()
+        ));
+        assert_eq!(out.status.code(), Some(0), "{setup}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{}/{dir}/.git", fx.ws.display())),
+            "{setup}: {stderr}"
+        );
+        let _ = fx.git_status(&fx.ws, &["status", "--short"]);
+        assert!(
+            !fx.marker().exists(),
+            "{setup}: a submodule's fsmonitor ran on the host"
+        );
+        // Named in the index before the command: its config stays read-only.
+        let out = fx.exec(&format!("git -C {dir} config core.fsmonitor y"));
+        assert_ne!(out.status.code(), Some(0), "{setup}: {}", text(&out));
+    }
+}
