@@ -38,10 +38,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use dsh_core::journal::{EventKind, Journal};
 use dsh_core::{CancelToken, HarnessError};
-use dsh_sandbox::SandboxMode;
 use serde_json::{json, Map, Value};
 
-pub use dsh_sandbox::escalation::ApprovalOutcome;
 pub use terminal::TerminalAnswerer;
 
 mod terminal;
@@ -169,6 +167,31 @@ pub fn shown(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// How a human (or a policy) answered an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    /// Allowed, for this one call.
+    AllowedOnce,
+    /// Refused.
+    Rejected,
+    /// Cancelled before an answer.
+    Cancelled,
+    /// Nobody can answer.
+    Unavailable,
+}
+
+impl ApprovalOutcome {
+    /// `allowed-once`, `rejected`, `cancelled` or `unavailable`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalOutcome::AllowedOnce => "allowed-once",
+            ApprovalOutcome::Rejected => "rejected",
+            ApprovalOutcome::Cancelled => "cancelled",
+            ApprovalOutcome::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// What is being asked.
 #[derive(Clone, Debug, Default)]
 pub struct ApprovalRequest {
@@ -178,9 +201,9 @@ pub struct ApprovalRequest {
     pub call_id: Option<String>,
     /// What the call will do if allowed (logged as `action`).
     pub action: Option<Action>,
-    /// The wider sandbox mode an escalation asks for (the `requested` of
-    /// [`dsh_sandbox::escalation::EscalationRequest`]); `None` for other questions.
-    pub requested: Option<SandboxMode>,
+    /// The wider sandbox mode an escalation asks for, by its name (`workspace-write`);
+    /// `None` for other questions.
+    pub requested: Option<String>,
     /// The agent's own words for why (an escalation's `justification`): shown labelled as
     /// the agent's, never as dsh's. Not logged apart: an escalation's `reason` holds it.
     pub justification: Option<String>,
@@ -206,8 +229,8 @@ pub struct Question {
     pub call_id: Option<String>,
     /// What the call will do if allowed.
     pub action: Option<Action>,
-    /// The wider sandbox mode asked for, if any.
-    pub requested: Option<SandboxMode>,
+    /// The wider sandbox mode asked for, by its name, if any.
+    pub requested: Option<String>,
     /// The agent's own words for why, if any.
     pub justification: Option<String>,
     /// Why, as logged.

@@ -93,7 +93,7 @@ pub(crate) fn prompt(q: &Question) -> String {
         }
         None => {}
     }
-    match (q.requested, &q.reason) {
+    match (q.requested.as_deref(), &q.reason) {
         (Some(mode), _) => lines.push(format!(
             "  sandbox: {mode}, for this one call (wider than the session's mode)"
         )),
@@ -116,7 +116,6 @@ pub(crate) fn prompt(q: &Question) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_sandbox::SandboxMode;
     use serde_json::json;
 
     fn escalation(command: &str, justification: &str) -> Question {
@@ -129,7 +128,7 @@ mod tests {
                 command: command.into(),
                 workdir: None,
             }),
-            requested: Some(SandboxMode::WorkspaceWrite),
+            requested: Some("workspace-write".into()),
             justification: Some(justification.into()),
             reason: Some(format!(
                 "escalate sandbox to workspace-write: {justification}"
@@ -229,7 +228,7 @@ mod tests {
                 path: "../.bashrc".into(),
                 resolved: Some("/home/u/.bashrc".into()),
             }),
-            requested: Some(SandboxMode::DangerFullAccess),
+            requested: Some("danger-full-access".into()),
             justification: Some("fix the prompt".into()),
             reason: None,
         };

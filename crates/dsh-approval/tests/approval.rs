@@ -121,7 +121,7 @@ async fn the_action_is_logged_and_the_answerer_sees_it_apart_from_the_justificat
         tool_name: "bash".into(),
         call_id: Some("c1".into()),
         action: Some(action.clone()),
-        requested: Some(dsh_sandbox::SandboxMode::WorkspaceWrite),
+        requested: Some("workspace-write".into()),
         justification: Some("run the unit tests\x1b[1A".into()),
         reason: Some("escalate sandbox to workspace-write: run the unit tests\x1b[1A".into()),
         cancel: None,
@@ -133,7 +133,7 @@ async fn the_action_is_logged_and_the_answerer_sees_it_apart_from_the_justificat
     );
     let q = &answering.questions()[0];
     assert_eq!(q.action.as_ref(), Some(&action));
-    assert_eq!(q.requested, Some(dsh_sandbox::SandboxMode::WorkspaceWrite));
+    assert_eq!(q.requested.as_deref(), Some("workspace-write"));
     assert_eq!(
         q.justification.as_deref(),
         Some("run the unit tests\x1b[1A")

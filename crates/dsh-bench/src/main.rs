@@ -458,7 +458,7 @@ async fn bench_world(
         eprintln!("dsh-bench: no temp dir; the tool figures are skipped");
         return None;
     };
-    let ws = dsh_sandbox::canonical_path(dir.path());
+    let ws = dsh_core::path::canonical_path(dir.path());
     let built = async {
         let storage = Arc::new(SqliteStorage::open(ws.join("dsh.db"))?);
         let sessions = Arc::new(SessionLog::new(storage).await?);
@@ -477,7 +477,7 @@ async fn bench_world(
             .subprocess(subprocess)?
             .shell(shell.clone())?
             .sandbox(sandbox)?
-            .policy(dsh_sandbox::PolicyService::new(mode, Network::Deny, &ws))?
+            .policy(dsh_tools::PolicyService::new(mode, Network::Deny, &ws))?
             .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
             .sessions(sessions)?
             .fs(Arc::new(files))?

@@ -15,6 +15,7 @@
 //! - [`visible`]: model text made safe to show on a terminal (controls and invisible
 //!   characters shown as escapes).
 //! - [`journal`]: the session events and the [`journal::Journal`] seams write them to.
+//! - [`path`]: the one lexical folding of `.` and `..`, and how a workspace root is made.
 //!
 //! ```
 //! use dsh_core::{ErrorCode, HarnessError};
@@ -42,6 +43,7 @@ pub mod deadline;
 mod error;
 mod id;
 pub mod journal;
+pub mod path;
 pub mod retention;
 pub mod ring;
 pub mod spill;

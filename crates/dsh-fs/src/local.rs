@@ -100,7 +100,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Lexical absolute form: `cwd.join(path)` with `.` and `..` folded.
 pub(crate) fn lexical(cwd: &Path, path: &Path) -> PathBuf {
-    dsh_sandbox::fold_dots(&cwd.join(path))
+    dsh_core::path::fold_dots(&cwd.join(path))
 }
 
 /// Checks a model-supplied path string.

@@ -107,7 +107,7 @@ impl SandboxedFs {
     /// Also allows writes beneath `dir` under workspace-write (the sandbox's private temp
     /// directory, so bash and the file tools see the same files).
     pub fn with_temp_dir(mut self, dir: impl AsRef<Path>) -> SandboxedFs {
-        self.temp = Some(dsh_sandbox::canonical_path(dir.as_ref()));
+        self.temp = Some(dsh_core::path::canonical_path(dir.as_ref()));
         self
     }
 

@@ -235,7 +235,7 @@ fn message(q: &Question) -> String {
         Some(Action::Arguments(a)) => format!(" with the arguments {}", action(&a.to_string())),
         None => String::new(),
     };
-    let asked = match (q.requested, &q.reason) {
+    let asked = match (q.requested.as_deref(), &q.reason) {
         (Some(mode), _) => format!("escalate sandbox to {mode}"),
         (None, Some(r)) => words(r),
         (None, None) => "it needs more than the sandbox allows".to_owned(),
@@ -282,7 +282,6 @@ pub(crate) fn outcome_of_response(response: Option<&Value>) -> ApprovalOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_sandbox::SandboxMode;
     use serde_json::json;
 
     fn question(action: Action, justification: &str) -> Question {
@@ -292,7 +291,7 @@ mod tests {
             tool_name: "bash".into(),
             call_id: Some("c1".into()),
             action: Some(action),
-            requested: Some(SandboxMode::WorkspaceWrite),
+            requested: Some("workspace-write".into()),
             justification: Some(justification.into()),
             reason: Some(format!(
                 "escalate sandbox to workspace-write: {justification}"
@@ -328,7 +327,7 @@ mod tests {
             "fix x",
         );
         q.tool_name = "write".into();
-        q.requested = Some(SandboxMode::DangerFullAccess);
+        q.requested = Some("danger-full-access".into());
         assert_eq!(
             message(&q),
             "dsh: the agent's `write` call asks for approval to change the file `../x` \

@@ -101,7 +101,7 @@ pub fn expand_unless_planted(
 fn expand_matches(found: Vec<(PathBuf, PathBuf)>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (written, real) in found {
-        let through_link = real != crate::fold_dots(&written);
+        let through_link = real != dsh_core::path::fold_dots(&written);
         if through_link && real.components().count() <= 2 {
             continue;
         }
@@ -123,7 +123,7 @@ pub fn planted_link(patterns: &[PathBuf], places: &[PathBuf]) -> Option<(PathBuf
 
 fn planted_in(found: &[(PathBuf, PathBuf)], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
     found.iter().find_map(|(written, real)| {
-        let (written, real) = (crate::fold_dots(written), real.clone());
+        let (written, real) = (dsh_core::path::fold_dots(written), real.clone());
         let in_place = |p: &Path| places.iter().any(|w| p.starts_with(w));
         let holds_place = places.iter().any(|w| w.starts_with(&real));
         (written != real && in_place(&written) && (!in_place(&real) || holds_place))
@@ -141,7 +141,7 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
         let last = last.to_string_lossy();
         if !last.contains(['*', '?']) {
             if std::fs::symlink_metadata(p).is_ok() {
-                out.push((p.clone(), crate::canonical_path(p)));
+                out.push((p.clone(), dsh_core::path::canonical_path(p)));
             }
             continue;
         }
@@ -150,7 +150,7 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
         };
         for e in entries.flatten() {
             if name_matches(&last, &e.file_name().to_string_lossy()) {
-                out.push((e.path(), crate::canonical_path(&e.path())));
+                out.push((e.path(), dsh_core::path::canonical_path(&e.path())));
             }
         }
     }
@@ -164,7 +164,7 @@ pub fn expand_within(patterns: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = matches(patterns)
         .into_iter()
         .flat_map(|(written, real)| {
-            let written = crate::fold_dots(&written);
+            let written = dsh_core::path::fold_dots(&written);
             // Where the sandbox hides it, and, in a root, the name it is denied under.
             let named = roots.iter().any(|r| written.starts_with(r));
             [Some(real), named.then_some(written)]
@@ -187,7 +187,9 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
         use std::os::unix::fs::MetadataExt;
         m.denies_identity(st.dev(), st.ino())
     });
-    by_identity || m.denies_as_written(path) || m.denies_canonical(&crate::canonical_path(path))
+    by_identity
+        || m.denies_as_written(path)
+        || m.denies_canonical(&dsh_core::path::canonical_path(path))
 }
 
 /// `patterns` made ready to test many paths without a lookup per path: each pattern as
@@ -207,7 +209,7 @@ impl Matcher {
         for p in patterns {
             out.push(p.clone());
             if let (Some(dir), Some(last)) = (p.parent(), p.file_name()) {
-                let real = crate::canonical_path(dir).join(last);
+                let real = dsh_core::path::canonical_path(dir).join(last);
                 if !out.contains(&real) {
                     out.push(real);
                 }
@@ -277,7 +279,7 @@ mod tests {
     #[test]
     fn patterns_expand_to_what_exists_and_links_to_their_targets() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         std::fs::create_dir(r.join(".ssh")).expect("ssh");
         for f in ["id_ed25519", "id_ed25519.pub", "known_hosts"] {
             std::fs::write(r.join(".ssh").join(f), "x").expect("file");
@@ -293,7 +295,7 @@ mod tests {
     #[test]
     fn denial_covers_the_path_what_is_beneath_it_and_links_to_it() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         std::fs::create_dir_all(r.join("gcloud/sub")).expect("dirs");
         std::fs::write(r.join("gcloud/sub/creds.json"), "x").expect("file");
         std::os::unix::fs::symlink(r.join("gcloud"), r.join("alias")).expect("link");

@@ -70,7 +70,7 @@ fn collect(path: &Path, depth: usize, facts: &mut ConfigFacts) {
                 };
                 let p = expand_home(&v);
                 let p = if p.is_absolute() { p } else { base.join(p) };
-                let p = crate::fold_dots(&p);
+                let p = dsh_core::path::fold_dots(&p);
                 if facts.includes.contains(&p) {
                     continue;
                 }

@@ -41,7 +41,6 @@
 //! After the command ran, [`classify_runner_failure`] tells a runner that failed before the
 //! command started (`SANDBOX_UNAVAILABLE`, with its line) from a command that ran, and
 //! [`classify_denial`] tells a write the sandbox refused from an ordinary failure.
-//! [`escalation`] holds the choreography for one approved retry in a wider mode.
 //!
 //! # Guarantees
 //! - Never a silent downgrade: a policy no runner can enforce in full is an error unless
@@ -71,14 +70,12 @@ use dsh_core::{ErrorCode, HarnessError};
 pub mod bwrap;
 mod child;
 pub mod deny_read;
-pub mod escalation;
 pub mod gitconfig;
 pub mod gitlinks;
 pub mod landlock;
 mod local;
 mod nofollow;
 mod placeholder;
-pub mod policy;
 pub mod protected;
 pub mod quarantine;
 pub mod seatbelt;
@@ -92,7 +89,6 @@ pub mod watch;
 pub use child::{ChildRestrictions, ConfineStep};
 pub use local::{LocalSandbox, RunnerStatus};
 pub use placeholder::Placeholders;
-pub use policy::{AfterCommand, PolicyService};
 
 /// What a confined command may write. Strictly ordered: each mode allows everything the
 /// one before it does.
@@ -246,10 +242,10 @@ impl SandboxPolicy {
     /// The policy of `mode` for the workspace at `root`: network denied, the protected
     /// paths of [`protected::for_workspace`] (a walk of the root), the extra writable
     /// roots a linked git worktree needs to commit, [`deny_read::defaults`], partial
-    /// enforcement refused. `root` goes through [`root_of`]; a root that does not exist
+    /// enforcement refused. `root` goes through [`root_of`](dsh_core::path::root_of); a root that does not exist
     /// then matches nothing rather than inventing a grant.
     pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
-        let root = root_of(root.as_ref());
+        let root = dsh_core::path::root_of(root.as_ref());
         let policy = SandboxPolicy::bare(mode, &root).with_deny_read(deny_read::defaults());
         // Protected paths matter only where something is writable: read-only skips the
         // walk (`with_mode` makes it when a policy is widened).
@@ -307,7 +303,7 @@ impl SandboxPolicy {
     /// The same policy with one more writable directory (canonicalised), protected as the
     /// workspace is (its own walk: see [`protected::for_root`]).
     pub fn with_writable_root(self, dir: impl AsRef<Path>) -> SandboxPolicy {
-        let dir = canonical_path(dir.as_ref());
+        let dir = dsh_core::path::canonical_path(dir.as_ref());
         let layout = protected::for_workspace(&dir);
         self.with_writable_root_layout(&dir, layout)
     }
@@ -331,7 +327,7 @@ impl SandboxPolicy {
         for p in paths {
             // Lexically folded: `ROOT/../x` is `x` outside the root, never a path "inside"
             // it whose carve would bind the root's parent.
-            let p = fold_dots(&p);
+            let p = dsh_core::path::fold_dots(&p);
             if seen.insert(p.clone()) {
                 self.protected.push(p);
             }
@@ -416,35 +412,6 @@ pub fn home_dir() -> Option<PathBuf> {
         use std::os::unix::ffi::OsStrExt;
         Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
     }
-}
-
-/// `realpath`, or `p` unchanged when it cannot be resolved (a missing root then matches
-/// nothing rather than inventing a grant).
-pub fn canonical_path(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// A workspace root: canonicalised first (so `link/..` follows the link), then made
-/// absolute with `.` and `..` folded (for a path that does not exist).
-pub fn root_of(path: &Path) -> PathBuf {
-    let p = canonical_path(path);
-    fold_dots(&std::path::absolute(&p).unwrap_or(p))
-}
-
-/// `path` with `.` and `..` folded lexically (no filesystem lookup).
-pub fn fold_dots(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// How completely a runner enforces a policy.

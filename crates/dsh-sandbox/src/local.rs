@@ -1014,7 +1014,7 @@ fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<String> {
     if policy.mode != SandboxMode::WorkspaceWrite {
         return gaps;
     }
-    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
+    if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
         if let Some(root) = policy.writable_dirs().iter().find(|w| home.starts_with(w)) {
             gaps.push(format!(
                 "the writable root {} contains the home directory {}: what runs at login or \
@@ -1079,11 +1079,11 @@ fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
         return Vec::new();
     }
     let mut places: Vec<PathBuf> = Vec::new();
-    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
+    if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
         let config = std::env::var_os("XDG_CONFIG_HOME")
             .filter(|v| !v.is_empty())
             .map_or_else(|| home.join(".config"), PathBuf::from);
-        places.push(crate::canonical_path(&config));
+        places.push(dsh_core::path::canonical_path(&config));
         for name in [".local", ".cargo", ".rustup", "go", "bin"] {
             places.push(home.join(name));
         }
@@ -1092,7 +1092,7 @@ fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
         places.extend(
             std::env::split_paths(&path)
                 .filter(|p| p.is_absolute())
-                .map(|p| crate::canonical_path(&p)),
+                .map(|p| dsh_core::path::canonical_path(&p)),
         );
     }
     let mut out = Vec::new();
@@ -1290,7 +1290,7 @@ impl Area {
             None if Path::new("/var/tmp").is_dir() => PathBuf::from("/var/tmp"),
             None => std::env::temp_dir(),
         };
-        let parent = crate::canonical_path(&parent);
+        let parent = dsh_core::path::canonical_path(&parent);
         remove_stale_areas(&parent);
         let mut root = None;
         for _ in 0..8 {

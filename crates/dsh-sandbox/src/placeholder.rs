@@ -599,7 +599,7 @@ mod tests {
 
     fn root() -> (tempfile::TempDir, PathBuf) {
         let d = tempfile::tempdir().expect("tempdir");
-        let p = crate::canonical_path(d.path());
+        let p = dsh_core::path::canonical_path(d.path());
         (d, p)
     }
 

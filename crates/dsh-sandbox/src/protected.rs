@@ -219,6 +219,8 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
             complete: walk.complete,
         },
         global: Vec::new(),
+        indexed: std::collections::HashSet::new(),
+        pending: Vec::new(),
     };
     b.layout.protected.extend(pattern_matches(root));
     let exists = |n: &str| std::fs::symlink_metadata(root.join(n)).is_ok();
@@ -243,7 +245,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     // What runs at login or on the user's own git commands, wherever it really lives: a
     // dotfiles repository as a workspace holds the targets of these links. One missing in
     // this root (`--writable ~/.config`) is held by a placeholder, so it cannot be made.
-    if let Some(home) = crate::home_dir().map(|h| crate::canonical_path(&h)) {
+    if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
         for name in HOME_STARTUP {
             let p = home.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
@@ -285,6 +287,9 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     for entry in &walk.git_entries {
         b.entry(entry);
     }
+    while let Some(entry) = b.pending.pop() {
+        b.entry(&entry);
+    }
     for dir in &walk.unlistable {
         // A directory this user owns but cannot list: read-only inside the sandbox, so
         // nothing can be made in it unseen.
@@ -299,7 +304,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         .protected
         .iter()
         .filter_map(|p| {
-            let real = crate::canonical_path(p);
+            let real = dsh_core::path::canonical_path(p);
             (real != *p && std::fs::symlink_metadata(&real).is_ok()).then_some(real)
         })
         .collect();
@@ -313,6 +318,11 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
 
 struct Builder {
     layout: WorkspaceLayout,
+    /// The (git dir, worktree) pairs whose index was read.
+    indexed: std::collections::HashSet<(PathBuf, PathBuf)>,
+    /// `.git` entries of submodules the indexes name, still to look at: a worklist, so a
+    /// chain of nested submodules costs no stack.
+    pending: Vec<PathBuf>,
     /// The hooks paths the user's global and the system config name (they apply to every
     /// repository; a relative one, in each repository's worktree).
     global: Vec<PathBuf>,
@@ -346,7 +356,7 @@ impl Builder {
             // The link itself cannot be held by a mount (see `symlinked_protected_path`);
             // where it leads is protected.
             self.layout.protected.push(entry.to_path_buf());
-            let target = crate::canonical_path(entry);
+            let target = dsh_core::path::canonical_path(entry);
             if target.is_dir() {
                 self.git_dir(&target, Some(&top));
             }
@@ -357,12 +367,22 @@ impl Builder {
     fn pointer(&mut self, file: &Path) -> Option<PathBuf> {
         let base = file.parent()?;
         let target = read_pointer(file)?;
-        Some(crate::fold_dots(&crate::canonical_path(&base.join(target))))
+        Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
+            &base.join(target),
+        )))
     }
 
     /// Protects the git dir `g` (whose hooks run in `top`), the git dirs it holds for
     /// submodules and linked worktrees, its common dir, and what their configs name.
     fn git_dir(&mut self, g: &Path, top: Option<&Path>) {
+        let configured = worktree_of(g);
+        let top = top.map(Path::to_path_buf).or_else(|| configured.clone());
+        // Per worktree: a `.git` pointer makes any directory another worktree of a git dir,
+        // and git honours a `core.worktree` when it comes through one; the index is read
+        // against each.
+        for worktree in top.iter().chain(configured.iter()) {
+            self.gitlinks(g, worktree);
+        }
         if self.layout.git_dirs.iter().any(|d| d == g) {
             return;
         }
@@ -380,7 +400,6 @@ impl Builder {
             }
             configs.push(common.join("config"));
         }
-        let top = top.map(Path::to_path_buf).or_else(|| worktree_of(g));
         if let Some(top) = &top {
             // The hook managers of this repository's worktree (husky, pre-commit,
             // lefthook) run on its commits as the root's do.
@@ -394,18 +413,6 @@ impl Builder {
                 self.layout
                     .protected
                     .extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
-            }
-        }
-        if let Some(top) = &top {
-            // Every submodule the index names is entered by the host's `git status`, also
-            // one beneath a `node_modules` package, which the walk does not enter.
-            let links = gitlinks::read(g, object_hash_len(&configs));
-            self.layout.complete &= links.complete;
-            for path in links.paths {
-                let dot_git = crate::fold_dots(&top.join(OsStr::from_bytes(&path)).join(".git"));
-                if std::fs::symlink_metadata(&dot_git).is_ok() {
-                    self.entry(&dot_git);
-                }
             }
         }
         let mut hooks_paths = self.global.clone();
@@ -423,7 +430,7 @@ impl Builder {
                     // A relative hooks path of a git dir whose worktree is unknown.
                     (None, false) => continue,
                 };
-                let path = crate::fold_dots(&path);
+                let path = dsh_core::path::fold_dots(&path);
                 self.layout.git_dirs.push(path.clone());
                 self.layout.hooks_dirs.push(path.clone());
                 self.layout.protected.push(path);
@@ -440,6 +447,45 @@ impl Builder {
             self.git_dir(&module, None);
         }
     }
+}
+
+impl Builder {
+    /// Every submodule the index of `g` names in the worktree `top`: the host's `git
+    /// status` enters each one that is populated, also one beneath a `node_modules`
+    /// package, which the walk does not enter. Their `.git` entries are looked at after
+    /// the rest (see [`Builder::pending`]).
+    fn gitlinks(&mut self, g: &Path, top: &Path) {
+        if !self.indexed.insert((g.to_path_buf(), top.to_path_buf())) {
+            return;
+        }
+        let common = common_dir(g).unwrap_or_else(|| g.to_path_buf());
+        let links = gitlinks::read(g, object_hash_len(&common.join("config")));
+        self.layout.complete &= links.complete;
+        for path in links.paths {
+            if let Some(dot_git) = checkout_dot_git(top, &path) {
+                self.pending.push(dot_git);
+            }
+        }
+    }
+}
+
+/// The `.git` entry of the submodule checked out at `path` (relative, as an index spells
+/// it) in `top`, when it exists and git would enter it: git takes a link on the way as a
+/// removed submodule, so no component below `top` may be one.
+fn checkout_dot_git(top: &Path, path: &[u8]) -> Option<PathBuf> {
+    let rel = dsh_core::path::fold_dots(Path::new(OsStr::from_bytes(path)));
+    if rel.is_absolute() || rel.starts_with("..") || rel.as_os_str().is_empty() {
+        return None;
+    }
+    let mut at = top.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        if !std::fs::symlink_metadata(&at).ok()?.is_dir() {
+            return None;
+        }
+    }
+    let dot_git = at.join(".git");
+    std::fs::symlink_metadata(&dot_git).ok().map(|_| dot_git)
 }
 
 /// What a confined command made, found by comparing the layout of its root after it ran
@@ -494,7 +540,7 @@ fn through_links(p: &Path) -> PathBuf {
                 Ok(target) => {
                     let mut out = existing.parent().unwrap_or(existing).join(target);
                     out.extend(rest.iter().rev());
-                    crate::fold_dots(&out)
+                    dsh_core::path::fold_dots(&out)
                 }
                 Err(_) => return p,
             },
@@ -504,22 +550,28 @@ fn through_links(p: &Path) -> PathBuf {
     p
 }
 
-/// The length of the hashes that name a repository's objects, from its configs
-/// (`extensions.objectFormat`).
-fn object_hash_len(configs: &[PathBuf]) -> usize {
-    let sha256 = configs.iter().any(|c| {
-        small_file::read(c, gitconfig::MAX_CONFIG_BYTES).is_some_and(|text| {
-            gitconfig::entries(&text).iter().any(|e| {
-                e.section == "extensions"
-                    && e.subsection.is_none()
-                    && e.key == "objectformat"
-                    && e.value
-                        .as_deref()
-                        .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
-            })
-        })
-    });
-    if sha256 {
+/// The length of the hashes that name a repository's objects, as git takes it: from the
+/// common dir's `config` alone, where `extensions.objectFormat` counts only with
+/// `core.repositoryFormatVersion` 1 or more. (A wrong answer reads the index as not as
+/// git writes it, which is a gap, not a miss.)
+fn object_hash_len(common_config: &Path) -> usize {
+    let Some(text) = small_file::read(common_config, gitconfig::MAX_CONFIG_BYTES) else {
+        return 20;
+    };
+    let entries = gitconfig::entries(&text);
+    let last = |section: &str, key: &str| {
+        entries
+            .iter()
+            .filter(|e| e.section == section && e.subsection.is_none() && e.key == key)
+            .filter_map(|e| e.value.clone())
+            .next_back()
+    };
+    let version = last("core", "repositoryformatversion")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    let sha256 =
+        last("extensions", "objectformat").is_some_and(|v| v.eq_ignore_ascii_case("sha256"));
+    if version >= 1 && sha256 {
         32
     } else {
         20
@@ -553,7 +605,9 @@ fn module_dirs(g: &Path) -> (Vec<PathBuf>, bool) {
 /// The common dir `g/commondir` names (canonical), if it names one.
 fn common_dir(g: &Path) -> Option<PathBuf> {
     let rel = small_file::git_path(&g.join("commondir"), "")?;
-    Some(crate::fold_dots(&crate::canonical_path(&g.join(rel))))
+    Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
+        &g.join(rel),
+    )))
 }
 
 /// The worktree of a submodule's git dir, from its `core.worktree` (relative to `g`).
@@ -564,7 +618,7 @@ fn worktree_of(g: &Path) -> Option<PathBuf> {
         .filter(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree")
         .filter_map(|e| e.value)
         .next_back()
-        .map(|w| crate::fold_dots(&g.join(w)))
+        .map(|w| dsh_core::path::fold_dots(&g.join(w)))
 }
 
 /// The user's global and the system git config files, where git looks for them.
@@ -676,9 +730,10 @@ fn points_back(g: &Path, pointer: &Path, root: &Path) -> bool {
     if !shaped {
         return false;
     }
-    let by_gitdir = small_file::git_path(&g.join("gitdir"), "")
-        .is_some_and(|p| crate::canonical_path(&g.join(p)) == crate::canonical_path(pointer));
-    by_gitdir || worktree_of(g).is_some_and(|w| crate::canonical_path(&w) == *root)
+    let by_gitdir = small_file::git_path(&g.join("gitdir"), "").is_some_and(|p| {
+        dsh_core::path::canonical_path(&g.join(p)) == dsh_core::path::canonical_path(pointer)
+    });
+    by_gitdir || worktree_of(g).is_some_and(|w| dsh_core::path::canonical_path(&w) == *root)
 }
 
 /// The real (not symlinked) directories directly in `dir`, sorted.
@@ -713,7 +768,7 @@ mod tests {
 
     fn canonical_tempdir() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let root = crate::canonical_path(dir.path());
+        let root = dsh_core::path::canonical_path(dir.path());
         (dir, root)
     }
 

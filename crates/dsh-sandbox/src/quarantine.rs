@@ -181,10 +181,14 @@ pub fn walked_short(root: &Path, before: &SandboxPolicy) -> Quarantined {
 /// What is said of a root walked short after a command.
 fn short_walk_what() -> String {
     format!(
-        "a root the walk after a command could not read whole (more than {} entries): what \
-         the command made there cannot be told from what was there before, and a repository \
-         it made may be armed (NOT set aside); remove entries until it can be walked",
-        crate::walk::MAX_WALK_ENTRIES
+        "a root the check after a command could not read whole (more than {} entries, a git \
+         config naming more than {} includes or hooks paths, or a git index not as git writes \
+         it or over {} MiB): what the command made there cannot be told from what was there \
+         before, and a repository it made may be armed (NOT set aside); remove what is too \
+         large or malformed (`git status` rewrites a malformed index) until it can be read",
+        crate::walk::MAX_WALK_ENTRIES,
+        crate::gitconfig::MAX_NAMED,
+        crate::gitlinks::MAX_INDEX_BYTES >> 20
     )
 }
 
@@ -577,7 +581,9 @@ fn quarantine_commondir(
         rel = head;
     }
     let g = commondir.parent().unwrap_or(site.root);
-    let target = crate::fold_dots(&crate::canonical_path(&g.join(OsStr::from_bytes(rel))));
+    let target = dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
+        &g.join(OsStr::from_bytes(rel)),
+    ));
     if rel == b"." || target == g || before.git_dirs.contains(&target) {
         return Ok(None);
     }
@@ -848,7 +854,7 @@ fn read_nofollow(root: &Path, p: &Path, max: u64) -> Result<Option<Vec<u8>>, Str
 /// it.
 fn pointer_target(p: &Path) -> Option<PathBuf> {
     let rel = crate::protected::read_pointer(p)?;
-    Some(crate::fold_dots(&crate::canonical_path(
+    Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
         &p.parent()?.join(rel),
     )))
 }
@@ -868,7 +874,7 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, PathBuf, SandboxPolicy) {
         let d = tempfile::tempdir().expect("tempdir");
-        let root = crate::canonical_path(d.path());
+        let root = dsh_core::path::canonical_path(d.path());
         let policy = SandboxPolicy::bare(crate::SandboxMode::WorkspaceWrite, &root);
         (d, root, policy)
     }

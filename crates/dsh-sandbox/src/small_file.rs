@@ -17,7 +17,7 @@ pub(crate) fn read(path: &Path, max: u64) -> Option<String> {
 
 /// The first `max` bytes of the regular file at `path` (links followed); `None` as for
 /// [`read`].
-fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
+pub(crate) fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)

@@ -20,7 +20,7 @@ pub(crate) fn path() -> Option<PathBuf> {
         None => crate::home_dir()?.join(".local/state"),
     };
     base.is_absolute()
-        .then(|| crate::canonical_path(&base.join("dsh")))
+        .then(|| dsh_core::path::canonical_path(&base.join("dsh")))
 }
 
 /// The area `name` of the state directory, made (0700) and checked (a real directory of

@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn new_repositories_are_followed_without_a_new_walk() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         std::fs::create_dir_all(r.join("a/b")).expect("dirs");
         let mut w = TreeWatch::new(&r);
         assert!(w.is_following());
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn a_directory_with_git_names_is_a_git_dir_whatever_they_lead_to() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         std::fs::create_dir_all(r.join("a/refs")).expect("refs");
         std::fs::write(r.join("a/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
         let mut w = TreeWatch::new(&r);
@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn a_directory_made_filled_and_moved_in_one_go_is_walked_where_it_went() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         std::fs::create_dir_all(r.join("old/keep")).expect("dirs");
         std::fs::create_dir_all(r.join("objects")).expect("dirs");
         let mut w = TreeWatch::new(&r);
@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn a_directory_made_where_one_was_moved_away_is_kept() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         for x in ["z", "e", "a", "node_modules"] {
             std::fs::create_dir_all(r.join(x)).expect("dirs");
         }
@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn repositories_beneath_a_directory_of_git_shape_are_found() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         let mut w = TreeWatch::new(&r);
         std::fs::create_dir_all(r.join("p/q/.git")).expect("q");
         for x in ["p/objects", "p/refs", "objects", "refs", "x/.git"] {
@@ -491,7 +491,7 @@ mod tests {
     #[test]
     fn what_is_right_in_node_modules_counts_and_nothing_deeper_is_walked() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         let mut w = TreeWatch::new(&r);
         for x in [
             "node_modules/objects",
@@ -514,7 +514,7 @@ mod tests {
     #[test]
     fn a_moved_directory_takes_its_watches_and_entries_along() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = crate::canonical_path(d.path());
+        let r = dsh_core::path::canonical_path(d.path());
         let out = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(r.join("a/.git")).expect("dirs");
         std::fs::create_dir_all(r.join("c/d")).expect("dirs");

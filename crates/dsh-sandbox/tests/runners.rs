@@ -5,8 +5,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use dsh_core::path::canonical_path;
 use dsh_core::ErrorCode;
-use dsh_sandbox::{canonical_path, LocalSandbox, Runner, Sandbox, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{LocalSandbox, Runner, Sandbox, SandboxMode, SandboxPolicy};
 
 /// An executable script `name` in `dir` running `body`.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -261,7 +262,7 @@ fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
 #[test]
 fn a_denied_file_with_another_name_is_a_gap() {
     let d = tempfile::tempdir().expect("tempdir");
-    let ws = dsh_sandbox::canonical_path(d.path());
+    let ws = dsh_core::path::canonical_path(d.path());
     std::fs::write(ws.join(".env"), "").expect("env");
     let policy =
         SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join(".env")]);

@@ -54,7 +54,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use dsh_core::{ErrorCode, HarnessError, SessionId};
@@ -420,28 +420,9 @@ fn resolve_dsh_home(
         Some(cwd) if chosen.is_relative() => cwd.join(chosen),
         _ => chosen,
     };
-    normalize_lexically(&absolute)
-}
-
-/// Resolves `.` and `..` without touching the file system, as Node's `path.resolve`
-/// does (so a symlinked directory followed by `..` is not resolved through the link).
-fn normalize_lexically(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                let popped =
-                    matches!(out.components().next_back(), Some(Component::Normal(_))) && out.pop();
-                // `..` at the root stays at the root; a relative path keeps its leading `..`.
-                if !popped && !out.has_root() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
+    // Lexically, as Node's `path.resolve` does (a symlinked directory followed by `..` is
+    // not resolved through the link).
+    dsh_core::path::fold_dots(&absolute)
 }
 
 #[cfg(test)]

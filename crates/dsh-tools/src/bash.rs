@@ -11,12 +11,12 @@
 
 use std::path::PathBuf;
 
+use crate::escalation::{
+    denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
+};
 use async_trait::async_trait;
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_sandbox::escalation::{
-    denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
-};
 use dsh_sandbox::Enforcement;
 use dsh_shell::render::render_result_with;
 use dsh_shell::shell_env::ExecContext;
@@ -165,7 +165,7 @@ impl Tool for BashTool {
         let base: Option<PathBuf> = policy
             .as_ref()
             .map(|p| p.workspace_root.clone())
-            .or_else(|| journal_cwd.as_deref().map(dsh_sandbox::root_of));
+            .or_else(|| journal_cwd.as_deref().map(dsh_core::path::root_of));
         let workdir = match (a.workdir.as_deref(), &base) {
             (Some(w), Some(b)) if !w.starts_with('/') => Some(b.join(w)),
             (Some(w), _) => Some(PathBuf::from(w)),

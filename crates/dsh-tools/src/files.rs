@@ -10,11 +10,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::escalation::{denial_marker, escalation_hint, Subject};
 use async_trait::async_trait;
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_fs::{EditRequest, FileSystem, FsKind, FsTarget, LineLimits, TotalLines, WriteIntent};
-use dsh_sandbox::escalation::{denial_marker, escalation_hint, Subject};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -61,7 +61,7 @@ fn base_dir(ctx: &CallContext<'_>, policy: Option<&SandboxPolicy>, path: &str) -
     let cwd = ctx.session.map(|s| s.header().cwd.clone())?;
     let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
     Some(if dotdot(&cwd) || dotdot(Path::new(path)) {
-        dsh_sandbox::canonical_path(&cwd)
+        dsh_core::path::canonical_path(&cwd)
     } else {
         cwd
     })

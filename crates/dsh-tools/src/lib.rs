@@ -25,6 +25,11 @@
 //!
 //! Every string argument of the built-in tools has a size bound, checked before it is
 //! used: [`bounds`] lists them. An argument past its bound is `INVALID_ARGS`.
+//!
+//! The sandbox policy a call runs under is resolved by the World's [`PolicyService`] (the
+//! session's mode, the configuration, the walk of the workspace for what must stay
+//! read-only); a tool that confines may ask for one wider mode, once, through
+//! [`escalation`] (the ladder, the pinned markers, the approval choreography).
 
 #![forbid(unsafe_code)]
 
@@ -37,13 +42,16 @@ use serde_json::Value;
 
 pub mod bash;
 pub mod bounds;
+pub mod escalation;
 pub mod files;
 pub mod image;
 mod pipeline;
 mod policy;
+pub mod policy_service;
 pub mod search;
 mod world;
 
+pub use policy_service::{AfterCommand, PolicyService};
 pub use world::{World, WorldBuilder};
 
 /// One call as a model makes it.

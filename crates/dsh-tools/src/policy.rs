@@ -1,13 +1,12 @@
 //! The sandbox policy of one call, with the one approved escalation a tool may ask for;
 //! shared by `bash`, `write` and `edit`.
 
-use dsh_approval::{Action, ApprovalRequest};
+use crate::escalation::{
+    approve_escalation, validate_escalation_args, ApprovalQuestion, EscalationRequest, Subject,
+};
+use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
 use dsh_core::journal::Journal;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_sandbox::escalation::{
-    approve_escalation, validate_escalation_args, ApprovalOutcome, ApprovalQuestion,
-    EscalationRequest, Subject,
-};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -84,7 +83,7 @@ pub(crate) async fn call_policy(
                     tool_name: q.tool_name,
                     call_id: Some(q.call_id),
                     action: Some(action),
-                    requested: Some(wanted),
+                    requested: Some(wanted.to_string()),
                     justification: Some(why.to_owned()),
                     reason: Some(q.reason),
                     cancel: Some(ctx.cancel.clone()),
@@ -116,7 +115,7 @@ fn with_resolved_path(action: Action, root: &std::path::Path) -> Action {
             path,
             resolved: None,
         } => {
-            let r = dsh_sandbox::fold_dots(&root.join(&path))
+            let r = dsh_core::path::fold_dots(&root.join(&path))
                 .to_string_lossy()
                 .into_owned();
             Action::File {
@@ -147,7 +146,7 @@ impl Escalation {
 
 /// The check after a confined call that could write (workspace-write): what it made that
 /// the host's tools would run or read, with the programs in it set aside
-/// ([`PolicyService::after_command`](dsh_sandbox::PolicyService::after_command)). Logs
+/// ([`PolicyService::after_command`](crate::PolicyService::after_command)). Logs
 /// `sandbox/new-git-dir` and returns the line the model sees (and the event's data), or
 /// `None` when nothing appeared.
 ///

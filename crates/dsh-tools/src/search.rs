@@ -48,12 +48,12 @@ fn roots(ctx: &CallContext<'_>, path: Option<&str>) -> Result<(PathBuf, PathBuf)
         .map(|s| s.header().cwd.clone())
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("/"));
-    let cwd = dsh_sandbox::root_of(&cwd);
+    let cwd = dsh_core::path::root_of(&cwd);
     let root = match path {
         Some(p) if p.trim().is_empty() => {
             return Err(invalid_args("path must be a non-empty string when given"))
         }
-        Some(p) => dsh_sandbox::root_of(&cwd.join(p)),
+        Some(p) => dsh_core::path::root_of(&cwd.join(p)),
         None => cwd.clone(),
     };
     if !root.exists() {
@@ -351,7 +351,7 @@ fn grep_blocking(
     // Files whose reads the sandbox denies (credential stores) are never opened. The
     // walk follows no link, so an entry's canonical path is the root's plus its own rest.
     let deny = dsh_sandbox::deny_read::Matcher::new(&deny);
-    let canonical_root = dsh_sandbox::canonical_path(&root);
+    let canonical_root = dsh_core::path::canonical_path(&root);
     let matcher = RegexMatcher::new_line_matcher(&pattern).map_err(|e| {
         HarnessError::new(
             ErrorCode::SearchInvalidPattern,

@@ -8,7 +8,9 @@ use dsh_approval::ApprovalService;
 use dsh_core::{ErrorCode, HarnessError, SessionId};
 use dsh_fs::{FileSystem, FsVersion};
 use dsh_process::Subprocess;
-use dsh_sandbox::{PolicyService, Sandbox};
+use dsh_sandbox::Sandbox;
+
+use crate::PolicyService;
 use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::Shell;
 use dsh_store::session::SessionLog;

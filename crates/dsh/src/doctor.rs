@@ -413,7 +413,7 @@ async fn self_test(runner: Runner) -> Vec<Check> {
             fix: None,
         }];
     };
-    let ws = dsh_sandbox::canonical_path(dir.path());
+    let ws = dsh_core::path::canonical_path(dir.path());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").ok();
     let port = listener
         .as_ref()

@@ -132,7 +132,7 @@ fn policy(
         policy = policy.with_layout(&root, protected::for_root(&root, watch.walk()));
         watches.push(watch);
         for dir in &args.writable {
-            let dir = dsh_sandbox::canonical_path(dir);
+            let dir = dsh_core::path::canonical_path(dir);
             let mut watch = TreeWatch::new(&dir);
             let layout = protected::for_root(&dir, watch.walk());
             policy = policy.with_writable_root_layout(&dir, layout);

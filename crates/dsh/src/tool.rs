@@ -12,7 +12,7 @@ use dsh_approval::{
 };
 use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError, SessionId};
 use dsh_process::{EnvAllow, LocalSubprocess};
-use dsh_sandbox::{LocalSandbox, Network, OnPartial, PolicyService, SandboxMode};
+use dsh_sandbox::{LocalSandbox, Network, OnPartial, SandboxMode};
 use dsh_shell::bash::LocalBash;
 use dsh_shell::shell_env::ShellEnv;
 use dsh_store::session::{Session, SessionLog};
@@ -21,6 +21,7 @@ use dsh_tools::bash::BashTool;
 use dsh_tools::files::{EditTool, ReadTool, WriteTool};
 use dsh_tools::image::ReadImageTool;
 use dsh_tools::search::{GlobTool, GrepTool};
+use dsh_tools::PolicyService;
 use dsh_tools::{ToolCall, World, WorldBuilder};
 
 /// Exit status of `dsh tool` when the call's result is an error, or dsh itself failed.

@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use dsh_approval::{Action, ApprovalOutcome};
 use dsh_core::journal::EventKind;
 use dsh_core::{CancelToken, HarnessError};
-use dsh_sandbox::SandboxMode;
 use dsh_store::session::Session;
 use dsh_tools::{CallView, PreDecision, PreExecute};
 use serde_json::{json, Value};
@@ -45,7 +44,7 @@ async fn an_escalation_asks_about_the_command_line_not_only_the_justification() 
             workdir: Some("sub".into()),
         })
     );
-    assert_eq!(q.requested, Some(SandboxMode::WorkspaceWrite));
+    assert_eq!(q.requested.as_deref(), Some("workspace-write"));
     assert_eq!(q.justification.as_deref(), Some(justification));
     assert_eq!(
         q.reason,
@@ -151,7 +150,7 @@ async fn a_hook_ask_shows_a_bash_command_and_other_calls_their_arguments() {
     );
     assert_eq!(
         (
-            questions[0].requested,
+            questions[0].requested.as_deref(),
             questions[0].justification.as_deref()
         ),
         (None, None)

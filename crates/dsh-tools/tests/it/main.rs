@@ -5,5 +5,6 @@ mod bounds;
 mod files;
 mod panics;
 mod pipeline;
+mod policy_service;
 mod search;
 mod support;

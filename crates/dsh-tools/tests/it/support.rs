@@ -6,7 +6,7 @@ use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAns
 use dsh_core::CallId;
 use dsh_fs::{LocalFs, SandboxedFs};
 use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, PolicyService, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{LocalSandbox, Network, SandboxMode, SandboxPolicy};
 use dsh_shell::bash::LocalBash;
 use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
@@ -14,6 +14,7 @@ use dsh_tools::bash::BashTool;
 use dsh_tools::files::{EditTool, ReadTool, WriteTool};
 use dsh_tools::image::ReadImageTool;
 use dsh_tools::search::{GlobTool, GrepTool};
+use dsh_tools::PolicyService;
 use dsh_tools::{ToolCall, ToolResult, World, WorldBuilder};
 use serde_json::Value;
 

@@ -383,7 +383,8 @@ fn fifos_and_huge_files_where_git_keeps_its_facts_do_not_stall_dsh() {
     fx.repo(&fx.ws);
     let out = fx.exec(
         "mkdir -p .git/worktrees/x .git/worktrees/y && mkfifo .git/worktrees/x/gitdir && \
-         truncate -s 2G .git/worktrees/y/gitdir && mkfifo shared.gitconfig",
+         truncate -s 2G .git/worktrees/y/gitdir && mkfifo shared.gitconfig && \
+         rm .git/index && mkfifo .git/index",
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     fx.git(&fx.ws, &["config", "include.path", "../shared.gitconfig"]);
@@ -599,4 +600,43 @@ fn a_repository_the_index_names_as_a_submodule_is_disarmed_wherever_it_is() {
         let out = fx.exec(&format!("git -C {dir} config core.fsmonitor y"));
         assert_ne!(out.status.code(), Some(0), "{setup}: {}", text(&out));
     }
+}
+
+// Regression: a review made a directory a second worktree of the workspace's own git dir
+// (`sub/.git` naming `../.git`) and named a repository beneath `sub/node_modules` in the
+// index: the host's git enters `sub`, reads the same index against it, and recurses. And a
+// gitlink through a link (which git does not enter) must not wedge later commands.
+#[test]
+fn an_index_read_against_every_worktree_of_its_git_dir_finds_their_submodules() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(&format!(
+        "mkdir -p sub/node_modules/p && (cd sub/node_modules/p && git init -q && \
+         git config core.fsmonitor \"{}; false\" && git commit -q --allow-empty -m x) && \
+         printf 'gitdir: ../.git\\n' > sub/.git && \
+         git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),sub && \
+         git update-index --add --cacheinfo \
+           160000,$(git -C sub/node_modules/p rev-parse HEAD),node_modules/p",
+        fx.plant()
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let _ = fx.git_status(&fx.ws, &["status", "--short"]);
+    assert!(
+        !fx.marker().exists(),
+        "a submodule's fsmonitor ran on the host"
+    );
+
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let out = fx.exec(
+        "mkdir -p node_modules/p && git -C node_modules/p init -q && \
+         git -C node_modules/p commit -q --allow-empty -m x && ln -s node_modules/p lnk && \
+         git update-index --add --cacheinfo 160000,$(git -C lnk rev-parse HEAD),lnk",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = fx.exec("true");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

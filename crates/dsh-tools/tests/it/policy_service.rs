@@ -4,9 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use dsh_core::journal::EventKind;
-use dsh_sandbox::{Network, PolicyService, SandboxMode};
+use dsh_sandbox::{Network, SandboxMode};
 use dsh_store::session::SessionLog;
 use dsh_store::{JsonlStorage, Storage};
+use dsh_tools::PolicyService;
 
 #[tokio::test]
 async fn precedence_is_explicit_then_session_then_default() {

@@ -22,9 +22,9 @@ use dsh_core::journal::{EventKind, Journal};
 use dsh_core::HarnessError;
 use serde_json::{json, Value};
 
-use crate::protected::{self, WorkspaceLayout};
-use crate::watch::TreeWatch;
-use crate::{deny_read, root_of, Network, OnPartial, SandboxMode, SandboxPolicy};
+use dsh_sandbox::protected::{self, WorkspaceLayout};
+use dsh_sandbox::watch::TreeWatch;
+use dsh_sandbox::{deny_read, Network, OnPartial, SandboxMode, SandboxPolicy};
 
 /// What the check after a command found, and what of it was set aside.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct AfterCommand {
     /// New git dirs, hooks folders, `.git` entries and tool settings, sorted.
     pub appeared: Vec<PathBuf>,
     /// What of them would have run a program, and where it went.
-    pub quarantined: Vec<crate::quarantine::Quarantined>,
+    pub quarantined: Vec<dsh_sandbox::quarantine::Quarantined>,
 }
 
 /// See the [module docs](self).
@@ -56,7 +56,7 @@ impl PolicyService {
         PolicyService {
             default_mode: mode,
             network,
-            fallback_root: root_of(fallback_root),
+            fallback_root: dsh_core::path::root_of(fallback_root),
             on_partial: OnPartial::Refuse,
             protect: Vec::new(),
             deny_read: deny_read::defaults(),
@@ -117,7 +117,10 @@ impl PolicyService {
             None => None,
         };
         let mode = explicit.or(session_mode).unwrap_or(self.default_mode);
-        let root = session.map_or_else(|| self.fallback_root.clone(), |(_, cwd)| root_of(cwd));
+        let root = session.map_or_else(
+            || self.fallback_root.clone(),
+            |(_, cwd)| dsh_core::path::root_of(cwd),
+        );
         // Protected paths matter only where something is writable.
         let layout = if mode == SandboxMode::WorkspaceWrite {
             self.layout_of(&root).await
@@ -132,11 +135,11 @@ impl PolicyService {
 
     /// The check after a command under `policy` (workspace-write): what it made that the
     /// host's tools would run or read ([`protected::appeared`]), with the programs in it
-    /// set aside ([`quarantine`](crate::quarantine::quarantine)); the next policy for that
+    /// set aside ([`quarantine`](dsh_sandbox::quarantine::quarantine)); the next policy for that
     /// root protects what is left. `extra_roots`: other directories the command could
     /// write (the sandbox's temp dir). What could not be set aside makes later
     /// workspace-write commands in that root refused (a gap) until it is gone (see
-    /// [`recheck`](crate::quarantine::recheck)).
+    /// [`recheck`](dsh_sandbox::quarantine::recheck)).
     pub async fn after_command(
         &self,
         policy: &SandboxPolicy,
@@ -146,7 +149,7 @@ impl PolicyService {
         let layout = self.layout_of(&root).await;
         let mut short = Vec::new();
         if !layout.complete && !policy.incomplete_roots.contains(&root) {
-            short.push(crate::quarantine::walked_short(&root, policy));
+            short.push(dsh_sandbox::quarantine::walked_short(&root, policy));
         }
         let mut appeared = protected::appeared(policy, &layout);
         if appeared.is_empty() && short.is_empty() {
@@ -159,7 +162,7 @@ impl PolicyService {
         roots.extend(extra_roots.iter().cloned());
         let work = {
             let (appeared, before) = (appeared.clone(), policy.clone());
-            move || crate::quarantine::quarantine(&appeared, &before, &layout, &roots)
+            move || dsh_sandbox::quarantine::quarantine(&appeared, &before, &layout, &roots)
         };
         let quarantined = match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),

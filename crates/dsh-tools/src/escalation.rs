@@ -14,7 +14,8 @@ use std::future::Future;
 
 use dsh_core::{ErrorCode, HarnessError};
 
-use crate::SandboxMode;
+use dsh_approval::ApprovalOutcome;
+use dsh_sandbox::SandboxMode;
 
 /// The modes a call may escalate to, advertised in full whenever the capability confines.
 pub const ESCALATION_TARGETS: [SandboxMode; 2] =
@@ -89,31 +90,6 @@ pub fn escalation_hint(subject: Subject) -> String {
          the user]",
         subject.as_str()
     )
-}
-
-/// How a human (or a policy) answered an approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApprovalOutcome {
-    /// Allowed, for this one call.
-    AllowedOnce,
-    /// Refused.
-    Rejected,
-    /// Cancelled before an answer.
-    Cancelled,
-    /// Nobody can answer.
-    Unavailable,
-}
-
-impl ApprovalOutcome {
-    /// `allowed-once`, `rejected`, `cancelled` or `unavailable`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ApprovalOutcome::AllowedOnce => "allowed-once",
-            ApprovalOutcome::Rejected => "rejected",
-            ApprovalOutcome::Cancelled => "cancelled",
-            ApprovalOutcome::Unavailable => "unavailable",
-        }
-    }
 }
 
 /// What the approver is asked.
