@@ -184,16 +184,7 @@ fn read_fresh(git_dir: &Path, index: &Path, hash_len: usize) -> Cached {
 /// taken from the budget.
 fn open_read(p: &Path, budget: &mut u64, complete: &mut bool) -> Option<(Vec<u8>, Stamp)> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(p)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
+    let (file, meta) = crate::small_file::open_regular(p)?;
     let stamp = Stamp::from(&meta);
     if meta.size() > *budget {
         *complete = false;
@@ -578,6 +569,22 @@ mod tests {
         e
     }
 
+    /// Ends the index `bytes` with an offset table naming `blocks` (offset, count), the
+    /// end-of-entries extension pointing at it, and a (zero) checksum.
+    fn with_offset_table(bytes: &mut Vec<u8>, blocks: &[(u32, u32)]) {
+        let ext_at = u32::try_from(bytes.len()).expect("small");
+        let mut ieot = 1u32.to_be_bytes().to_vec();
+        for (offset, count) in blocks {
+            ieot.extend(offset.to_be_bytes());
+            ieot.extend(count.to_be_bytes());
+        }
+        bytes.extend(extension(b"IEOT", &ieot));
+        let mut eoie = ext_at.to_be_bytes().to_vec();
+        eoie.extend([0u8; 20]);
+        bytes.extend(extension(b"EOIE", &eoie));
+        bytes.extend([0u8; 20]);
+    }
+
     /// An index whose second entry only git's threaded reader sees (the header counts one
     /// entry; the offset table names a block at the second), and whose name that reader
     /// reads without the previous name's prefix.
@@ -589,17 +596,7 @@ mod tests {
         // Sequentially this would be "node_modules/x" minus 14 plus "evil"; at a block's
         // start it is "evil" alone.
         bytes.extend(v4_entry(0o160000, 14, b"evil", 4));
-        let ext_at = bytes.len();
-        let mut ieot = 1u32.to_be_bytes().to_vec();
-        for (offset, count) in [(12u32, 1u32), (second as u32, 1)] {
-            ieot.extend(offset.to_be_bytes());
-            ieot.extend(count.to_be_bytes());
-        }
-        bytes.extend(extension(b"IEOT", &ieot));
-        let mut eoie = (ext_at as u32).to_be_bytes().to_vec();
-        eoie.extend([0u8; 20]);
-        bytes.extend(extension(b"EOIE", &eoie));
-        bytes.extend([0u8; 20]);
+        with_offset_table(&mut bytes, &[(12, 1), (second as u32, 1)]);
         let parsed = parse(&bytes, 20, false);
         assert_eq!(
             parsed.gitlinks.into_iter().collect::<Vec<_>>(),
@@ -614,17 +611,7 @@ mod tests {
         let mut bytes = header(4, 0);
         let long = vec![b'a'; 100_000];
         bytes.extend(v4_entry(0o160000, 0, &long, 0xfff));
-        let ext_at = bytes.len();
-        let mut ieot = 1u32.to_be_bytes().to_vec();
-        for _ in 0..10_000 {
-            ieot.extend(12u32.to_be_bytes());
-            ieot.extend(1u32.to_be_bytes());
-        }
-        bytes.extend(extension(b"IEOT", &ieot));
-        let mut eoie = (ext_at as u32).to_be_bytes().to_vec();
-        eoie.extend([0u8; 20]);
-        bytes.extend(extension(b"EOIE", &eoie));
-        bytes.extend([0u8; 20]);
+        with_offset_table(&mut bytes, &[(12, 1); 10_000]);
         let parsed = parse(&bytes, 20, false);
         assert_eq!(parsed.gitlinks.len(), 1);
         assert_eq!(parsed.blocks.len(), 1);

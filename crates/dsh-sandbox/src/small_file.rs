@@ -18,17 +18,23 @@ pub(crate) fn read(path: &Path, max: u64) -> Option<String> {
 /// The first `max` bytes of the regular file at `path` (links followed); `None` as for
 /// [`read`].
 pub(crate) fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let (file, _) = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// The regular file at `path` (links followed) opened for reading without waiting (a FIFO
+/// is never waited on), with its metadata as opened; `None` when it is missing, not a
+/// regular file, or unreadable.
+pub(crate) fn open_regular(path: &Path) -> Option<(std::fs::File, std::fs::Metadata)> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(max).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    let meta = file.metadata().ok()?;
+    meta.is_file().then_some((file, meta))
 }
 
 /// The path a `.git` file, `commondir` or `gitdir` file holds, read as git reads it: up to
