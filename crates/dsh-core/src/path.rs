@@ -34,11 +34,16 @@ pub fn canonical_path(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// `path` through its links where it exists ([`canonical_path`]), else with `.` and `..`
+/// folded lexically: what a path a file names (a `.git` pointer, `commondir`) leads to.
+pub fn resolved(path: &Path) -> PathBuf {
+    fold_dots(&canonical_path(path))
+}
+
 /// A workspace root: canonicalised first (so `link/..` follows the link), then made
 /// absolute with `.` and `..` folded (for a path that does not exist).
 pub fn root_of(path: &Path) -> PathBuf {
-    let p = canonical_path(path);
-    fold_dots(&std::path::absolute(&p).unwrap_or(p))
+    resolved(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
 #[cfg(test)]

@@ -85,8 +85,11 @@ pub fn expand(patterns: &[PathBuf]) -> Vec<PathBuf> {
     expand_matches(matches(patterns))
 }
 
-/// [`expand`] of what [`planted_link`] did not refuse: one look at the file system for
-/// both. `Err((link, target))` as [`planted_link`] says.
+/// [`expand`], unless a match of `patterns` in one of `places` (where a command can
+/// write) is a link, or lies behind one, leading out of every place or to a directory
+/// holding one: then `Err((the match as written, where it leads))`. dsh does not hide that
+/// target on the word of a link a command could have made (an empty mount over `/usr/lib`
+/// would leave no usable sandbox). One look at the file system for both.
 pub fn expand_unless_planted(
     patterns: &[PathBuf],
     places: &[PathBuf],
@@ -112,15 +115,7 @@ fn expand_matches(found: Vec<(PathBuf, PathBuf)>) -> Vec<PathBuf> {
     out
 }
 
-/// A match of `patterns` in one of `places` (where a command can write) that is a link, or
-/// lies behind one, leading out of every place or to a directory holding one: `(the match
-/// as written, where it leads)`.
-/// dsh does not hide that target on the word of a link a command could have made (an empty
-/// mount over `/usr/lib` would leave no usable sandbox).
-pub fn planted_link(patterns: &[PathBuf], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
-    planted_in(&matches(patterns), places)
-}
-
+/// The planted link among `found` (see [`expand_unless_planted`]).
 fn planted_in(found: &[(PathBuf, PathBuf)], places: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
     found.iter().find_map(|(written, real)| {
         let (written, real) = (dsh_core::path::fold_dots(written), real.clone());

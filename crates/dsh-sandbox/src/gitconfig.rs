@@ -115,6 +115,16 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
     parse(text).0
 }
 
+/// The value the last `section.key` (no subsection) of `entries` sets, as git takes a
+/// single-valued key.
+pub(crate) fn last(entries: &[Entry], section: &str, key: &str) -> Option<String> {
+    entries
+        .iter()
+        .filter(|e| e.section == section && e.subsection.is_none() && e.key == key)
+        .filter_map(|e| e.value.clone())
+        .next_back()
+}
+
 /// Every entry of `text`, and whether every line was understood (`false`: a line was
 /// skipped, as a malformed one, or a key sat outside any section). What dsh does not
 /// understand of a config it must not vouch for.

@@ -246,7 +246,7 @@ impl Ruleset {
                     }
                     Err(e) => return Err(e),
                 };
-                let st = fstat(&file)?;
+                let st = crate::nofollow::fstat(file.as_raw_fd())?;
                 #[allow(clippy::useless_conversion)] // `dev_t`, `ino_t` are not u64 everywhere
                 if denied_ids.contains(&(u64::from(st.st_dev), u64::from(st.st_ino))) {
                     continue;
@@ -264,7 +264,7 @@ impl Ruleset {
 
     fn add_rule(&self, path: &Path, rights: u64, nofollow: bool) -> io::Result<()> {
         let file = open_path(path, nofollow)?;
-        let st = fstat(&file)?;
+        let st = crate::nofollow::fstat(file.as_raw_fd())?;
         self.add_rule_fd(&file, &st, rights, path)
     }
 
@@ -309,17 +309,6 @@ impl Ruleset {
     /// The ruleset fd, which the child passes to `landlock_restrict_self`.
     pub fn into_fd(self) -> OwnedFd {
         self.fd
-    }
-}
-
-/// `fstat(fd)`.
-fn fstat(file: &OwnedFd) -> io::Result<libc::stat> {
-    // SAFETY: a zeroed stat is a valid out-buffer for fstat(2) on our fd.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0 {
-        Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

@@ -239,7 +239,7 @@ impl LocalSandbox {
         // earlier, faster one on a tie).
         let mut partial: Option<(Runner, Vec<String>)> = None;
         for runner in self.candidates() {
-            match self.gaps(runner, policy, &common) {
+            match self.gaps(runner, policy, &common, denied) {
                 Ok(gaps) if gaps.is_empty() => return Ok((runner, Enforcement::Full)),
                 Ok(gaps) => {
                     if partial
@@ -274,12 +274,13 @@ impl LocalSandbox {
     }
 
     /// What `runner` would leave unenforced of `policy` (nothing: full enforcement), or
-    /// why it cannot run at all.
+    /// why it cannot run at all; `denied` as [`choose_with`](Self::choose_with).
     fn gaps(
         &self,
         runner: Runner,
         policy: &SandboxPolicy,
         common: &[String],
+        denied: &[PathBuf],
     ) -> Result<Vec<String>, String> {
         let mut gaps = common.to_vec();
         match runner {
@@ -302,8 +303,8 @@ impl LocalSandbox {
                             .into(),
                     );
                     let writable = policy.writable_dirs();
-                    if let Some(d) = deny_read::expand(&policy.deny_read)
-                        .into_iter()
+                    if let Some(d) = denied
+                        .iter()
                         .find(|d| writable.iter().any(|w| d.starts_with(w)))
                     {
                         gaps.push(format!(
@@ -699,7 +700,7 @@ impl Sandbox for LocalSandbox {
                 (a, Some(r), held)
             }
             Runner::Seatbelt => (
-                seatbelt::argv(policy, temp_area.map(|a| a.temp.as_path()), argv),
+                seatbelt::argv(policy, temp_area.map(|a| a.temp.as_path()), &denied, argv),
                 None,
                 None,
             ),

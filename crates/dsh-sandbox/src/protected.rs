@@ -10,7 +10,8 @@
 //!
 //! For each root, [`for_root`] protects:
 //! - [`PROTECTED_NAMES`] under the root (a file as written, a folder whole), the existing
-//!   ones of [`PROTECTED_WHEN_PRESENT`] (all of [`LEFTHOOK_NAMES`] once one exists), and
+//!   ones of [`PROTECTED_WHEN_PRESENT`] and of [`HOOK_MANAGER_NAMES`] (all of
+//!   [`LEFTHOOK_NAMES`] once one exists), and
 //!   each existing root entry matching [`PROTECTED_PATTERNS`];
 //! - for every git dir the root's repository and the repositories below it use (the
 //!   root's `.git`, each nested `.git` directory or pointer file the walk ([`crate::walk`])
@@ -88,12 +89,9 @@ pub const PROTECTED_NAMES: &[&str] = &[
 /// Names protected only where they exist: a missing one runs nothing until a file that is
 /// protected already points a tool at it (a git hook installed by the hook manager, a
 /// shell's startup in a home directory, which is refused as a root), and every mount has a
-/// cost. If any of [`LEFTHOOK_NAMES`] exists, all of them are protected, existing or not
-/// (lefthook merges a `lefthook-local.yml` into the project's config).
+/// cost. The hook managers' ([`HOOK_MANAGER_NAMES`], [`LEFTHOOK_NAMES`]) are protected
+/// the same way, in every repository's worktree.
 pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
-    ".gitmodules",
-    ".husky",
-    ".pre-commit-config.yaml",
     ".bashrc",
     ".bash_profile",
     ".profile",
@@ -103,7 +101,7 @@ pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
 ];
 
 /// What a hook manager other than lefthook keeps in a worktree, protected where present in
-/// every repository's worktree, nested ones included.
+/// every repository's worktree, nested ones included (see [`hook_managers`]).
 pub const HOOK_MANAGER_NAMES: &[&str] = &[".husky", ".pre-commit-config.yaml", ".gitmodules"];
 
 /// The names lefthook reads its configuration from (and merges a `-local` one into), in
@@ -230,11 +228,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
             .filter(|n| exists(n))
             .map(|n| root.join(n)),
     );
-    if LEFTHOOK_NAMES.iter().any(|n| exists(n)) {
-        b.layout
-            .protected
-            .extend(LEFTHOOK_NAMES.iter().map(|n| root.join(n)));
-    }
+    b.layout.protected.extend(hook_managers(root));
     for config in global_configs() {
         let facts = gitconfig::read(&config);
         b.layout.complete &= facts.complete;
@@ -266,10 +260,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         b.layout
             .protected
             .retain(|p| !p.starts_with(&dot_git) || *p == dot_git);
-        if let Some(git_dir) = b
-            .pointer(&dot_git)
-            .filter(|g| points_back(g, &dot_git, root))
-        {
+        if let Some(git_dir) = pointer_target(&dot_git).filter(|g| points_back(g, &dot_git, root)) {
             // Its git dir (a linked worktree's, a submodule's) must be writable for
             // commits: only when it is one and names this checkout back, so a pointer file
             // cannot make any directory writable.
@@ -349,7 +340,7 @@ impl Builder {
             self.git_dir(entry, Some(&top));
         } else if meta.is_file() {
             self.layout.protected.push(entry.to_path_buf());
-            if let Some(git_dir) = self.pointer(entry) {
+            if let Some(git_dir) = pointer_target(entry) {
                 self.git_dir(&git_dir, Some(&top));
             }
         } else if meta.file_type().is_symlink() {
@@ -363,25 +354,19 @@ impl Builder {
         }
     }
 
-    /// The git dir a pointer file names (canonical), protected with its own parts.
-    fn pointer(&mut self, file: &Path) -> Option<PathBuf> {
-        let base = file.parent()?;
-        let target = read_pointer(file)?;
-        Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
-            &base.join(target),
-        )))
-    }
-
     /// Protects the git dir `g` (whose hooks run in `top`), the git dirs it holds for
     /// submodules and linked worktrees, its common dir, and what their configs name.
     fn git_dir(&mut self, g: &Path, top: Option<&Path>) {
-        let configured = worktree_of(g);
-        let top = top.map(Path::to_path_buf).or_else(|| configured.clone());
+        let common = common_dir(g).filter(|c| c != g);
+        let opened = Opened::of(g, common.as_deref());
+        let top = top
+            .map(Path::to_path_buf)
+            .or_else(|| opened.worktree.clone());
         // Per worktree: a `.git` pointer makes any directory another worktree of a git dir,
         // and git honours a `core.worktree` when it comes through one; the index is read
         // against each.
-        for worktree in top.iter().chain(configured.iter()) {
-            self.gitlinks(g, worktree);
+        for worktree in top.iter().chain(opened.worktree.iter()) {
+            self.gitlinks(g, worktree, opened.hash_len);
         }
         if self.layout.git_dirs.iter().any(|d| d == g) {
             return;
@@ -391,7 +376,7 @@ impl Builder {
             self.layout.protected.push(g.join(part));
         }
         let mut configs = vec![g.join("config"), g.join("config.worktree")];
-        if let Some(common) = common_dir(g).filter(|c| c != g) {
+        if let Some(common) = common {
             if !self.layout.git_dirs.contains(&common) {
                 self.layout.git_dirs.push(common.clone());
                 for part in GIT_DIR_PARTS {
@@ -401,19 +386,9 @@ impl Builder {
             configs.push(common.join("config"));
         }
         if let Some(top) = &top {
-            // The hook managers of this repository's worktree (husky, pre-commit,
-            // lefthook) run on its commits as the root's do.
-            let exists = |n: &str| std::fs::symlink_metadata(top.join(n)).is_ok();
-            for name in HOOK_MANAGER_NAMES {
-                if exists(name) {
-                    self.layout.protected.push(top.join(name));
-                }
-            }
-            if LEFTHOOK_NAMES.iter().any(|n| exists(n)) {
-                self.layout
-                    .protected
-                    .extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
-            }
+            // The hook managers of this repository's worktree run on its commits as the
+            // root's do.
+            self.layout.protected.extend(hook_managers(top));
         }
         let mut hooks_paths = self.global.clone();
         for config in configs {
@@ -454,12 +429,11 @@ impl Builder {
     /// status` enters each one that is populated, also one beneath a `node_modules`
     /// package, which the walk does not enter. Their `.git` entries are looked at after
     /// the rest (see [`Builder::pending`]).
-    fn gitlinks(&mut self, g: &Path, top: &Path) {
+    fn gitlinks(&mut self, g: &Path, top: &Path, hash_len: usize) {
         if !self.indexed.insert((g.to_path_buf(), top.to_path_buf())) {
             return;
         }
-        let common = common_dir(g).unwrap_or_else(|| g.to_path_buf());
-        let links = gitlinks::read(g, object_hash_len(&common.join("config")));
+        let links = gitlinks::read(g, hash_len);
         self.layout.complete &= links.complete;
         for path in links.paths {
             if let Some(dot_git) = checkout_dot_git(top, &path) {
@@ -467,6 +441,22 @@ impl Builder {
             }
         }
     }
+}
+
+/// What the hook managers (husky, pre-commit, lefthook) keep in the worktree `top`: the
+/// existing ones of [`HOOK_MANAGER_NAMES`], and all of [`LEFTHOOK_NAMES`] once one exists
+/// (lefthook merges a `lefthook-local.yml` into the project's config).
+fn hook_managers(top: &Path) -> Vec<PathBuf> {
+    let exists = |n: &str| std::fs::symlink_metadata(top.join(n)).is_ok();
+    let mut out: Vec<PathBuf> = HOOK_MANAGER_NAMES
+        .iter()
+        .filter(|n| exists(n))
+        .map(|n| top.join(n))
+        .collect();
+    if LEFTHOOK_NAMES.iter().any(|n| exists(n)) {
+        out.extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
+    }
+    out
 }
 
 /// The `.git` entry of the submodule checked out at `path` (relative, as an index spells
@@ -550,31 +540,38 @@ fn through_links(p: &Path) -> PathBuf {
     p
 }
 
-/// The length of the hashes that name a repository's objects, as git takes it: from the
-/// common dir's `config` alone, where `extensions.objectFormat` counts only with
-/// `core.repositoryFormatVersion` 1 or more. (A wrong answer reads the index as not as
-/// git writes it, which is a gap, not a miss.)
-fn object_hash_len(common_config: &Path) -> usize {
-    let Some(text) = small_file::read(common_config, gitconfig::MAX_CONFIG_BYTES) else {
-        return 20;
-    };
-    let entries = gitconfig::entries(&text);
-    let last = |section: &str, key: &str| {
-        entries
-            .iter()
-            .filter(|e| e.section == section && e.subsection.is_none() && e.key == key)
-            .filter_map(|e| e.value.clone())
-            .next_back()
-    };
-    let version = last("core", "repositoryformatversion")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    let sha256 =
-        last("extensions", "objectformat").is_some_and(|v| v.eq_ignore_ascii_case("sha256"));
-    if version >= 1 && sha256 {
-        32
-    } else {
-        20
+/// What git takes from a git dir's configs when it opens it.
+struct Opened {
+    /// The worktree its own `config`'s `core.worktree` names (relative to the git dir).
+    worktree: Option<PathBuf>,
+    /// The length of the hashes that name its objects: from the common dir's `config`
+    /// alone, where `extensions.objectFormat` counts only with
+    /// `core.repositoryFormatVersion` 1 or more. (A wrong answer reads the index as not as
+    /// git writes it, which is a gap, not a miss.)
+    hash_len: usize,
+}
+
+impl Opened {
+    /// The facts of the git dir `g`, whose common dir is `common` (none: `g` itself).
+    fn of(g: &Path, common: Option<&Path>) -> Opened {
+        let read = |dir: &Path| {
+            small_file::read(&dir.join("config"), gitconfig::MAX_CONFIG_BYTES)
+                .map(|text| gitconfig::entries(&text))
+                .unwrap_or_default()
+        };
+        let own = read(g);
+        let shared = common.map(read);
+        let format = shared.as_ref().unwrap_or(&own);
+        let version = gitconfig::last(format, "core", "repositoryformatversion")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        let sha256 = gitconfig::last(format, "extensions", "objectformat")
+            .is_some_and(|v| v.eq_ignore_ascii_case("sha256"));
+        Opened {
+            worktree: gitconfig::last(&own, "core", "worktree")
+                .map(|w| dsh_core::path::fold_dots(&g.join(w))),
+            hash_len: if version >= 1 && sha256 { 32 } else { 20 },
+        }
     }
 }
 
@@ -605,20 +602,7 @@ fn module_dirs(g: &Path) -> (Vec<PathBuf>, bool) {
 /// The common dir `g/commondir` names (canonical), if it names one.
 fn common_dir(g: &Path) -> Option<PathBuf> {
     let rel = small_file::git_path(&g.join("commondir"), "")?;
-    Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
-        &g.join(rel),
-    )))
-}
-
-/// The worktree of a submodule's git dir, from its `core.worktree` (relative to `g`).
-fn worktree_of(g: &Path) -> Option<PathBuf> {
-    let text = small_file::read(&g.join("config"), gitconfig::MAX_CONFIG_BYTES)?;
-    gitconfig::entries(&text)
-        .into_iter()
-        .filter(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree")
-        .filter_map(|e| e.value)
-        .next_back()
-        .map(|w| dsh_core::path::fold_dots(&g.join(w)))
+    Some(dsh_core::path::resolved(&g.join(rel)))
 }
 
 /// The user's global and the system git config files, where git looks for them.
@@ -733,7 +717,10 @@ fn points_back(g: &Path, pointer: &Path, root: &Path) -> bool {
     let by_gitdir = small_file::git_path(&g.join("gitdir"), "").is_some_and(|p| {
         dsh_core::path::canonical_path(&g.join(p)) == dsh_core::path::canonical_path(pointer)
     });
-    by_gitdir || worktree_of(g).is_some_and(|w| dsh_core::path::canonical_path(&w) == *root)
+    by_gitdir
+        || Opened::of(g, None)
+            .worktree
+            .is_some_and(|w| dsh_core::path::canonical_path(&w) == *root)
 }
 
 /// The real (not symlinked) directories directly in `dir`, sorted.
@@ -750,9 +737,11 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The target of a `gitdir: PATH` pointer file.
-pub(crate) fn read_pointer(file: &Path) -> Option<PathBuf> {
-    small_file::git_path(file, "gitdir: ")
+/// The directory a `.git` pointer file (`gitdir: PATH`) names (links followed, `..`
+/// folded), read as git reads it.
+pub(crate) fn pointer_target(file: &Path) -> Option<PathBuf> {
+    let target = small_file::git_path(file, "gitdir: ")?;
+    Some(dsh_core::path::resolved(&file.parent()?.join(target)))
 }
 
 #[cfg(test)]

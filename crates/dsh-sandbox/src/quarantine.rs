@@ -116,6 +116,62 @@ pub struct Quarantined {
     pub set_aside: bool,
 }
 
+/// What the check after a command found, and what of it was set aside.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AfterCommand {
+    /// New git dirs, hooks folders, `.git` entries and tool settings (and roots that could
+    /// not be read whole), sorted.
+    pub appeared: Vec<PathBuf>,
+    /// What of them would have run a program, and where it went.
+    pub quarantined: Vec<Quarantined>,
+}
+
+/// The check after a command that ran under `policy` (workspace-write): each writable
+/// root's layout as it is now (`layouts`, `(root, layout)`) compared with the policy
+/// ([`protected::appeared`](crate::protected::appeared)), and what of it the host's tools
+/// would run set aside ([`quarantine`]). A root not read whole that was whole before is
+/// reported at once ([`walked_short`]). `extra_roots`: other directories the command
+/// could write (the sandbox's temp dir).
+pub fn check_after(
+    policy: &SandboxPolicy,
+    layouts: Vec<(PathBuf, WorkspaceLayout)>,
+    extra_roots: &[PathBuf],
+) -> AfterCommand {
+    // What one root's layout protects is not new in the next root.
+    let mut after = std::borrow::Cow::Borrowed(policy);
+    let mut appeared = Vec::new();
+    let mut short = Vec::new();
+    let mut found = WorkspaceLayout::default();
+    let count = layouts.len();
+    for (i, (root, layout)) in layouts.into_iter().enumerate() {
+        if !layout.complete && !policy.incomplete_roots.contains(&root) {
+            short.push(walked_short(&root, policy));
+            appeared.push(root.clone());
+        }
+        appeared.extend(crate::protected::appeared(&after, &layout));
+        found.git_dirs.extend(layout.git_dirs.iter().cloned());
+        found.hooks_dirs.extend(layout.hooks_dirs.iter().cloned());
+        if i + 1 < count {
+            after = std::borrow::Cow::Owned(after.into_owned().with_layout(&root, layout));
+        }
+    }
+    if appeared.is_empty() {
+        return AfterCommand::default();
+    }
+    appeared.sort();
+    appeared.dedup();
+    // Every directory the command could write: a git dir made in one of them and named by
+    // a pointer in the workspace is one git runs too.
+    let mut roots = policy.writable_dirs();
+    roots.extend(extra_roots.iter().cloned());
+    let mut quarantined = quarantine(&appeared, policy, &found, &roots);
+    quarantined.extend(short);
+    AfterCommand {
+        appeared,
+        quarantined,
+    }
+}
+
 /// Sets aside what of `appeared` (what the check found: `after` is the layout it found it
 /// in, `before` the policy the command ran under) the host's tools would run: see the
 /// [module docs](self). `roots` are every directory the command could write.
@@ -388,7 +444,7 @@ fn act_on(
     if name == ".git" && meta.is_file() {
         // One leading to what dsh does not act on (out of the workspace, a protected
         // path, a path denied for reading) goes aside itself, so that nothing is named.
-        let leads_to_untouched = pointer_target(p).is_none_or(|t| {
+        let leads_to_untouched = crate::protected::pointer_target(p).is_none_or(|t| {
             !t.starts_with(&before.workspace_root)
                 || was_protected(&t, before)
                 || site.touches_denied(&t)
@@ -574,16 +630,11 @@ fn quarantine_commondir(
     let Some(text) = read_nofollow(site.root, commondir, crate::small_file::POINTER_MAX)? else {
         return rename_aside(site, commondir).map(Some);
     };
-    // Read as git reads it (see `small_file::git_path`): only trailing line breaks go.
-    let text = &text[..text.iter().position(|b| *b == 0).unwrap_or(text.len())];
-    let mut rel = text;
-    while let [head @ .., b'\n' | b'\r'] = rel {
-        rel = head;
-    }
+    let Some(rel) = crate::small_file::parse_git_path(&text, "") else {
+        return Ok(None);
+    };
     let g = commondir.parent().unwrap_or(site.root);
-    let target = dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
-        &g.join(OsStr::from_bytes(rel)),
-    ));
+    let target = dsh_core::path::resolved(&g.join(OsStr::from_bytes(rel)));
     if rel == b"." || target == g || before.git_dirs.contains(&target) {
         return Ok(None);
     }
@@ -848,15 +899,6 @@ fn read_nofollow(root: &Path, p: &Path, max: u64) -> Result<Option<Vec<u8>>, Str
     std::io::Read::read_to_end(&mut std::io::Read::take(&file, max), &mut out)
         .map_err(|e| e.to_string())?;
     Ok(Some(out))
-}
-
-/// The directory a `.git` pointer file names (canonical, `..` folded), read as git reads
-/// it.
-fn pointer_target(p: &Path) -> Option<PathBuf> {
-    let rel = crate::protected::read_pointer(p)?;
-    Some(dsh_core::path::fold_dots(&dsh_core::path::canonical_path(
-        &p.parent()?.join(rel),
-    )))
 }
 
 #[cfg(test)]

@@ -40,8 +40,9 @@ const BASE: &str = "(version 1)
 ";
 
 /// The profile for `policy` (a confined mode); `temp` is the private temp directory,
-/// writable under workspace-write.
-pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>) -> Profile {
+/// writable under workspace-write; `denied` the paths the policy denies for reading,
+/// expanded ([`deny_read::expand`](crate::deny_read::expand)).
+pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>, denied: &[PathBuf]) -> Profile {
     let mut text = String::from(BASE);
     let mut params = Vec::new();
     if policy.mode == SandboxMode::WorkspaceWrite {
@@ -66,13 +67,12 @@ pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>) -> Profile {
             text.push_str(")\n");
         }
     }
-    let denied = crate::deny_read::expand(&policy.deny_read);
     if !denied.is_empty() {
         text.push_str("(deny file-read*");
-        for (i, p) in denied.into_iter().enumerate() {
+        for (i, p) in denied.iter().enumerate() {
             let name = format!("DENY_READ_{i}");
             text.push_str(&format!(" (subpath (param \"{name}\"))"));
-            params.push((name, p));
+            params.push((name, p.clone()));
         }
         text.push_str(")\n");
     }
@@ -82,9 +82,14 @@ pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>) -> Profile {
     Profile { text, params }
 }
 
-/// `sandbox-exec -p PROFILE -D NAME=PATH ... -- ARGV`.
-pub fn argv(policy: &SandboxPolicy, temp: Option<&Path>, argv: &[OsString]) -> Vec<OsString> {
-    let p = profile(policy, temp);
+/// `sandbox-exec -p PROFILE -D NAME=PATH ... -- ARGV`, for [`profile`].
+pub fn argv(
+    policy: &SandboxPolicy,
+    temp: Option<&Path>,
+    denied: &[PathBuf],
+    argv: &[OsString],
+) -> Vec<OsString> {
+    let p = profile(policy, temp, denied);
     let mut out: Vec<OsString> = vec!["sandbox-exec".into(), "-p".into(), p.text.into()];
     for (name, path) in p.params {
         out.push("-D".into());
@@ -112,6 +117,7 @@ mod tests {
         let p = profile(
             &policy(SandboxMode::ReadOnly, Network::Deny),
             Some(Path::new("/t")),
+            &[],
         );
         assert!(p.text.starts_with("(version 1)\n(deny default)\n"));
         assert!(p
@@ -127,6 +133,7 @@ mod tests {
         let p = profile(
             &policy(SandboxMode::WorkspaceWrite, Network::Allow),
             Some(Path::new("/t")),
+            &[],
         );
         assert!(p.text.contains(
             "(allow file-write* (subpath (param \"WRITABLE_0\")) (subpath (param \"WRITABLE_1\")))"
@@ -158,6 +165,7 @@ mod tests {
         let a = argv(
             &policy(SandboxMode::WorkspaceWrite, Network::Deny),
             None,
+            &[],
             &["true".into()],
         );
         let s: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();

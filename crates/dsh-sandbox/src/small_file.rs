@@ -44,12 +44,18 @@ pub(crate) fn open_regular(path: &Path) -> Option<(std::fs::File, std::fs::Metad
 pub(crate) fn git_path(path: &Path, after: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = read_bytes(path, POINTER_MAX)?;
+    parse_git_path(&bytes, after).map(|p| std::ffi::OsStr::from_bytes(p).into())
+}
+
+/// The path in a pointer file's bytes, as [`git_path`] reads it; `None` when there is
+/// none (empty, or without `after`).
+pub(crate) fn parse_git_path<'a>(bytes: &'a [u8], after: &str) -> Option<&'a [u8]> {
     let bytes = &bytes[..bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len())];
     let mut rest = bytes.strip_prefix(after.as_bytes())?;
     while let [head @ .., b'\n' | b'\r'] = rest {
         rest = head;
     }
-    (!rest.is_empty()).then(|| std::ffi::OsStr::from_bytes(rest).into())
+    (!rest.is_empty()).then_some(rest)
 }
 
 /// What a pointer-sized file (`.git`, `commondir`, `gitdir`) may hold: a path and a line

@@ -138,7 +138,8 @@ fn walk_from(root: &Path, enter_root: bool, mut on_dir: impl FnMut(&Path)) -> Wa
 /// protected pattern (`*.code-workspace`).
 pub fn is_tool_setting(name: &OsStr) -> bool {
     let n = name.to_string_lossy();
-    let whole_entry = |p: &&str| !p.contains('/') && *p != ".dsh" && **p == *n;
+    // The name compared first: the walk asks this of every entry.
+    let whole_entry = |p: &&str| **p == *n && !p.contains('/') && *p != ".dsh";
     NESTED_TOOL_NAMES.contains(&n.as_ref())
         || crate::protected::PROTECTED_NAMES.iter().any(whole_entry)
         || crate::protected::PROTECTED_PATTERNS

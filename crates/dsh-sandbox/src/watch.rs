@@ -261,9 +261,7 @@ impl TreeWatch {
             return;
         }
         if walk::is_tool_setting(name) {
-            if let Err(i) = self.current.tool_configs.binary_search(&path) {
-                self.current.tool_configs.insert(i, path.clone());
-            }
+            insert_sorted(&mut self.current.tool_configs, path.clone());
         }
         if walk::is_git_dir(&dir) {
             self.note(dir.clone());
@@ -293,14 +291,10 @@ impl TreeWatch {
                 self.note(e);
             }
             for t in found.tool_configs {
-                if let Err(i) = self.current.tool_configs.binary_search(&t) {
-                    self.current.tool_configs.insert(i, t);
-                }
+                insert_sorted(&mut self.current.tool_configs, t);
             }
             for u in found.unlistable {
-                if let Err(i) = self.current.unlistable.binary_search(&u) {
-                    self.current.unlistable.insert(i, u);
-                }
+                insert_sorted(&mut self.current.unlistable, u);
             }
         }
     }
@@ -332,9 +326,14 @@ impl TreeWatch {
     }
 
     fn note(&mut self, entry: PathBuf) {
-        if let Err(i) = self.current.git_entries.binary_search(&entry) {
-            self.current.git_entries.insert(i, entry);
-        }
+        insert_sorted(&mut self.current.git_entries, entry);
+    }
+}
+
+/// Inserts `p` into the sorted `list` unless it is there.
+fn insert_sorted(list: &mut Vec<PathBuf>, p: PathBuf) {
+    if let Err(i) = list.binary_search(&p) {
+        list.insert(i, p);
     }
 }
 

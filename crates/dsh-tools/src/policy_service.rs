@@ -23,17 +23,9 @@ use dsh_core::HarnessError;
 use serde_json::{json, Value};
 
 use dsh_sandbox::protected::{self, WorkspaceLayout};
+pub use dsh_sandbox::quarantine::AfterCommand;
 use dsh_sandbox::watch::TreeWatch;
 use dsh_sandbox::{deny_read, Network, OnPartial, SandboxMode, SandboxPolicy};
-
-/// What the check after a command found, and what of it was set aside.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AfterCommand {
-    /// New git dirs, hooks folders, `.git` entries and tool settings, sorted.
-    pub appeared: Vec<PathBuf>,
-    /// What of them would have run a program, and where it went.
-    pub quarantined: Vec<dsh_sandbox::quarantine::Quarantined>,
-}
 
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -147,32 +139,15 @@ impl PolicyService {
     ) -> AfterCommand {
         let root = policy.workspace_root.clone();
         let layout = self.layout_of(&root).await;
-        let mut short = Vec::new();
-        if !layout.complete && !policy.incomplete_roots.contains(&root) {
-            short.push(dsh_sandbox::quarantine::walked_short(&root, policy));
-        }
-        let mut appeared = protected::appeared(policy, &layout);
-        if appeared.is_empty() && short.is_empty() {
-            return AfterCommand::default();
-        }
-        appeared.extend(short.iter().map(|q| q.path.clone()));
-        // Every directory the command could write: a git dir made in one of them and named
-        // by a pointer in the workspace is one git runs too.
-        let mut roots = policy.writable_dirs();
-        roots.extend(extra_roots.iter().cloned());
         let work = {
-            let (appeared, before) = (appeared.clone(), policy.clone());
-            move || dsh_sandbox::quarantine::quarantine(&appeared, &before, &layout, &roots)
+            let (policy, extra_roots) = (policy.clone(), extra_roots.to_vec());
+            move || {
+                dsh_sandbox::quarantine::check_after(&policy, vec![(root, layout)], &extra_roots)
+            }
         };
-        let quarantined = match tokio::runtime::Handle::try_current() {
+        match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
             Err(_) => work(),
-        };
-        let mut quarantined = quarantined;
-        quarantined.extend(short);
-        AfterCommand {
-            appeared,
-            quarantined,
         }
     }
 

@@ -18,7 +18,7 @@ use dsh_sandbox::{
 };
 
 use dsh_sandbox::protected;
-use dsh_sandbox::quarantine::Quarantined;
+use dsh_sandbox::quarantine::AfterCommand;
 use dsh_sandbox::watch::TreeWatch;
 
 use crate::config::Config;
@@ -191,38 +191,23 @@ fn confine(args: &ExecArgs, policy: SandboxPolicy) -> Result<Option<Confined>, H
     }))
 }
 
-/// The check after the command: what it made that the host's tools would run or read (a
-/// new git dir, a hooks folder, a tool's settings), from each root's watched walk
-/// compared with the policy it ran under, and the programs in it set aside. `temp`: the
-/// sandbox's temp dir, which the command could write too.
+/// The check after the command ([`check_after`](dsh_sandbox::quarantine::check_after)),
+/// from each root's watched walk. `temp`: the sandbox's temp dir, which the command could
+/// write too.
 fn after_command(
     policy: &SandboxPolicy,
     watches: &mut [TreeWatch],
     temp: Option<PathBuf>,
-) -> (Vec<PathBuf>, Vec<Quarantined>) {
-    let mut after = policy.clone();
-    let mut appeared = Vec::new();
-    let mut short = Vec::new();
-    let mut found = protected::WorkspaceLayout::default();
-    for watch in watches.iter_mut() {
-        let root = watch.root().to_path_buf();
-        let layout = protected::for_root(&root, watch.walk());
-        if !layout.complete && !policy.incomplete_roots.contains(&root) {
-            short.push(dsh_sandbox::quarantine::walked_short(&root, policy));
-            appeared.push(root.clone());
-        }
-        appeared.extend(protected::appeared(&after, &layout));
-        found.git_dirs.extend(layout.git_dirs.iter().cloned());
-        found.hooks_dirs.extend(layout.hooks_dirs.iter().cloned());
-        after = after.with_layout(&root, layout);
-    }
-    appeared.sort();
-    appeared.dedup();
-    let mut roots = policy.writable_dirs();
-    roots.extend(temp);
-    let mut quarantined = dsh_sandbox::quarantine::quarantine(&appeared, policy, &found, &roots);
-    quarantined.extend(short);
-    (appeared, quarantined)
+) -> AfterCommand {
+    let layouts = watches
+        .iter_mut()
+        .map(|watch| {
+            let root = watch.root().to_path_buf();
+            let layout = protected::for_root(&root, watch.walk());
+            (root, layout)
+        })
+        .collect();
+    dsh_sandbox::quarantine::check_after(policy, layouts, &Vec::from_iter(temp))
 }
 
 pub fn main(args: ExecArgs) -> ExitCode {
@@ -348,7 +333,10 @@ async fn run(args: &ExecArgs) -> u8 {
         return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
     }
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
-    let (appeared, quarantined) = confined
+    let AfterCommand {
+        appeared,
+        quarantined,
+    } = confined
         .as_ref()
         .filter(|c| c.policy.mode == SandboxMode::WorkspaceWrite)
         .map(|c| after_command(&c.policy, &mut watches, c.sandbox.temp_dir()))
