@@ -101,7 +101,7 @@ pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
 ];
 
 /// What a hook manager other than lefthook keeps in a worktree, protected where present in
-/// every repository's worktree, nested ones included (see [`hook_managers`]).
+/// every repository's worktree, nested ones included (with [`LEFTHOOK_NAMES`]).
 pub const HOOK_MANAGER_NAMES: &[&str] = &[".husky", ".pre-commit-config.yaml", ".gitmodules"];
 
 /// The names lefthook reads its configuration from (and merges a `-local` one into), in
