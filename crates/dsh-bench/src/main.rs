@@ -371,7 +371,7 @@ fn raw_drain(bytes: u64) -> Duration {
 async fn dsh_capture(sh: &LocalBash, bytes: u64) -> (Duration, u64) {
     reset_peak_rss();
     let start = Instant::now();
-    let mut req = ShellRequest::new(print_cmd(bytes));
+    let mut req = ShellRequest::unconfined(print_cmd(bytes));
     req.timeout_ms = Some(600_000.0);
     let spec = sh.resolve(req).expect("resolve");
     let r = sh.run(spec).await.expect("run");
@@ -466,13 +466,8 @@ async fn bench_world(
         session.begin_turn().await?;
         let subprocess = Arc::new(LocalSubprocess::new());
         let sandbox = Arc::new(LocalSandbox::new());
-        let shell = Arc::new(
-            LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly),
-        );
-        let files = dsh_fs::SandboxedFs::new(
-            dsh_fs::LocalFs::new(&ws),
-            SandboxPolicy::bare(SandboxMode::ReadOnly, &ws),
-        );
+        let shell = Arc::new(LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone()));
+        let files = dsh_fs::SandboxedFs::new(dsh_fs::LocalFs::new(&ws));
         let world = WorldBuilder::new()
             .subprocess(subprocess)?
             .shell(shell.clone())?
@@ -654,9 +649,8 @@ async fn tool_pipeline(runs: usize) -> Vec<Figure> {
     };
     let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws);
     let bare = || async {
-        let mut req = ShellRequest::new("true");
+        let mut req = ShellRequest::new("true", policy.clone());
         req.workdir = Some(ws.clone());
-        req.sandbox = Some(policy.clone());
         let start = Instant::now();
         let r = shell
             .run(shell.resolve(req).expect("resolve"))

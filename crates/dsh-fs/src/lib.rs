@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
-use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_sandbox::SandboxPolicy;
 
 mod lines;
 mod local;
@@ -226,9 +226,6 @@ pub struct LinesWindow {
 /// The filesystem seam. See the [crate docs](crate).
 #[async_trait]
 pub trait FileSystem: Send + Sync {
-    /// The default mode a confining provider enforces; `None` when it does not confine.
-    fn sandbox_mode(&self) -> Option<SandboxMode>;
-
     /// Resolves `path` (relative ones against `cwd`, else the provider's working
     /// directory).
     ///
@@ -297,8 +294,9 @@ pub trait FileSystem: Send + Sync {
     /// `FS_NOT_FOUND`, `FS_NOT_DIRECTORY`, `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError>;
 
-    /// Writes `content` atomically under `intent` (`None`: create or overwrite) and
-    /// `policy` (a confining provider's default when `None`).
+    /// Writes `content` atomically under `intent` (`None`: create or overwrite) and the
+    /// call's `policy`, resolved by the caller: there is no default. A provider that
+    /// cannot confine refuses a confined mode (`SANDBOX_UNAVAILABLE`).
     ///
     /// # Errors
     /// `FS_NOT_REGULAR_FILE`, `FS_STALE_VERSION`, `FS_NOT_OBSERVED`, `FS_SANDBOX_DENIED`,
@@ -309,7 +307,7 @@ pub trait FileSystem: Send + Sync {
         target: &FsTarget,
         content: &str,
         intent: Option<WriteIntent>,
-        policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<WriteOutcome, HarnessError>;
 
     /// Replaces text in a file atomically, checking `expected` (when given) before
@@ -329,7 +327,7 @@ pub trait FileSystem: Send + Sync {
         target: &FsTarget,
         edit: &EditRequest,
         expected: Option<&FsVersion>,
-        policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<EditOutcome, HarnessError>;
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_sandbox::SandboxPolicy;
 use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::publish::{self, version_of};
@@ -317,12 +317,29 @@ fn open_parent(key: &Path, display: &Path) -> Result<(OwnedFd, std::ffi::OsStrin
     Ok((fd, name.to_os_string()))
 }
 
+/// `SANDBOX_UNAVAILABLE` for a confined `policy`: the local provider fences nothing, so it
+/// never writes where a confined call asked (fail closed, never unconfined).
+fn refuse_confined(
+    policy: &SandboxPolicy,
+    verb: &str,
+    target: &FsTarget,
+) -> Result<(), HarnessError> {
+    if !policy.mode.is_confined() {
+        return Ok(());
+    }
+    Err(HarnessError::new(
+        ErrorCode::SandboxUnavailable,
+        format!(
+            "cannot {verb} \"{}\" under {} mode: this filesystem provider does not confine \
+             (it is the local one); compose the sandboxed provider, or run in danger-full-access",
+            target.display.display(),
+            policy.mode
+        ),
+    ))
+}
+
 #[async_trait]
 impl FileSystem for LocalFs {
-    fn sandbox_mode(&self) -> Option<SandboxMode> {
-        None
-    }
-
     async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
         check_path(path)?;
         let display = lexical(cwd.unwrap_or(&self.cwd), Path::new(path));
@@ -417,8 +434,9 @@ impl FileSystem for LocalFs {
         target: &FsTarget,
         content: &str,
         intent: Option<WriteIntent>,
-        _policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<WriteOutcome, HarnessError> {
+        refuse_confined(policy, "write", target)?;
         let (t, content, diff_max) = (target.clone(), content.to_owned(), self.diff_max);
         self.locked(
             &target.key,
@@ -435,8 +453,9 @@ impl FileSystem for LocalFs {
         target: &FsTarget,
         edit: &EditRequest,
         expected: Option<&FsVersion>,
-        _policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<EditOutcome, HarnessError> {
+        refuse_confined(policy, "edit", target)?;
         let (t, edit, expected) = (target.clone(), edit.clone(), expected.cloned());
         self.locked(
             &target.key,

@@ -24,7 +24,7 @@ use crate::{
 /// the file is opened at its resolved path with no symlink allowed on the way, so what was
 /// checked is what is read. Other reads are not restricted.
 ///
-/// For each write or edit, the call's policy (else the provider's default) decides:
+/// For each write or edit, the call's policy (required; no default) decides:
 /// danger-full-access writes anywhere; read-only refuses (`FS_SANDBOX_DENIED`); under
 /// workspace-write the path is resolved again at that moment (symlinks followed) and must
 /// lie beneath a writable root (the workspace, the extra roots, the sandbox's temp
@@ -50,7 +50,6 @@ use crate::{
 /// rather than done with a weaker check (`dsh doctor` reports `openat2`).
 pub struct SandboxedFs {
     local: LocalFs,
-    default: SandboxPolicy,
     temp: Option<PathBuf>,
     deny_read: Vec<PathBuf>,
 }
@@ -58,25 +57,24 @@ pub struct SandboxedFs {
 impl std::fmt::Debug for SandboxedFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxedFs")
-            .field("default_mode", &self.default.mode)
+            .field("deny_read", &self.deny_read)
             .finish_non_exhaustive()
     }
 }
 
 impl SandboxedFs {
-    /// A fenced provider over `local`, applying `default` to calls that carry no policy.
-    pub fn new(local: LocalFs, default: SandboxPolicy) -> SandboxedFs {
-        let deny_read = default.deny_read.clone();
+    /// A fenced provider over `local`: each write and edit under its call's policy, reads
+    /// refused where [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) say.
+    pub fn new(local: LocalFs) -> SandboxedFs {
         SandboxedFs {
             local,
-            default,
             temp: None,
-            deny_read,
+            deny_read: dsh_sandbox::deny_read::defaults(),
         }
     }
 
     /// Refuses reads of `patterns` too (absolute; `*` and `?` in the last component).
-    /// Default: the default policy's `deny_read`.
+    /// Default: [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) only.
     pub fn with_deny_read(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
         for p in patterns {
             if !self.deny_read.contains(&p) {
@@ -334,10 +332,6 @@ fn leads_to(path: &Path) -> PathBuf {
 
 #[async_trait]
 impl FileSystem for SandboxedFs {
-    fn sandbox_mode(&self) -> Option<SandboxMode> {
-        Some(self.default.mode)
-    }
-
     async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
         self.local.resolve(path, cwd).await
     }
@@ -387,12 +381,12 @@ impl FileSystem for SandboxedFs {
         target: &FsTarget,
         content: &str,
         intent: Option<WriteIntent>,
-        policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<WriteOutcome, HarnessError> {
-        let policy = policy.unwrap_or(&self.default).clone();
         if policy.mode == SandboxMode::DangerFullAccess {
-            return self.local.write_text(target, content, intent, None).await;
+            return self.local.write_text(target, content, intent, policy).await;
         }
+        let policy = policy.clone();
         let (t, content, temp, diff_max) = (
             target.clone(),
             content.to_owned(),
@@ -425,12 +419,12 @@ impl FileSystem for SandboxedFs {
         target: &FsTarget,
         edit: &EditRequest,
         expected: Option<&FsVersion>,
-        policy: Option<&SandboxPolicy>,
+        policy: &SandboxPolicy,
     ) -> Result<EditOutcome, HarnessError> {
-        let policy = policy.unwrap_or(&self.default).clone();
         if policy.mode == SandboxMode::DangerFullAccess {
-            return self.local.edit_text(target, edit, expected, None).await;
+            return self.local.edit_text(target, edit, expected, policy).await;
         }
+        let policy = policy.clone();
         let (t, edit, expected, temp) = (
             target.clone(),
             edit.clone(),

@@ -15,6 +15,11 @@ fn setup() -> (tempfile::TempDir, PathBuf, LocalFs) {
     (dir, root, fs)
 }
 
+/// The policy every write and edit of the local provider passes: it confines nothing.
+fn full() -> dsh_sandbox::SandboxPolicy {
+    dsh_sandbox::SandboxPolicy::danger_full_access(Path::new("/"))
+}
+
 fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
     r.expect_err("must fail").code()
 }
@@ -204,7 +209,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
     let (_d, root, fs) = setup();
     let t = fs.resolve("sub/new.txt", None).await.expect("resolve");
     let out = fs
-        .write_text(&t, "one\r\n", Some(WriteIntent::CreateIfAbsent), None)
+        .write_text(&t, "one\r\n", Some(WriteIntent::CreateIfAbsent), &full())
         .await
         .expect("create");
     assert!(out.created && out.before.is_none());
@@ -228,7 +233,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
 
     assert_eq!(
         code(
-            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), None)
+            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), &full())
                 .await
         ),
         ErrorCode::FsNotObserved
@@ -240,7 +245,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
             Some(WriteIntent::ReplaceIfVersion(
                 dsh_fs::FsVersion::from_token("0:0:0:0:0"),
             )),
-            None,
+            &full(),
         )
         .await;
     assert_eq!(code(stale), ErrorCode::FsStaleVersion);
@@ -251,7 +256,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
     .expect("chmod");
     let v = fs.stat(&t).await.expect("stat").expect("some").version;
     let out = fs
-        .write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), None)
+        .write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), &full())
         .await
         .expect("replace");
     assert_eq!((out.created, out.before.as_deref()), (false, Some("one\n")));
@@ -272,14 +277,14 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
             &t,
             "x",
             Some(WriteIntent::ReplaceIfVersion(out.version)),
-            None,
+            &full(),
         )
         .await;
     assert_eq!(code(gone), ErrorCode::FsStaleVersion);
     assert!(!root.join("sub/new.txt").exists(), "never recreated");
     let d = fs.resolve("sub", None).await.expect("dir");
     assert_eq!(
-        code(fs.write_text(&d, "x", None, None).await),
+        code(fs.write_text(&d, "x", None, &full()).await),
         ErrorCode::FsNotRegularFile
     );
     no_staging(&root.join("sub"));
@@ -295,13 +300,13 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     let wrong = dsh_fs::FsVersion::from_token("nope");
     assert_eq!(
         code(
-            fs.edit_text(&t, &edit("absent text", "x", false), Some(&wrong), None)
+            fs.edit_text(&t, &edit("absent text", "x", false), Some(&wrong), &full())
                 .await
         ),
         ErrorCode::FsStaleVersion
     );
     let out = fs
-        .edit_text(&t, &edit("old", "NEW $1", false), Some(&v), None)
+        .edit_text(&t, &edit("old", "NEW $1", false), Some(&v), &full())
         .await
         .expect("edit");
     assert_eq!(
@@ -314,21 +319,27 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         b"a\r\nNEW $1\r\nb\r\n"
     );
     assert_eq!(
-        code(fs.edit_text(&t, &edit("", "x", false), None, None).await),
+        code(fs.edit_text(&t, &edit("", "x", false), None, &full()).await),
         ErrorCode::FsEditNotFound
     );
     assert_eq!(
-        code(fs.edit_text(&t, &edit("zzz", "x", false), None, None).await),
+        code(
+            fs.edit_text(&t, &edit("zzz", "x", false), None, &full())
+                .await
+        ),
         ErrorCode::FsEditNotFound
     );
     std::fs::write(root.join("many"), "x x x").expect("write");
     let m = fs.resolve("many", None).await.expect("resolve");
     assert_eq!(
-        code(fs.edit_text(&m, &edit("x", "y", false), None, None).await),
+        code(
+            fs.edit_text(&m, &edit("x", "y", false), None, &full())
+                .await
+        ),
         ErrorCode::FsAmbiguousEdit
     );
     assert_eq!(
-        fs.edit_text(&m, &edit("x", "y", true), None, None)
+        fs.edit_text(&m, &edit("x", "y", true), None, &full())
             .await
             .expect("all")
             .replaced,
@@ -336,7 +347,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     );
     std::fs::write(root.join("bom"), "\u{feff}hello").expect("write");
     let b = fs.resolve("bom", None).await.expect("resolve");
-    fs.edit_text(&b, &edit("hello", "bye", false), None, None)
+    fs.edit_text(&b, &edit("hello", "bye", false), None, &full())
         .await
         .expect("edit");
     assert_eq!(
@@ -347,7 +358,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     let bin = fs.resolve("bin", None).await.expect("resolve");
     assert_eq!(
         code(
-            fs.edit_text(&bin, &edit("text", "x", false), None, None)
+            fs.edit_text(&bin, &edit("text", "x", false), None, &full())
                 .await
         ),
         ErrorCode::FsNotText
@@ -355,7 +366,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     let missing = fs.resolve("missing", None).await.expect("resolve");
     assert_eq!(
         code(
-            fs.edit_text(&missing, &edit("a", "b", false), None, None)
+            fs.edit_text(&missing, &edit("a", "b", false), None, &full())
                 .await
         ),
         ErrorCode::FsStaleVersion
@@ -363,7 +374,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     // Through a symlink: the referent changes, the link stays.
     std::os::unix::fs::symlink(root.join("many"), root.join("link")).expect("link");
     let l = fs.resolve("link", None).await.expect("resolve");
-    fs.edit_text(&l, &edit("y y y", "z", false), None, None)
+    fs.edit_text(&l, &edit("y y y", "z", false), None, &full())
         .await
         .expect("edit via link");
     assert_eq!(
@@ -385,7 +396,7 @@ async fn an_edit_keeps_the_line_breaks_of_the_bytes_it_does_not_replace() {
         async move {
             std::fs::write(root.join(name), content).expect("write");
             let t = fs.resolve(name, None).await.expect("resolve");
-            let out = fs.edit_text(&t, &req, None, None).await.expect("edit");
+            let out = fs.edit_text(&t, &req, None, &full()).await.expect("edit");
             let bytes = std::fs::read_to_string(root.join(name)).expect("read");
             (bytes, out.before, out.after)
         }
@@ -424,9 +435,10 @@ async fn two_edits_from_one_version_one_wins_one_is_stale() {
         let t = fs.resolve("race", None).await.expect("resolve");
         let v = fs.stat(&t).await.expect("stat").expect("some").version;
         let (ea, eb) = (edit("base", "A", false), edit("base", "B", false));
+        let policy = full();
         let (a, b) = tokio::join!(
-            fs.edit_text(&t, &ea, Some(&v), None),
-            fs.edit_text(&t, &eb, Some(&v), None),
+            fs.edit_text(&t, &ea, Some(&v), &policy),
+            fs.edit_text(&t, &eb, Some(&v), &policy),
         );
         let wins = usize::from(a.is_ok()) + usize::from(b.is_ok());
         assert_eq!(wins, 1, "round {round}");
@@ -611,7 +623,7 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
     std::fs::write(root.join("p"), "\u{feff}a\nold x old\nb\nold\nz").expect("write");
     let t = fs.resolve("p", None).await.expect("resolve");
     let out = fs
-        .edit_text(&t, &edit("old", "NEW", true), None, None)
+        .edit_text(&t, &edit("old", "NEW", true), None, &full())
         .await
         .expect("edit");
     assert_eq!(
@@ -631,7 +643,7 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
     std::fs::write(root.join("q"), "\u{feff}x old\ny\n").expect("write");
     let q = fs.resolve("q", None).await.expect("resolve");
     let out = fs
-        .edit_text(&q, &edit("old", "new", false), None, None)
+        .edit_text(&q, &edit("old", "new", false), None, &full())
         .await
         .expect("edit");
     assert_eq!(
@@ -640,7 +652,7 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
     );
     // A last line without a newline is a line too.
     let out = fs
-        .edit_text(&t, &edit("z", "end", false), None, None)
+        .edit_text(&t, &edit("z", "end", false), None, &full())
         .await
         .expect("edit");
     assert_eq!(
@@ -673,7 +685,7 @@ async fn edits_of_large_lf_files_write_exactly_what_str_replace_gives() {
     ] {
         std::fs::write(root.join("big"), &text).expect("write");
         let t = fs.resolve("big", None).await.expect("resolve");
-        let out = fs.edit_text(&t, &edit(old, new, all), None, None).await;
+        let out = fs.edit_text(&t, &edit(old, new, all), None, &full()).await;
         let want = if all {
             text.replace(old, new)
         } else {
@@ -716,7 +728,7 @@ fn a_new_file_gets_0666_less_the_umask() {
                 .resolve(path.to_str().expect("utf-8"), None)
                 .await
                 .expect("resolve");
-            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), None)
+            fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), &full())
                 .await
                 .expect("create");
         });
@@ -744,14 +756,14 @@ async fn names_up_to_name_max_can_be_written_and_edited() {
     let (_d, root, fs) = setup();
     for name in ["n".repeat(255), format!("a{}", "é".repeat(127))] {
         let t = fs.resolve(&name, None).await.expect("resolve");
-        fs.write_text(&t, "one", Some(WriteIntent::CreateIfAbsent), None)
+        fs.write_text(&t, "one", Some(WriteIntent::CreateIfAbsent), &full())
             .await
             .expect("create");
         let v = fs.stat(&t).await.expect("stat").expect("some").version;
-        fs.write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), None)
+        fs.write_text(&t, "two", Some(WriteIntent::ReplaceIfVersion(v)), &full())
             .await
             .expect("replace");
-        fs.edit_text(&t, &edit("two", "three", false), None, None)
+        fs.edit_text(&t, &edit("two", "three", false), None, &full())
             .await
             .expect("edit");
         assert_eq!(
@@ -760,4 +772,34 @@ async fn names_up_to_name_max_can_be_written_and_edited() {
         );
     }
     no_staging(&root);
+}
+
+// There is no default policy: the local provider confines nothing, so a write or an edit
+// asked under a confined mode is refused, and the file is left as it was.
+#[tokio::test]
+async fn a_confined_policy_is_refused_and_nothing_is_written() {
+    let (_dir, root, fs) = setup();
+    std::fs::write(root.join("f.txt"), "old").expect("file");
+    let t = fs.resolve("f.txt", None).await.expect("resolve");
+    for mode in [
+        dsh_sandbox::SandboxMode::ReadOnly,
+        dsh_sandbox::SandboxMode::WorkspaceWrite,
+    ] {
+        let policy = dsh_sandbox::SandboxPolicy::bare(mode, &root);
+        assert_eq!(
+            code(fs.write_text(&t, "new", None, &policy).await),
+            ErrorCode::SandboxUnavailable
+        );
+        assert_eq!(
+            code(
+                fs.edit_text(&t, &edit("old", "new", false), None, &policy)
+                    .await
+            ),
+            ErrorCode::SandboxUnavailable
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).expect("read"),
+        "old"
+    );
 }

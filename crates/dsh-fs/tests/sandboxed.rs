@@ -32,12 +32,29 @@ fn setup() -> Setup {
     }
 }
 
-fn fenced(s: &Setup, mode: SandboxMode) -> SandboxedFs {
-    SandboxedFs::new(
-        LocalFs::new(&s.ws),
-        SandboxPolicy::for_workspace(mode, &s.ws),
-    )
-    .with_temp_dir(&s.temp)
+/// The fenced provider and the policy of `mode` its calls pass.
+struct Fenced {
+    fs: SandboxedFs,
+    policy: SandboxPolicy,
+}
+
+impl std::ops::Deref for Fenced {
+    type Target = SandboxedFs;
+    fn deref(&self) -> &SandboxedFs {
+        &self.fs
+    }
+}
+
+fn fenced(s: &Setup, mode: SandboxMode) -> Fenced {
+    Fenced {
+        fs: SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp),
+        policy: SandboxPolicy::for_workspace(mode, &s.ws),
+    }
+}
+
+/// Danger-full-access, which the local provider's writes pass.
+fn full_access(root: &std::path::Path) -> SandboxPolicy {
+    SandboxPolicy::danger_full_access(root)
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
@@ -48,10 +65,9 @@ fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
 async fn read_only_refuses_every_write_and_edit_but_reads() {
     let s = setup();
     let fs = fenced(&s, SandboxMode::ReadOnly);
-    assert_eq!(fs.sandbox_mode(), Some(SandboxMode::ReadOnly));
     let t = fs.resolve("new.txt", None).await.expect("resolve");
     let e = fs
-        .write_text(&t, "x", None, None)
+        .write_text(&t, "x", None, &fs.policy)
         .await
         .expect_err("denied");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
@@ -72,7 +88,7 @@ async fn read_only_refuses_every_write_and_edit_but_reads() {
         replace_all: false,
     };
     assert_eq!(
-        code(fs.edit_text(&secret, &req, None, None).await),
+        code(fs.edit_text(&secret, &req, None, &fs.policy).await),
         ErrorCode::FsSandboxDenied
     );
     assert_eq!(
@@ -86,7 +102,7 @@ async fn workspace_write_lands_inside_only() {
     let s = setup();
     let fs = fenced(&s, SandboxMode::WorkspaceWrite);
     let nested = fs.resolve("a/b/c.txt", None).await.expect("resolve");
-    fs.write_text(&nested, "deep", None, None)
+    fs.write_text(&nested, "deep", None, &fs.policy)
         .await
         .expect("nested write");
     assert_eq!(
@@ -97,7 +113,7 @@ async fn workspace_write_lands_inside_only() {
         .resolve(s.temp.join("x/t.txt").to_str().expect("utf-8"), None)
         .await
         .expect("resolve");
-    fs.write_text(&tmp, "t", None, None)
+    fs.write_text(&tmp, "t", None, &fs.policy)
         .await
         .expect("the temp dir is writable");
 
@@ -112,7 +128,7 @@ async fn workspace_write_lands_inside_only() {
     ] {
         let t = fs.resolve(&path, None).await.expect("resolve");
         assert_eq!(
-            code(fs.write_text(&t, "x", None, None).await),
+            code(fs.write_text(&t, "x", None, &fs.policy).await),
             ErrorCode::FsSandboxDenied,
             "{path}"
         );
@@ -133,7 +149,7 @@ async fn workspace_write_lands_inside_only() {
     ] {
         let t = fs.resolve(p, None).await.expect("resolve");
         assert_eq!(
-            code(fs.write_text(&t, "x", None, None).await),
+            code(fs.write_text(&t, "x", None, &fs.policy).await),
             ErrorCode::FsSandboxDenied,
             "{p}"
         );
@@ -145,21 +161,21 @@ async fn workspace_write_lands_inside_only() {
         .await
         .expect("resolve");
     let full = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, &s.ws);
-    fs.write_text(&outside, "ok", None, Some(&full))
+    fs.write_text(&outside, "ok", None, &full)
         .await
         .expect("danger-full-access");
     assert_eq!(
-        code(fs.write_text(&outside, "again", None, None).await),
+        code(fs.write_text(&outside, "again", None, &fs.policy).await),
         ErrorCode::FsSandboxDenied
     );
     let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &s.ws);
     assert_eq!(
-        code(fs.write_text(&nested, "x", None, Some(&ro)).await),
+        code(fs.write_text(&nested, "x", None, &ro).await),
         ErrorCode::FsSandboxDenied
     );
     let root = fs.resolve(".", None).await.expect("resolve");
     assert_eq!(
-        code(fs.write_text(&root, "x", None, None).await),
+        code(fs.write_text(&root, "x", None, &fs.policy).await),
         ErrorCode::FsNotRegularFile
     );
 }
@@ -199,7 +215,10 @@ fn a_symlink_swap_race_never_reaches_outside() {
                 Err(e) if e.code() == ErrorCode::FsNotFound => continue,
                 Err(e) => panic!("resolve: {e}"),
             };
-            match fs.write_text(&t, &format!("write {i}"), None, None).await {
+            match fs
+                .write_text(&t, &format!("write {i}"), None, &fs.policy)
+                .await
+            {
                 Ok(_) => written += 1,
                 Err(e) if e.code() == ErrorCode::FsSandboxDenied => refused += 1,
                 Err(e) if e.code() == ErrorCode::FsNotFound => gone += 1,
@@ -239,7 +258,9 @@ fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
                 .expect("resolve");
             let big = "N".repeat(4 << 20);
             loop {
-                fs.write_text(&t, &big, None, None).await.expect("write");
+                fs.write_text(&t, &big, None, &full_access(&path))
+                    .await
+                    .expect("write");
                 println!("wrote");
             }
         });
@@ -281,9 +302,9 @@ fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
     }
 }
 
-async fn write_denied(fs: &SandboxedFs, path: &str) -> ErrorCode {
+async fn write_denied(fs: &Fenced, path: &str) -> ErrorCode {
     let t = fs.resolve(path, None).await.expect("resolve");
-    code(fs.write_text(&t, "pwned", None, None).await)
+    code(fs.write_text(&t, "pwned", None, &fs.policy).await)
 }
 
 #[tokio::test]
@@ -325,7 +346,7 @@ async fn protected_paths_reached_through_symlinks_are_refused() {
         replace_all: false,
     };
     assert_eq!(
-        code(fs.edit_text(&hook, &req, None, None).await),
+        code(fs.edit_text(&hook, &req, None, &fs.policy).await),
         ErrorCode::FsSandboxDenied
     );
     assert_eq!(
@@ -343,13 +364,17 @@ async fn protected_paths_reached_through_symlinks_are_refused() {
 
     // A link to an unprotected directory still works, for writes and edits.
     let via = fs.resolve("alias/x.txt", None).await.expect("resolve");
-    fs.write_text(&via, "one", None, None).await.expect("write");
+    fs.write_text(&via, "one", None, &fs.policy)
+        .await
+        .expect("write");
     let one = EditRequest {
         old: "one".into(),
         new: "two".into(),
         replace_all: false,
     };
-    fs.edit_text(&via, &one, None, None).await.expect("edit");
+    fs.edit_text(&via, &one, None, &fs.policy)
+        .await
+        .expect("edit");
     assert_eq!(
         std::fs::read_to_string(ws.join("real/x.txt")).expect("read"),
         "two"
@@ -393,7 +418,7 @@ fn a_directory_swapped_with_a_link_to_a_protected_one_is_never_written_through()
             let Ok(t) = fs.resolve(&format!("d/pwn{i}"), None).await else {
                 continue;
             };
-            if fs.write_text(&t, "x", None, None).await.is_ok() {
+            if fs.write_text(&t, "x", None, &fs.policy).await.is_ok() {
                 written += 1;
             }
         }

@@ -40,8 +40,7 @@ async fn open(ws: PathBuf) -> Result<Opened, HarnessError> {
     let session = sessions.create(&ws).await?;
     let subprocess = Arc::new(LocalSubprocess::new());
     let sandbox = Arc::new(LocalSandbox::new());
-    let shell =
-        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
     let world = WorldBuilder::new()
         .subprocess(subprocess)?
         .shell(Arc::new(shell))?

@@ -257,6 +257,13 @@ impl SandboxPolicy {
         }
     }
 
+    /// Danger-full-access for the workspace at `root` (used as given): nothing confined,
+    /// the network reachable. What a caller passes, explicitly, where no sandbox applies;
+    /// no provider assumes it.
+    pub fn danger_full_access(root: &Path) -> SandboxPolicy {
+        SandboxPolicy::bare(SandboxMode::DangerFullAccess, root).with_network(Network::Allow)
+    }
+
     /// The policy of `mode` for `root` (used as given) with nothing protected and nothing
     /// denied: the base [`for_workspace`](Self::for_workspace) adds to, and what probes
     /// use.

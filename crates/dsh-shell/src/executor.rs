@@ -9,7 +9,8 @@
 //! (`TMPDIR`). Providers differ only in their dialect; everything else is here, once.
 //!
 //! With [`ShellExecutor::with_sandbox`] each call in a confined mode is wrapped by the
-//! sandbox (see the [crate docs](crate#sandbox)).
+//! sandbox under the request's own policy (see the [crate docs](crate#sandbox)); without
+//! one, a confined mode is `SANDBOX_UNAVAILABLE`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use dsh_core::{clamp_timeout, CancelToken, Cause, Deadline, HarnessError, MAX_TI
 use dsh_process::{CaptureLimits, EnvOverlay, OutputMode, SpawnSpec, StdinMode, Subprocess};
 use dsh_sandbox::{
     classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, Sandbox,
-    SandboxFacts, SandboxMode, SandboxPolicy,
+    SandboxFacts, SandboxMode,
 };
 
 use crate::{RunResult, Shell, ShellProcess, ShellRequest, ShellSpec};
@@ -112,7 +113,7 @@ pub struct ShellExecutor<D> {
     subprocess: Arc<dyn Subprocess>,
     config: RwLock<ShellConfig>,
     dialect: D,
-    sandbox: Option<(Arc<dyn Sandbox>, SandboxMode)>,
+    sandbox: Option<Arc<dyn Sandbox>>,
 }
 
 impl<D: Dialect> std::fmt::Debug for ShellExecutor<D> {
@@ -137,10 +138,10 @@ impl<D: Dialect> ShellExecutor<D> {
         }
     }
 
-    /// The same executor confining its commands with `sandbox`. A request without a policy
-    /// gets `default_mode` for the workspace at the configured cwd (else the host's).
-    pub fn with_sandbox(mut self, sandbox: Arc<dyn Sandbox>, default_mode: SandboxMode) -> Self {
-        self.sandbox = Some((sandbox, default_mode));
+    /// The same executor confining its commands with `sandbox`, under each request's own
+    /// policy. Without one, a request in a confined mode is refused.
+    pub fn with_sandbox(mut self, sandbox: Arc<dyn Sandbox>) -> Self {
+        self.sandbox = Some(sandbox);
         self
     }
 
@@ -201,10 +202,11 @@ impl<D: Dialect> ShellExecutor<D> {
     /// `SANDBOX_UNAVAILABLE` when the mode is confined and this executor has no sandbox or
     /// the sandbox cannot enforce it.
     fn confine(&self, spec: &ShellSpec) -> Result<Option<Wrapped>, HarnessError> {
-        let Some(policy) = spec.sandbox.as_ref().filter(|p| p.mode.is_confined()) else {
+        let policy = &spec.sandbox;
+        if !policy.mode.is_confined() {
             return Ok(None);
-        };
-        let Some((sandbox, _)) = &self.sandbox else {
+        }
+        let Some(sandbox) = &self.sandbox else {
             return Err(sandbox_unavailable(
                 policy.mode,
                 &format!(
@@ -263,16 +265,6 @@ impl<D: Dialect> ShellExecutor<D> {
         s.cancel = cancel;
         s
     }
-
-    /// The policy a request gets when it names none.
-    fn default_policy(&self, cfg_cwd: Option<&PathBuf>) -> Option<SandboxPolicy> {
-        let (_, mode) = self.sandbox.as_ref()?;
-        let root = cfg_cwd
-            .cloned()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_else(|| PathBuf::from("/"));
-        Some(SandboxPolicy::for_workspace(*mode, root))
-    }
 }
 
 /// A call wrapped by the sandbox, kept until the command's tree is gone (it holds the
@@ -319,10 +311,10 @@ impl Wrapped {
     }
 }
 
-/// The facts of an unconfined call that had a policy (danger-full-access).
+/// The facts of an unconfined call (danger-full-access).
 fn unconfined_facts(spec: &ShellSpec) -> Option<SandboxFacts> {
-    spec.sandbox.as_ref().map(|p| SandboxFacts {
-        mode: p.mode,
+    Some(SandboxFacts {
+        mode: spec.sandbox.mode,
         denied: false,
         enforcement: None,
         runner: None,
@@ -373,9 +365,7 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
                 .with_source(e)
             })?,
         };
-        let sandbox = request
-            .sandbox
-            .or_else(|| self.default_policy(cfg.cwd.as_ref()));
+        let sandbox = request.sandbox;
         Ok(ShellSpec {
             command: request.command,
             workdir,

@@ -1,9 +1,12 @@
 //! Run a command line in a shell; get back a bounded result, and render it for a model.
 //!
 //! [`Shell`] is the seam; [`bash::LocalBash`] and [`pwsh::LocalPwsh`] provide it, both a
-//! [`ShellExecutor`] that differs only in its [`Dialect`], unconfined
-//! by default and confined by a [`dsh_sandbox::Sandbox`] once given one
-//! ([`ShellExecutor::with_sandbox`]); the `bash` tool and `dsh` consume it through
+//! [`ShellExecutor`] that differs only in its [`Dialect`]. Every request carries its
+//! sandbox policy, resolved by the caller (there is no default): a confined mode is
+//! enforced by the [`dsh_sandbox::Sandbox`] the executor was given
+//! ([`ShellExecutor::with_sandbox`]), and refused without one; danger-full-access, said
+//! explicitly ([`ShellRequest::unconfined`]), runs unconfined. The `bash` tool and `dsh`
+//! consume it through
 //! `Arc<dyn Shell>`. [`Shell::resolve`] turns a loose [`ShellRequest`] into a checked
 //! [`ShellSpec`] (defaults filled, timeout capped); [`Shell::run`] runs it in the
 //! foreground under a timeout; [`Shell::start`] starts it in the background as a
@@ -20,7 +23,7 @@
 //! use dsh_process::LocalSubprocess;
 //! use dsh_shell::{bash::LocalBash, Shell, ShellRequest};
 //! let shell = LocalBash::new(Arc::new(LocalSubprocess::new()));
-//! let spec = shell.resolve(ShellRequest::new("echo hi; exit 3"))?;
+//! let spec = shell.resolve(ShellRequest::unconfined("echo hi; exit 3"))?;
 //! let result = shell.run(spec).await?;
 //! assert_eq!(dsh_shell::render::render_result(&result), "hi\n[exit code: 3]");
 //! # Ok(()) }
@@ -37,8 +40,8 @@
 //!   honours an ambient `BASH_ENV`).
 //!
 //! # Sandbox
-//! A confining executor wraps each call in its [`SandboxPolicy`] (the request's, else the
-//! executor's default): the sandbox's [`Confinement`](dsh_sandbox::Confinement) is spawned
+//! A confining executor wraps each call in the request's [`SandboxPolicy`] (there is no
+//! default): the sandbox's [`Confinement`](dsh_sandbox::Confinement) is spawned
 //! instead of the plain `bash -c`. A runner that failed before the command ran is a
 //! `SANDBOX_UNAVAILABLE` error ending in `Runner failure: <its line>`, which outranks a
 //! denial; a write the sandbox refused is an ordinary result with
@@ -67,9 +70,9 @@ use dsh_core::{CancelToken, HarnessError};
 use dsh_process::{CollectedOutput, EnvOverlay, OutputRead, Signal, SpillInfo};
 use dsh_sandbox::{SandboxFacts, SandboxPolicy};
 
-/// A command as callers ask for it: only `command` is required; the executor fills and
-/// checks the rest in [`Shell::resolve`].
-#[derive(Clone, Debug, Default)]
+/// A command as callers ask for it: `command` and its sandbox policy are required; the
+/// executor fills and checks the rest in [`Shell::resolve`].
+#[derive(Clone, Debug)]
 pub struct ShellRequest {
     /// Shell source, run as `bash -c command`.
     pub command: String,
@@ -89,17 +92,35 @@ pub struct ShellRequest {
     pub env: Option<EnvOverlay>,
     /// The managed `DSH_*` facts, applied last. Default: none.
     pub dsh_env: Option<BTreeMap<String, String>>,
-    /// The sandbox policy of this call. Default: the executor's default policy when it
-    /// confines ([`ShellExecutor::with_sandbox`]), else none (unconfined).
-    pub sandbox: Option<SandboxPolicy>,
+    /// The sandbox policy of this call, resolved by the caller (the World's policy
+    /// service): there is no default. A confined mode on an executor without a sandbox
+    /// ([`ShellExecutor::with_sandbox`]) is `SANDBOX_UNAVAILABLE`; danger-full-access
+    /// ([`SandboxPolicy::danger_full_access`]) runs unconfined.
+    pub sandbox: SandboxPolicy,
 }
 
 impl ShellRequest {
-    /// A request for `command` with every other field at its default.
-    pub fn new(command: impl Into<String>) -> ShellRequest {
+    /// A request for `command` run unconfined (danger-full-access, said here rather than
+    /// assumed), with every other field at its default.
+    pub fn unconfined(command: impl Into<String>) -> ShellRequest {
+        ShellRequest::new(
+            command,
+            SandboxPolicy::danger_full_access(std::path::Path::new("/")),
+        )
+    }
+
+    /// A request for `command` under `sandbox`, with every other field at its default.
+    pub fn new(command: impl Into<String>, sandbox: SandboxPolicy) -> ShellRequest {
         ShellRequest {
             command: command.into(),
-            ..ShellRequest::default()
+            workdir: None,
+            timeout_ms: None,
+            stdout_max_bytes: None,
+            cancel: None,
+            stdin: None,
+            env: None,
+            dsh_env: None,
+            sandbox,
         }
     }
 }
@@ -123,9 +144,8 @@ pub struct ShellSpec {
     pub env: Option<EnvOverlay>,
     /// Managed `DSH_*` facts.
     pub dsh_env: Option<BTreeMap<String, String>>,
-    /// The sandbox policy; `None` runs unconfined without saying so (an executor without
-    /// a sandbox and no policy asked for).
-    pub sandbox: Option<SandboxPolicy>,
+    /// The sandbox policy.
+    pub sandbox: SandboxPolicy,
 }
 
 /// The result of a foreground run. A non-zero exit, a timeout or a cancel is a normal

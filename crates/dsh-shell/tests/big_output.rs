@@ -23,7 +23,7 @@ async fn two_gib_of_output_runs_in_bounded_memory_with_tail_and_capped_spill() {
     let spill_parent = tempfile::tempdir().expect("tempdir");
     let sub = Arc::new(LocalSubprocess::new().with_spill_parent(spill_parent.path()));
     let sh = LocalBash::new(sub.clone());
-    let mut req = ShellRequest::new("head -c 2147483648 /dev/zero; echo; echo tail-marker");
+    let mut req = ShellRequest::unconfined("head -c 2147483648 /dev/zero; echo; echo tail-marker");
     req.timeout_ms = Some(600_000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))

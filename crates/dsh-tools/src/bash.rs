@@ -114,7 +114,7 @@ impl Tool for BashTool {
              result: check it. Facts about this harness are in the `DSH_*` environment \
              variables. Long output keeps its tail, with the path of a file holding the rest.",
         );
-        if world.sandbox().is_some() {
+        if world.confines() {
             d.push_str(
                 " Commands run in a sandbox: a write it refuses shows as `[sandbox: file access \
                  denied under <mode> mode]`; do not try to work around it. To retry one call in \
@@ -127,7 +127,7 @@ impl Tool for BashTool {
 
     fn parameters(&self, world: &World) -> Value {
         let mut v = crate::args_schema::<BashArgs>();
-        if world.sandbox().is_none() {
+        if !world.confines() {
             if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
                 props.remove("sandbox_permissions");
                 props.remove("justification");
@@ -154,7 +154,6 @@ impl Tool for BashTool {
         let journal_cwd = ctx.session.map(|s| s.header().cwd.clone());
         let policy = crate::policy::call_policy(
             ctx,
-            world.sandbox().is_some(),
             a.sandbox_permissions.map(Escalation::mode),
             a.justification.as_deref(),
             Subject::Command,
@@ -162,10 +161,13 @@ impl Tool for BashTool {
             self.action(args),
         )
         .await?;
-        let base: Option<PathBuf> = policy
-            .as_ref()
-            .map(|p| p.workspace_root.clone())
-            .or_else(|| journal_cwd.as_deref().map(dsh_core::path::root_of));
+        // A confined call resolves in its workspace; an unconfined world's, in the
+        // session's working directory.
+        let base: Option<PathBuf> = if world.confines() {
+            Some(policy.workspace_root.clone())
+        } else {
+            journal_cwd.as_deref().map(dsh_core::path::root_of)
+        };
         let workdir = match (a.workdir.as_deref(), &base) {
             (Some(w), Some(b)) if !w.starts_with('/') => Some(b.join(w)),
             (Some(w), _) => Some(PathBuf::from(w)),
@@ -174,11 +176,10 @@ impl Tool for BashTool {
         let dsh_env = world.shell_env().collect(&ExecContext {
             session_id: ctx.session.map(|s| s.id().clone()),
         })?;
-        let mut request = ShellRequest::new(a.command);
+        let mut request = ShellRequest::new(a.command, policy.clone());
         request.workdir = workdir;
         request.timeout_ms = a.timeout_ms;
         request.dsh_env = Some(dsh_env);
-        request.sandbox = policy.clone();
         request.cancel = Some(ctx.cancel.clone());
         let shell = world.shell();
         let result = shell.run(shell.resolve(request)?).await?;
@@ -202,7 +203,7 @@ impl Tool for BashTool {
                 "\n[sandbox: enforced only in part, as the user allowed: {why}]"
             ));
         }
-        let after = crate::policy::after_call(ctx, policy.as_ref()).await?;
+        let after = crate::policy::after_call(ctx, &policy).await?;
         if let Some((line, _)) = &after {
             text.push('\n');
             text.push_str(line);

@@ -52,10 +52,15 @@ fn check_path(path: &str) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// Where relative paths resolve: the policy's workspace for a confined mutation, else
-/// the session's working directory (canonicalised when `..` is involved).
-fn base_dir(ctx: &CallContext<'_>, policy: Option<&SandboxPolicy>, path: &str) -> Option<PathBuf> {
-    if let Some(p) = policy {
+/// Where relative paths resolve: the policy's workspace for a mutation in a world that
+/// confines (`confined_by`), else the session's working directory (canonicalised when
+/// `..` is involved).
+fn base_dir(
+    ctx: &CallContext<'_>,
+    confined_by: Option<&SandboxPolicy>,
+    path: &str,
+) -> Option<PathBuf> {
+    if let Some(p) = confined_by {
         return Some(p.workspace_root.clone());
     }
     let cwd = ctx.session.map(|s| s.header().cwd.clone())?;
@@ -75,13 +80,13 @@ fn envelope(path: &Path, body: &str) -> String {
 }
 
 /// The model-facing form of a failed write or edit.
-fn remediate(e: HarnessError, mode: Option<SandboxMode>) -> HarnessError {
+fn remediate(e: HarnessError, mode: SandboxMode) -> HarnessError {
     match e.code() {
         ErrorCode::FsSandboxDenied => HarnessError::new(
             ErrorCode::FsSandboxDenied,
             format!(
                 "{}\n{}",
-                denial_marker(mode.unwrap_or(SandboxMode::ReadOnly)),
+                denial_marker(mode),
                 escalation_hint(Subject::Operation)
             ),
         ),
@@ -121,8 +126,7 @@ async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
 
 fn schema_of<T: JsonSchema + Bounded>(world: &World) -> Value {
     let mut v = crate::args_schema::<T>();
-    let confined = world.fs().is_some_and(|f| f.sandbox_mode().is_some());
-    if !confined {
+    if !world.confines() {
         if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
             props.remove("sandbox_permissions");
             props.remove("justification");
@@ -335,12 +339,10 @@ async fn target_and_policy(
     requested: Option<Escalation>,
     justification: Option<&str>,
     tool: &str,
-) -> Result<(FsTarget, Option<SandboxPolicy>), HarnessError> {
+) -> Result<(FsTarget, SandboxPolicy), HarnessError> {
     let fs = fs_of(ctx.world)?;
-    let confined = fs.sandbox_mode().is_some();
     let policy = crate::policy::call_policy(
         ctx,
-        confined,
         requested.map(Escalation::mode),
         justification,
         Subject::Operation,
@@ -348,7 +350,7 @@ async fn target_and_policy(
         file_action(path),
     )
     .await?;
-    let base = base_dir(ctx, policy.as_ref(), path);
+    let base = base_dir(ctx, ctx.world.confines().then_some(&policy), path);
     let target = fs.resolve(path, base.as_deref()).await?;
     Ok((target, policy))
 }
@@ -392,9 +394,9 @@ impl Tool for WriteTool {
         };
         let fs = fs_of(ctx.world)?;
         let out = fs
-            .write_text(&target, &a.content, Some(intent), policy.as_ref())
+            .write_text(&target, &a.content, Some(intent), &policy)
             .await
-            .map_err(|e| remediate(e, policy.as_ref().map(|p| p.mode)))?;
+            .map_err(|e| remediate(e, policy.mode))?;
         ctx.world.observe(
             session,
             target.key(),
@@ -408,7 +410,7 @@ impl Tool for WriteTool {
         let mut text = envelope(target.display(), what);
         // Regression: a review made a repository (config, HEAD, objects/, refs/) with
         // writes alone, which no check after a command saw.
-        if let Some((line, _)) = crate::policy::after_call(ctx, policy.as_ref()).await? {
+        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
             text.push('\n');
             text.push_str(&line);
         }
@@ -519,7 +521,7 @@ impl Tool for EditTool {
                         ErrorCode::FsNotObserved,
                         format!("edit requires reading \"{d}\" first"),
                     ),
-                    None,
+                    policy.mode,
                 ))
             }
         };
@@ -531,9 +533,9 @@ impl Tool for EditTool {
         };
         let fs = fs_of(ctx.world)?;
         let out = fs
-            .edit_text(&target, &req, Some(&expected), policy.as_ref())
+            .edit_text(&target, &req, Some(&expected), &policy)
             .await
-            .map_err(|e| remediate(e, policy.as_ref().map(|p| p.mode)))?;
+            .map_err(|e| remediate(e, policy.mode))?;
         ctx.world.observe(
             session,
             target.key(),
@@ -544,7 +546,7 @@ impl Tool for EditTool {
         } else {
             format!("The file {d} has been updated successfully.")
         };
-        if let Some((line, _)) = crate::policy::after_call(ctx, policy.as_ref()).await? {
+        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
             text.push('\n');
             text.push_str(&line);
         }

@@ -15,8 +15,10 @@ use crate::CallContext;
 
 /// The policy this call runs under: the session's standing policy, or, when the model
 /// asked for `requested` with a `justification` and the user allowed it once, the same
-/// policy in that mode. `None` when the capability does not confine (`confined` false).
-/// The user is shown `action` (what the call will do), a file's path resolved against the
+/// policy in that mode, as the World's policy service resolves it (the only place a
+/// call's policy is made; in a World that does not confine, it resolves
+/// danger-full-access when so configured, and a confined mode there is refused by the
+/// providers). The user is shown `action` (what the call will do), a file's path resolved against the
 /// workspace root.
 ///
 /// # Errors
@@ -25,33 +27,28 @@ use crate::CallContext;
 /// (`APPROVAL_REJECTED`, `APPROVAL_CANCELLED`, `APPROVAL_UNAVAILABLE`). Nothing ran.
 pub(crate) async fn call_policy(
     ctx: &CallContext<'_>,
-    confined: bool,
     requested: Option<SandboxMode>,
     justification: Option<&str>,
     subject: Subject,
     tool_name: &str,
     action: Action,
-) -> Result<Option<SandboxPolicy>, HarnessError> {
+) -> Result<SandboxPolicy, HarnessError> {
     validate_escalation_args(requested, justification)?;
     let world = ctx.world;
-    let standing = if confined {
-        Some(match ctx.session {
-            Some(s) => {
-                let cwd = s.header().cwd.clone();
-                world
-                    .policy()
-                    .resolve(Some((&**s as &dyn Journal, &cwd)), None)
-                    .await
-            }
-            None => world.policy().resolve(None, None).await,
-        })
-    } else {
-        None
+    let standing = match ctx.session {
+        Some(s) => {
+            let cwd = s.header().cwd.clone();
+            world
+                .policy()
+                .resolve(Some((&**s as &dyn Journal, &cwd)), None)
+                .await
+        }
+        None => world.policy().resolve(None, None).await,
     };
     let (Some(wanted), Some(why)) = (requested, justification) else {
         return Ok(standing);
     };
-    let Some(standing) = standing else {
+    if !world.confines() {
         let what = match subject {
             Subject::Command => "executor",
             Subject::Operation => "filesystem",
@@ -60,7 +57,7 @@ pub(crate) async fn call_policy(
             ErrorCode::InvalidArgs,
             format!("sandbox_permissions is not available in this composition (no sandboxing {what} to escalate)"),
         ));
-    };
+    }
     let request = EscalationRequest {
         effective: standing.mode,
         requested: wanted,
@@ -104,7 +101,7 @@ pub(crate) async fn call_policy(
         }
         None => world.policy().resolve(None, Some(granted)).await,
     };
-    Ok(Some(widened))
+    Ok(widened)
 }
 
 /// `action` with a file's path resolved against `root` as the file tools resolve it
@@ -154,11 +151,11 @@ impl Escalation {
 /// The session log's.
 pub(crate) async fn after_call(
     ctx: &CallContext<'_>,
-    policy: Option<&SandboxPolicy>,
+    policy: &SandboxPolicy,
 ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
-    let Some(policy) = policy.filter(|p| p.mode == SandboxMode::WorkspaceWrite) else {
+    if policy.mode != SandboxMode::WorkspaceWrite {
         return Ok(None);
-    };
+    }
     let temp: Vec<std::path::PathBuf> = ctx
         .world
         .sandbox()

@@ -50,7 +50,7 @@ impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("World")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
-            .field("confined", &self.sandbox.is_some())
+            .field("confines", &self.confines())
             .finish_non_exhaustive()
     }
 }
@@ -69,6 +69,13 @@ impl World {
     /// The sandbox, when this world confines its commands.
     pub fn sandbox(&self) -> Option<&Arc<dyn Sandbox>> {
         self.sandbox.as_ref()
+    }
+
+    /// Whether this world confines what its tools do (a sandbox is composed): the one fact
+    /// every tool asks, for its description, its escalation arguments and where relative
+    /// paths resolve.
+    pub fn confines(&self) -> bool {
+        self.sandbox.is_some()
     }
 
     /// The sandbox policy service.

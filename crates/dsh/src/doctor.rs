@@ -420,8 +420,7 @@ async fn self_test(runner: Runner) -> Vec<Check> {
         .and_then(|l| l.local_addr().ok())
         .map_or(9, |a| a.port());
     let sandbox = Arc::new(LocalSandbox::new().force_runner(runner));
-    let shell = LocalBash::new(Arc::new(LocalSubprocess::new()))
-        .with_sandbox(sandbox, SandboxMode::ReadOnly);
+    let shell = LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox);
     let probe = ws.join("probe");
     let write = attempt(
         &shell,
@@ -528,10 +527,9 @@ impl Attempt {
 }
 
 async fn attempt(shell: &LocalBash, ws: &Path, command: &str, policy: SandboxPolicy) -> Attempt {
-    let mut request = ShellRequest::new(command);
+    let mut request = ShellRequest::new(command, policy);
     request.workdir = Some(ws.to_path_buf());
     request.timeout_ms = Some(10_000.0);
-    request.sandbox = Some(policy);
     let spec = match shell.resolve(request) {
         Ok(spec) => spec,
         Err(e) => return Attempt::CouldNotRun(e.to_string()),

@@ -107,20 +107,15 @@ pub fn world(
     let subprocess =
         Arc::new(LocalSubprocess::new().with_env_allow(EnvAllow::new(config.env_allow.iter())?));
     let sandbox = Arc::new(LocalSandbox::new());
-    let shell =
-        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
     let deny_read: Vec<PathBuf> = dsh_sandbox::deny_read::defaults()
         .into_iter()
         .chain(config.deny_read.iter().cloned())
         .collect();
-    let files = dsh_fs::SandboxedFs::new(
-        dsh_fs::LocalFs::new(workspace),
-        // Every call passes its own policy (from the policy service below); this one only
-        // carries the read denials.
-        dsh_sandbox::SandboxPolicy::bare(SandboxMode::ReadOnly, workspace),
-    )
-    .with_deny_read(deny_read.clone())
-    .with_temp_dir(sandbox.private_temp_dir()?);
+    // Every call passes its own policy, from the policy service below.
+    let files = dsh_fs::SandboxedFs::new(dsh_fs::LocalFs::new(workspace))
+        .with_deny_read(deny_read.clone())
+        .with_temp_dir(sandbox.private_temp_dir()?);
     let on_partial = if allow_partial || config.allow_partial {
         OnPartial::Accept
     } else {

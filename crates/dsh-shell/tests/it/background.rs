@@ -33,13 +33,13 @@ async fn start_returns_at_once_and_completes() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("read x; echo done"))
+            sh.resolve(ShellRequest::unconfined("read x; echo done"))
                 .expect("resolve"),
         )
         .expect("start");
     assert_eq!(p.status(), ProcessStatus::Running);
     drop(p);
-    let mut req = ShellRequest::new("echo hi");
+    let mut req = ShellRequest::unconfined("echo hi");
     req.stdin = Some(b"ignored".to_vec());
     let p = sh.start(sh.resolve(req).expect("resolve")).expect("start");
     p.done().await;
@@ -60,7 +60,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
         gate.display()
     );
     let p = sh
-        .start(sh.resolve(ShellRequest::new(cmd)).expect("resolve"))
+        .start(sh.resolve(ShellRequest::unconfined(cmd)).expect("resolve"))
         .expect("start");
     let first = read_until(&p, "first\n").await;
     assert_eq!(first, "first\n");
@@ -71,7 +71,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
 
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("echo out; echo err >&2"))
+            sh.resolve(ShellRequest::unconfined("echo out; echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -79,7 +79,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
     assert_eq!(p.read_output().delta, "out\n[stderr]\nerr\n");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("echo err >&2"))
+            sh.resolve(ShellRequest::unconfined("echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -87,7 +87,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
     assert_eq!(p.read_output().delta, "[stderr]\nerr\n");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("printf out; echo err >&2"))
+            sh.resolve(ShellRequest::unconfined("printf out; echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -105,7 +105,7 @@ async fn lossy_reads_carry_both_spill_paths() {
     let sh = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("cfg");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("seq 1 1000; seq 1 1000 >&2"))
+            sh.resolve(ShellRequest::unconfined("seq 1 1000; seq 1 1000 >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -121,7 +121,7 @@ async fn terminate_is_true_once_while_running_then_false() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("sleep 1000"))
+            sh.resolve(ShellRequest::unconfined("sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -135,7 +135,10 @@ async fn terminate_is_true_once_while_running_then_false() {
     );
 
     let p = sh
-        .start(sh.resolve(ShellRequest::new("true")).expect("resolve"))
+        .start(
+            sh.resolve(ShellRequest::unconfined("true"))
+                .expect("resolve"),
+        )
         .expect("start");
     p.done().await;
     assert!(!p.terminate());
@@ -147,7 +150,7 @@ async fn a_term_trap_gets_sigkill_after_grace() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new(
+            sh.resolve(ShellRequest::unconfined(
                 "trap '' TERM; echo ready; sleep 1000 & wait",
             ))
             .expect("resolve"),
@@ -163,7 +166,7 @@ async fn a_term_trap_gets_sigkill_after_grace() {
 async fn cancel_and_self_signal_both_end_killed() {
     let sh = bash();
     let cancel = CancelToken::new();
-    let mut req = ShellRequest::new("sleep 1000");
+    let mut req = ShellRequest::unconfined("sleep 1000");
     req.cancel = Some(cancel.clone());
     let p = sh.start(sh.resolve(req).expect("resolve")).expect("start");
     cancel.cancel("stop");
@@ -172,7 +175,7 @@ async fn cancel_and_self_signal_both_end_killed() {
 
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("kill -TERM $$"))
+            sh.resolve(ShellRequest::unconfined("kill -TERM $$"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -183,7 +186,7 @@ async fn cancel_and_self_signal_both_end_killed() {
 #[tokio::test]
 async fn a_command_that_cannot_start_is_an_error_not_a_job() {
     let sh = bash();
-    let mut req = ShellRequest::new("true");
+    let mut req = ShellRequest::unconfined("true");
     req.workdir = Some("/no/such/dir".into());
     let e = sh
         .start(sh.resolve(req).expect("resolve"))
@@ -197,7 +200,7 @@ async fn dropping_a_background_process_kills_it_and_shutdown_kills_the_rest() {
     let sh = LocalBash::new(sub.clone());
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("sleep 1000"))
+            sh.resolve(ShellRequest::unconfined("sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -216,7 +219,7 @@ async fn dropping_a_background_process_kills_it_and_shutdown_kills_the_rest() {
     // A background process outlives its executor and dies with the subprocess service.
     let p = sh
         .start(
-            sh.resolve(ShellRequest::new("trap '' TERM; sleep 1000"))
+            sh.resolve(ShellRequest::unconfined("trap '' TERM; sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");

@@ -10,7 +10,7 @@ use dsh_shell::{Shell, ShellConfig, ShellRequest};
 #[test]
 fn messages_name_pwsh() {
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
-    let mut req = ShellRequest::new("Write-Output hi");
+    let mut req = ShellRequest::unconfined("Write-Output hi");
     req.timeout_ms = Some(0.0);
     let e = sh.resolve(req).expect_err("bad timeout");
     assert_eq!(
@@ -38,7 +38,10 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
     )
     .expect("config");
     let e = sh
-        .run(sh.resolve(ShellRequest::new("exit 0")).expect("resolve"))
+        .run(
+            sh.resolve(ShellRequest::unconfined("exit 0"))
+                .expect("resolve"),
+        )
         .await
         .expect_err("missing");
     assert_eq!(e.code(), ErrorCode::ProcessNotFound);
@@ -46,7 +49,7 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
     match sh
         .run(
-            sh.resolve(ShellRequest::new("Write-Output 'hé'; exit 3"))
+            sh.resolve(ShellRequest::unconfined("Write-Output 'hé'; exit 3"))
                 .expect("resolve"),
         )
         .await
@@ -67,7 +70,10 @@ async fn local_pwsh_passes_the_shell_conformance_checks_where_pwsh_is_installed(
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
     // Only a missing pwsh skips: any other error is a failure of the test.
     match sh
-        .run(sh.resolve(ShellRequest::new("exit 0")).expect("resolve"))
+        .run(
+            sh.resolve(ShellRequest::unconfined("exit 0"))
+                .expect("resolve"),
+        )
         .await
     {
         Err(e) if e.code() == ErrorCode::ProcessNotFound => {

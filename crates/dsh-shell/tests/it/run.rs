@@ -47,7 +47,9 @@ fn defaults_match_the_reference() {
 #[tokio::test]
 async fn resolve_fills_defaults_and_caps_the_timeout() {
     let sh = bash();
-    let spec = sh.resolve(ShellRequest::new("true")).expect("resolve");
+    let spec = sh
+        .resolve(ShellRequest::unconfined("true"))
+        .expect("resolve");
     assert_eq!(spec.timeout_ms, 120_000);
     assert_eq!(spec.stdout_max_bytes, 64_000);
     assert_eq!(spec.workdir, std::env::current_dir().expect("cwd"));
@@ -58,13 +60,13 @@ async fn resolve_fills_defaults_and_caps_the_timeout() {
         ..ShellConfig::default()
     };
     sh.set_config(cfg).expect("set");
-    let mut req = ShellRequest::new("true");
+    let mut req = ShellRequest::unconfined("true");
     req.timeout_ms = Some(99_999.0);
     let spec = sh.resolve(req).expect("resolve");
     assert_eq!(spec.timeout_ms, 2000);
     assert_eq!(spec.workdir, std::path::PathBuf::from("/tmp"));
     for bad in [0.0, -5.0, f64::NAN, f64::INFINITY] {
-        let mut req = ShellRequest::new("true");
+        let mut req = ShellRequest::unconfined("true");
         req.timeout_ms = Some(bad);
         let e = sh.resolve(req).expect_err("bad timeout");
         assert_eq!(
@@ -144,7 +146,7 @@ fn invalid_config_is_refused_and_the_last_good_one_stays() {
 #[tokio::test]
 async fn run_reports_output_exit_and_effective_timeout() {
     let sh = bash();
-    let mut req = ShellRequest::new("echo out; echo err >&2; exit 9");
+    let mut req = ShellRequest::unconfined("echo out; echo err >&2; exit 9");
     req.timeout_ms = Some(5000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -163,7 +165,7 @@ async fn run_reports_output_exit_and_effective_timeout() {
 #[tokio::test]
 async fn a_timeout_is_timed_out_not_aborted() {
     let sh = fast_grace();
-    let mut req = ShellRequest::new("sleep 1000");
+    let mut req = ShellRequest::unconfined("sleep 1000");
     req.timeout_ms = Some(100.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -180,7 +182,7 @@ async fn a_timeout_is_timed_out_not_aborted() {
 async fn a_timed_out_command_that_traps_term_and_exits_zero_still_timed_out() {
     let sh = fast_grace();
     // The trap is the first statement; the timeout is long enough that bash has set it.
-    let mut req = ShellRequest::new("trap 'exit 0' TERM; sleep 1000 & wait");
+    let mut req = ShellRequest::unconfined("trap 'exit 0' TERM; sleep 1000 & wait");
     req.timeout_ms = Some(1000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -192,7 +194,7 @@ async fn a_timed_out_command_that_traps_term_and_exits_zero_still_timed_out() {
 #[tokio::test]
 async fn a_command_ignoring_term_is_killed_after_grace_and_run_returns() {
     let sh = fast_grace();
-    let mut req = ShellRequest::new("trap '' TERM; sleep 1000 & wait; sleep 1000");
+    let mut req = ShellRequest::unconfined("trap '' TERM; sleep 1000 & wait; sleep 1000");
     req.timeout_ms = Some(1000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -205,7 +207,7 @@ async fn a_command_ignoring_term_is_killed_after_grace_and_run_returns() {
 async fn a_caller_cancel_is_aborted_not_timed_out() {
     let sh = fast_grace();
     let cancel = CancelToken::new();
-    let mut req = ShellRequest::new("sleep 1000");
+    let mut req = ShellRequest::unconfined("sleep 1000");
     req.cancel = Some(cancel.clone());
     let spec = sh.resolve(req).expect("resolve");
     let run = tokio::spawn(async move { sh.run(spec).await });
@@ -220,7 +222,7 @@ async fn a_pre_cancelled_run_is_refused() {
     let sh = bash();
     let cancel = CancelToken::new();
     cancel.cancel("too late");
-    let mut req = ShellRequest::new("echo should-not-run");
+    let mut req = ShellRequest::unconfined("echo should-not-run");
     req.cancel = Some(cancel);
     let e = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -237,7 +239,7 @@ async fn a_self_signal_sets_neither_flag() {
     let sh = bash();
     let r = sh
         .run(
-            sh.resolve(ShellRequest::new("kill -TERM $$"))
+            sh.resolve(ShellRequest::unconfined("kill -TERM $$"))
                 .expect("resolve"),
         )
         .await
@@ -251,7 +253,7 @@ async fn a_self_signal_sets_neither_flag() {
 #[tokio::test]
 async fn a_bad_workdir_is_an_error_and_a_nonzero_exit_is_not() {
     let sh = bash();
-    let mut req = ShellRequest::new("true");
+    let mut req = ShellRequest::unconfined("true");
     req.workdir = Some("/no/such/dir".into());
     let e = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -259,7 +261,10 @@ async fn a_bad_workdir_is_an_error_and_a_nonzero_exit_is_not() {
         .expect_err("cwd");
     assert_eq!(e.code(), ErrorCode::ProcessCwdInvalid);
     let r = sh
-        .run(sh.resolve(ShellRequest::new("exit 1")).expect("resolve"))
+        .run(
+            sh.resolve(ShellRequest::unconfined("exit 1"))
+                .expect("resolve"),
+        )
         .await
         .expect("run");
     assert_eq!(r.exit_code, Some(1));
@@ -268,7 +273,7 @@ async fn a_bad_workdir_is_an_error_and_a_nonzero_exit_is_not() {
 #[tokio::test]
 async fn env_layers_dsh_env_over_request_env_over_overrides() {
     let sh = bash();
-    let mut req = ShellRequest::new(
+    let mut req = ShellRequest::unconfined(
         "printf '%s|' \"$NO_COLOR\" \"$TERM\" \"$PAGER\" \"$GIT_PAGER\" \"$MINE\" \"$DSH_X\"; cat",
     );
     let mut env = BTreeMap::new();
@@ -294,7 +299,7 @@ async fn stdout_max_bytes_raises_only_the_foreground_stdout_budget() {
         ..ShellConfig::default()
     };
     let sh = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("cfg");
-    let mut req = ShellRequest::new(
+    let mut req = ShellRequest::unconfined(
         "head -c 500 /dev/zero | tr '\\0' o; head -c 500 /dev/zero | tr '\\0' e >&2",
     );
     req.stdout_max_bytes = Some(500);
@@ -313,7 +318,7 @@ async fn nothing_the_command_started_survives_run() {
     let sh = fast_grace();
     let cmd = format!("setsid sleep 1000 & echo $! > {}", pidfile.display());
     let r = sh
-        .run(sh.resolve(ShellRequest::new(cmd)).expect("resolve"))
+        .run(sh.resolve(ShellRequest::unconfined(cmd)).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(r.exit_code, Some(0));
@@ -334,7 +339,7 @@ fn libc_sigterm() -> i32 {
 async fn a_missing_shell_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sh = bash();
-    let mut req = ShellRequest::new("true");
+    let mut req = ShellRequest::unconfined("true");
     let mut env = BTreeMap::new();
     env.insert(
         "PATH".to_owned(),
@@ -358,7 +363,7 @@ async fn a_timeout_kills_disowned_setsid_and_double_forked_descendants() {
          ( ( sleep 1000 & echo $! >> {p} ) & ); sleep 1000",
         p = pids.display()
     );
-    let mut req = ShellRequest::new(script);
+    let mut req = ShellRequest::unconfined(script);
     req.timeout_ms = Some(1000.0);
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -378,5 +383,32 @@ async fn a_timeout_kills_disowned_setsid_and_double_forked_descendants() {
     for pid in pids {
         let gone = crate::support::wait_gone(pid).await;
         assert!(gone, "{pid} survived the timeout");
+    }
+}
+
+// There is no default policy: a confined mode asked of an executor that has no sandbox is
+// refused, never run unconfined.
+#[tokio::test]
+async fn a_confined_request_without_a_sandbox_is_refused_and_nothing_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sh = bash();
+    for mode in [
+        dsh_sandbox::SandboxMode::ReadOnly,
+        dsh_sandbox::SandboxMode::WorkspaceWrite,
+    ] {
+        let policy = dsh_sandbox::SandboxPolicy::bare(mode, dir.path());
+        let mut req = ShellRequest::new("touch ran", policy);
+        req.workdir = Some(dir.path().to_path_buf());
+        let e = sh
+            .run(sh.resolve(req).expect("resolve"))
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), ErrorCode::SandboxUnavailable, "{mode}");
+        assert!(
+            e.message().contains("no sandbox configured"),
+            "{}",
+            e.message()
+        );
+        assert!(!dir.path().join("ran").exists(), "{mode}: it ran");
     }
 }

@@ -57,13 +57,12 @@ fn policy_for(runner: Runner, mode: SandboxMode, ws: &Path) -> SandboxPolicy {
 }
 
 fn bash(sandbox: Arc<dyn Sandbox>) -> LocalBash {
-    LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox, SandboxMode::ReadOnly)
+    LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox)
 }
 
 async fn run(shell: &LocalBash, command: &str, policy: &SandboxPolicy) -> RunResult {
-    let mut request = ShellRequest::new(command);
+    let mut request = ShellRequest::new(command, policy.clone());
     request.workdir = Some(policy.workspace_root.clone());
-    request.sandbox = Some(policy.clone());
     let spec = shell.resolve(request).expect("resolve");
     shell.run(spec).await.expect("run")
 }
@@ -267,9 +266,8 @@ async fn with_no_runner_the_command_is_refused_and_nothing_runs() {
     let sandbox = Arc::new(LocalSandbox::new().without_bwrap().without_landlock());
     let shell = bash(sandbox);
     let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
-    let mut request = ShellRequest::new("touch ran");
+    let mut request = ShellRequest::new("touch ran", policy);
     request.workdir = Some(d.ws.clone());
-    request.sandbox = Some(policy);
     let spec = shell.resolve(request).expect("must succeed");
     let e = shell.run(spec).await.expect_err("must fail");
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
@@ -583,9 +581,8 @@ async fn a_protected_path_behind_a_symlink_is_refused_unless_the_gap_is_accepted
         std::os::unix::fs::symlink("cfg", d.ws.join(".vscode")).expect("symlink");
         let shell = bash(sandbox);
         let policy = policy_for(runner, SandboxMode::WorkspaceWrite, &d.ws);
-        let mut request = ShellRequest::new("touch ran");
+        let mut request = ShellRequest::new("touch ran", policy.clone());
         request.workdir = Some(d.ws.clone());
-        request.sandbox = Some(policy.clone());
         let e = shell
             .run(shell.resolve(request).expect("resolve"))
             .await

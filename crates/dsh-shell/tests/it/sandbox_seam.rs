@@ -3,7 +3,7 @@
 //! failures and denials are real processes and real stderr.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
@@ -69,13 +69,19 @@ impl Sandbox for Recording {
 const PASS_THROUGH: &str = "echo runner >&2; exec \"$@\"";
 
 fn shell(sandbox: Arc<Recording>) -> LocalBash {
-    LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox, SandboxMode::ReadOnly)
+    LocalBash::new(Arc::new(LocalSubprocess::new())).with_sandbox(sandbox)
 }
 
+/// A request in `/tmp` under `mode` (none: unconfined), with a bare policy (the recording
+/// sandbox needs no protected paths, and `/tmp` is not walked).
 fn request(command: &str, mode: Option<SandboxMode>) -> ShellRequest {
-    let mut r = ShellRequest::new(command);
+    let root = Path::new("/tmp");
+    let policy = mode.map_or_else(
+        || SandboxPolicy::danger_full_access(root),
+        |m| SandboxPolicy::bare(m, root),
+    );
+    let mut r = ShellRequest::new(command, policy);
     r.workdir = Some(PathBuf::from("/tmp"));
-    r.sandbox = mode.map(|m| SandboxPolicy::for_workspace(m, "/tmp"));
     r
 }
 
@@ -103,8 +109,9 @@ async fn danger_full_access_never_calls_the_provider() {
 async fn confined_calls_hand_the_bash_argv_and_policy_and_spawn_the_result_verbatim() {
     let rec = Recording::script(PASS_THROUGH);
     let sh = shell(rec.clone());
-    // No policy in the request: the executor's default (read-only, root = host cwd).
-    let mut req = ShellRequest::new("echo hi");
+    // The policy in the request is what the sandbox gets (here read-only, root = host cwd).
+    let cwd = std::fs::canonicalize(std::env::current_dir().expect("cwd")).expect("canonical");
+    let mut req = ShellRequest::new("echo hi", SandboxPolicy::bare(SandboxMode::ReadOnly, &cwd));
     req.workdir = Some(PathBuf::from("/tmp"));
     let r = sh
         .run(sh.resolve(req).expect("resolve"))
@@ -123,7 +130,6 @@ async fn confined_calls_hand_the_bash_argv_and_policy_and_spawn_the_result_verba
     assert_eq!(calls.len(), 2, "consulted once per run and per start");
     assert_eq!(calls[0].0, ["bash", "-c", "echo hi"]);
     assert_eq!(calls[0].1.mode, SandboxMode::ReadOnly);
-    let cwd = std::fs::canonicalize(std::env::current_dir().expect("cwd")).expect("canonical");
     assert_eq!(calls[0].1.workspace_root, cwd);
     assert_eq!(calls[1].1.mode, SandboxMode::WorkspaceWrite);
     assert_eq!(calls[1].1.workspace_root, PathBuf::from("/tmp"));

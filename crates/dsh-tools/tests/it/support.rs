@@ -6,7 +6,7 @@ use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAns
 use dsh_core::CallId;
 use dsh_fs::{LocalFs, SandboxedFs};
 use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{LocalSandbox, Network, SandboxMode};
 use dsh_shell::bash::LocalBash;
 use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
@@ -39,8 +39,7 @@ pub async fn fixture(
     let session = sessions.create(&ws).await.expect("session");
     let subprocess = Arc::new(LocalSubprocess::new());
     let sandbox = Arc::new(LocalSandbox::new());
-    let shell =
-        LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone(), SandboxMode::ReadOnly);
+    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
     let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
     let answers = Arc::new(ScriptedAnswerer::new(answers));
     approval.add_answerer(answers.clone());
@@ -67,10 +66,7 @@ pub async fn fixture(
         .and_then(|b| b.tool(Arc::new(GrepTool)))
         .and_then(|b| b.tool(Arc::new(ReadImageTool)))
         .and_then(|b| {
-            let fs = SandboxedFs::new(
-                LocalFs::new(&ws),
-                SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws),
-            );
+            let fs = SandboxedFs::new(LocalFs::new(&ws));
             b.fs(Arc::new(fs))
         })
         .expect("builder");
