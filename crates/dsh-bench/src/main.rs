@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_process::LocalSubprocess;
-use dsh_sandbox::{bwrap, LocalSandbox, Network, Runner, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{bwrap, LocalSandbox, Runner, SandboxMode, SandboxPolicy};
 use dsh_shell::bash::LocalBash;
 use dsh_shell::{Shell, ShellRequest};
 
@@ -444,15 +444,11 @@ async fn bench_world(
     PathBuf,
     dsh_tools::World,
     Arc<dsh_store::session::Session>,
-    Arc<LocalBash>,
+    Arc<dyn Shell>,
 )> {
-    use dsh_approval::{ApprovalPolicy, ApprovalService};
     use dsh_store::session::SessionLog;
     use dsh_store::SqliteStorage;
-    use dsh_tools::bash::BashTool;
-    use dsh_tools::files::{EditTool, ReadTool};
-    use dsh_tools::search::GrepTool;
-    use dsh_tools::WorldBuilder;
+    use dsh_tools::{Preset, WorldBuilder, WorldConfig};
 
     let Ok(dir) = tempfile::tempdir() else {
         eprintln!("dsh-bench: no temp dir; the tool figures are skipped");
@@ -464,23 +460,11 @@ async fn bench_world(
         let sessions = Arc::new(SessionLog::new(storage).await?);
         let session = sessions.create(&ws).await?;
         session.begin_turn().await?;
-        let subprocess = Arc::new(LocalSubprocess::new());
-        let sandbox = Arc::new(LocalSandbox::new());
-        let shell = Arc::new(LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone()));
-        let files = dsh_fs::SandboxedFs::new(dsh_fs::LocalFs::new(&ws));
+        let config = WorldConfig::new(&ws).with_mode(mode);
         let world = WorldBuilder::new()
-            .subprocess(subprocess)?
-            .shell(shell.clone())?
-            .sandbox(sandbox)?
-            .policy(dsh_tools::PolicyService::new(mode, Network::Deny, &ws))?
-            .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
-            .sessions(sessions)?
-            .fs(Arc::new(files))?
-            .tool(Arc::new(BashTool))?
-            .tool(Arc::new(ReadTool))?
-            .tool(Arc::new(EditTool))?
-            .tool(Arc::new(GrepTool))?
+            .preset(Preset::Sandboxed, &config, sessions)?
             .build()?;
+        let shell = world.shell().clone();
         Ok::<_, dsh_core::HarnessError>((world, session, shell))
     };
     match built.await {

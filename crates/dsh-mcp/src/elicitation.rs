@@ -154,6 +154,13 @@ impl Desk {
     /// ones are cancelled (killing their processes); then waits, at most `limit`, for all
     /// of them to end, so their outcomes are in the session log before it closes.
     pub(crate) async fn close(&self, limit: std::time::Duration) {
+        self.cancel_all();
+        let _ = tokio::time::timeout(limit, self.active.write()).await;
+    }
+
+    /// Cancels every call and refuses new ones, without waiting (the first half of
+    /// [`close`](Self::close)).
+    pub(crate) fn cancel_all(&self) {
         {
             // Under both locks, so that no call starts or parks unseen.
             let _routes = lock(&self.routes);
@@ -169,7 +176,6 @@ impl Desk {
         for (_, cancel) in lock(&self.routes).values() {
             cancel.cancel("the MCP client went away");
         }
-        let _ = tokio::time::timeout(limit, self.active.write()).await;
     }
 }
 

@@ -95,6 +95,19 @@ impl DshServer {
         self.desk.close(CLOSE_LIMIT).await;
     }
 
+    /// The client's input ended: no new call starts, every call is cancelled, and every
+    /// process tree the connection started is killed at once (no grace: nobody is left to
+    /// read what a graceful end would print), so the MCP layer's own wait for in-flight
+    /// calls ends as soon as they are logged. Returns at once; hand it to
+    /// [`LineTransport::on_end_of_input`].
+    pub fn input_ended(&self) {
+        self.slots.close();
+        self.desk.cancel_all();
+        if let Some((world, _)) = self.opened() {
+            tokio::spawn(async move { world.subprocess().kill_all().await });
+        }
+    }
+
     async fn open(&self, context: &RequestContext<RoleServer>) -> Result<&Opened, McpError> {
         self.opened
             .get_or_try_init(|| async {

@@ -41,6 +41,8 @@ pub struct LineTransport<R, W> {
     id: IdScanner,
     /// Answers being written (waited for at end of input, so none is lost).
     answers: Vec<tokio::task::JoinHandle<()>>,
+    /// Told once when input ends.
+    on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -57,7 +59,16 @@ where
             total: 0,
             id: IdScanner::default(),
             answers: Vec::new(),
+            on_end: None,
         }
+    }
+
+    /// Calls `f` once, as soon as the input ends (EOF or a read error), before the SDK
+    /// hears of it: the SDK then waits for calls in flight, which `f` can end (see
+    /// [`DshServer::input_ended`](crate::DshServer::input_ended)).
+    pub fn on_end_of_input(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.on_end = Some(Box::new(f));
+        self
     }
 
     /// Reads one line into `self.line` (without its newline). `Ok(None)` at end of input;
@@ -289,6 +300,9 @@ where
             let oversized = match read {
                 Ok(Some(o)) => o,
                 Ok(None) | Err(_) => {
+                    if let Some(f) = self.on_end.take() {
+                        f();
+                    }
                     self.flush_answers().await;
                     return None;
                 }

@@ -5,17 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use dsh_approval::{ApprovalPolicy, ApprovalService};
 use dsh_core::HarnessError;
 use dsh_mcp::{DshServer, LineTransport, Opened, Opener, Workspace};
-use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, SandboxMode};
-use dsh_shell::bash::LocalBash;
 use dsh_store::session::SessionLog;
 use dsh_store::SqliteStorage;
-use dsh_tools::bash::BashTool;
-use dsh_tools::PolicyService;
-use dsh_tools::{CallView, PreDecision, PreExecute, WorldBuilder};
+use dsh_tools::{CallView, PreDecision, PreExecute, Preset, WorldBuilder, WorldConfig};
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -38,21 +32,8 @@ async fn open(ws: PathBuf) -> Result<Opened, HarnessError> {
     let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db"))?);
     let sessions = Arc::new(SessionLog::new(storage).await?);
     let session = sessions.create(&ws).await?;
-    let subprocess = Arc::new(LocalSubprocess::new());
-    let sandbox = Arc::new(LocalSandbox::new());
-    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
     let world = WorldBuilder::new()
-        .subprocess(subprocess)?
-        .shell(Arc::new(shell))?
-        .sandbox(sandbox)?
-        .policy(PolicyService::new(
-            SandboxMode::ReadOnly,
-            Network::Deny,
-            &ws,
-        ))?
-        .approval(Arc::new(ApprovalService::new(ApprovalPolicy::Ask)))?
-        .sessions(sessions)?
-        .tool(Arc::new(BashTool))?
+        .preset(Preset::Sandboxed, &WorldConfig::new(&ws), sessions)?
         .pre_execute(Arc::new(AskFirst))
         .build()?;
     session.begin_turn().await?;

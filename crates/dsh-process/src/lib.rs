@@ -127,6 +127,13 @@ pub trait Subprocess: Send + Sync {
     /// # Cancel safety
     /// Dropping the future stops the waiting; the terminations already sent proceed.
     async fn shutdown(&self);
+
+    /// Kills every live tree at once (KILL, no grace: what owned them is gone) and waits
+    /// until each is gone.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting; the kills are sent already.
+    async fn kill_all(&self);
 }
 
 /// How a provider finds every descendant of a command.

@@ -425,6 +425,17 @@ impl Subprocess for LocalSubprocess {
     }
 
     async fn shutdown(&self) {
+        self.end_all(LocalControl::terminate).await;
+    }
+
+    async fn kill_all(&self) {
+        self.end_all(LocalControl::signal_kill).await;
+    }
+}
+
+impl LocalSubprocess {
+    /// Ends every live tree with `end` and waits until each is gone.
+    async fn end_all(&self, end: fn(&LocalControl)) {
         let entries: Vec<(Option<Arc<LocalControl>>, watch::Receiver<bool>)> = self
             .live_lock()
             .values()
@@ -432,7 +443,7 @@ impl Subprocess for LocalSubprocess {
             .collect();
         for (control, _) in &entries {
             if let Some(c) = control {
-                c.terminate();
+                end(c);
             }
         }
         // Bounded: each monitor's watchdog kills a reaper that does not finish in time.

@@ -1145,7 +1145,11 @@ fn add_anchors(at: &Path, root: &Path, anchors: &mut Vec<PathBuf>) {
         .skip(1)
         .take_while(|a| a.starts_with(root) && *a != root)
     {
-        let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir());
+        // Only a real directory reached by no link: a bind of a path through a link would
+        // bind the link's target, writable, wherever it is (a review found
+        // `protected = ["link/sub/x"]` with `link -> ../victim` made `victim/sub` writable).
+        let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir())
+            && dsh_core::path::canonical_path(anchor) == anchor;
         if real_dir && !anchors.iter().any(|a| a == anchor) {
             anchors.push(anchor.to_path_buf());
         }

@@ -239,9 +239,17 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     // What runs at login or on the user's own git commands, wherever it really lives: a
     // dotfiles repository as a workspace holds the targets of these links. One missing in
     // this root (`--writable ~/.config`) is held by a placeholder, so it cannot be made.
-    if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
-        for name in HOME_STARTUP {
-            let p = home.join(name);
+    // `$XDG_CONFIG_HOME` moves some of them (dsh's own config among them).
+    let bases = [
+        crate::home_dir().map(|h| (h, HOME_STARTUP)),
+        std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| Path::new(v).is_absolute())
+            .map(|x| (PathBuf::from(x), XDG_CONFIG_STARTUP)),
+    ];
+    for (base, names) in bases.into_iter().flatten() {
+        let base = dsh_core::path::canonical_path(&base);
+        for name in names {
+            let p = base.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
                 b.layout.protected.push(p);
             } else {
@@ -704,6 +712,10 @@ pub const HOME_STARTUP: &[&str] = &[
     ".ssh/rc",
     ".claude/settings.json",
 ];
+
+/// The files of [`HOME_STARTUP`] under `.config/`, where `$XDG_CONFIG_HOME` moves them:
+/// git's global config and dsh's own (which says which workspaces are trusted).
+pub const XDG_CONFIG_STARTUP: &[&str] = &["git/config", "dsh/config.toml"];
 
 /// Whether the git dir `g` that the pointer file `pointer` (in `root`) names is one, and
 /// names this checkout back: a linked worktree's `gitdir` file names `pointer`; a

@@ -67,26 +67,55 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Session ids: `^[a-z0-9][a-z0-9_]*$`, at most 64 characters (they name storage units).
+/// The longest session id, in bytes.
+const ID_MAX: usize = 64;
+
+/// Session ids: the names people type: ASCII letters, digits, `-`, `_` and `.`, not
+/// starting with `-` or `.`, at most 64 characters (`fix-login-bug`, `PR.1234`).
 fn check_id(id: &str) -> Result<(), HarnessError> {
     let ok = !id.is_empty()
-        && id.len() <= 64
-        && id.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && id.len() <= ID_MAX
+        && !id.starts_with(['-', '.'])
         && id
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
     } else {
         Err(HarnessError::invalid_argument(format!(
-            "session id \"{id}\" must match ^[a-z0-9][a-z0-9_]*$ (at most 64 characters)"
+            "session id {:?} is not one: use ASCII letters, digits, '-', '_' and '.', not \
+             starting with '-' or '.', at most {ID_MAX} characters (e.g. fix-login-bug)",
+            dsh_core::visible::visible(id)
         )))
     }
 }
 
+/// The storage unit of session `id`. Ids of the first form (`[a-z0-9][a-z0-9_]*`) keep the
+/// unit they always had, `s_<id>`; any other is `x_` and the id with each byte outside
+/// `[a-z0-9]` written `_` + two hex digits: one unit per id, different ids never sharing
+/// one (even where file names ignore case).
+fn unit_name(id: &str) -> String {
+    let first_form = id.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_form {
+        return format!("s_{id}");
+    }
+    let mut name = String::from("x_");
+    for b in id.bytes() {
+        if b.is_ascii_lowercase() || b.is_ascii_digit() {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("_{b:02x}"));
+        }
+    }
+    name
+}
+
 fn unit_spec(id: &SessionId) -> UnitSpec {
     UnitSpec {
-        name: format!("s_{id}"),
+        name: unit_name(id.as_str()),
         version: 1,
         tables: vec![EVENTS.into()],
         has_global: false,
@@ -155,7 +184,8 @@ impl SessionLog {
     /// A new session with `id`, created in `cwd`.
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` for an id outside `^[a-z0-9][a-z0-9_]*$` or one that exists;
+    /// `INVALID_ARGUMENT` for an id that is not one (ASCII letters, digits, `-`, `_`, `.`;
+    /// not starting with `-` or `.`; at most 64 characters) or one that exists;
     /// the storage's errors.
     pub async fn create_with_id(
         &self,

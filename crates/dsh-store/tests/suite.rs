@@ -374,3 +374,54 @@ async fn domains_validate_serialise_writes_notify_and_close() {
         );
     }
 }
+
+#[tokio::test]
+async fn session_ids_are_the_names_people_type_and_never_share_a_unit() {
+    for kind in KINDS {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = [
+            "fix-login-bug",
+            "Fix-Login-Bug",
+            "fix_login_bug",
+            "fix_2dlogin_2dbug",
+            "PR.1234",
+            "pr_2e1234",
+            "a..b",
+            &"z".repeat(64),
+        ];
+        {
+            let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
+            for id in ids {
+                let s = log
+                    .create_with_id(SessionId::new(id), Path::new("/"))
+                    .await
+                    .unwrap_or_else(|e| panic!("{kind}: {id}: {e}"));
+                s.append(EventKind::SandboxMode, json!({"mode": id}))
+                    .await
+                    .expect("append");
+            }
+            for bad in ["-x", ".x", "a/b", "a b", "", "é", "a\0b", &"z".repeat(65)] {
+                let e = log
+                    .create_with_id(SessionId::new(bad), Path::new("/"))
+                    .await
+                    .expect_err(bad);
+                assert_eq!(e.code(), ErrorCode::InvalidArgument, "{kind}: {bad:?}");
+                assert!(e.message().contains("fix-login-bug"), "{}", e.message());
+            }
+        }
+        // Reopened from storage, each id finds its own events and only those.
+        let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
+        for id in ids {
+            let s = log.open(&SessionId::new(id)).await.expect("open");
+            let modes: Vec<String> = s
+                .events()
+                .await
+                .iter()
+                .filter(|e| e.kind == EventKind::SandboxMode)
+                .map(|e| e.data["mode"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            assert_eq!(modes, vec![id.to_owned()], "{kind}: {id}");
+        }
+        assert_eq!(log.list().await.expect("list").len(), ids.len(), "{kind}");
+    }
+}

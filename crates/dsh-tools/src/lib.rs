@@ -2,8 +2,9 @@
 //!
 //! A [`Tool`] has a name, a description, a JSON schema for its arguments and a body. The
 //! [`World`] holds one provider per seam (subprocess, shell, sandbox, …), the shared
-//! services (sandbox policy, approval, the session log) and the registered tools; its
-//! [`World::call`] runs a [`ToolCall`] through the pipeline:
+//! services (sandbox policy, approval, the session log) and the registered tools. Every
+//! World is wired by one of the [`preset`]s from a [`WorldConfig`]; its [`World::call`]
+//! runs a [`ToolCall`] through the pipeline:
 //!
 //! 1. the arguments are parsed once and frozen (`""` is `{}`; text that is not JSON is
 //!    passed as a string, which a tool's schema then refuses);
@@ -48,10 +49,12 @@ pub mod image;
 mod pipeline;
 mod policy;
 pub mod policy_service;
+pub mod preset;
 pub mod search;
 mod world;
 
 pub use policy_service::{AfterCommand, PolicyService};
+pub use preset::{Preset, WorldConfig};
 pub use world::{World, WorldBuilder};
 
 /// One call as a model makes it.

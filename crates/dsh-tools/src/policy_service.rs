@@ -34,6 +34,8 @@ pub struct PolicyService {
     network: Network,
     fallback_root: PathBuf,
     on_partial: OnPartial,
+    /// Directories writable besides the workspace under workspace-write (canonical).
+    writable_roots: Vec<PathBuf>,
     /// More protected paths; a relative one is taken in the call's workspace root.
     protect: Vec<PathBuf>,
     /// Every read-denial pattern (the defaults and the configured ones).
@@ -50,6 +52,7 @@ impl PolicyService {
             network,
             fallback_root: dsh_core::path::root_of(fallback_root),
             on_partial: OnPartial::Refuse,
+            writable_roots: Vec::new(),
             protect: Vec::new(),
             deny_read: deny_read::defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
@@ -61,6 +64,24 @@ impl PolicyService {
     pub fn with_on_partial(mut self, on_partial: OnPartial) -> PolicyService {
         self.on_partial = on_partial;
         self
+    }
+
+    /// Makes `dirs` writable too under workspace-write, each protected as the workspace is
+    /// (its own watched walk) and checked after each command as the workspace is. Default:
+    /// none.
+    pub fn with_writable_roots(mut self, dirs: impl IntoIterator<Item = PathBuf>) -> PolicyService {
+        for d in dirs {
+            let d = dsh_core::path::root_of(&d);
+            if !self.writable_roots.contains(&d) {
+                self.writable_roots.push(d);
+            }
+        }
+        self
+    }
+
+    /// The directories writable besides the workspace under workspace-write.
+    pub fn writable_roots(&self) -> &[PathBuf] {
+        &self.writable_roots
     }
 
     /// Protects `paths` too (relative ones in each call's workspace root). Default: none
@@ -114,19 +135,25 @@ impl PolicyService {
             |(_, cwd)| dsh_core::path::root_of(cwd),
         );
         // Protected paths matter only where something is writable.
-        let layout = if mode == SandboxMode::WorkspaceWrite {
-            self.layout_of(&root).await
-        } else {
-            WorkspaceLayout {
+        if mode != SandboxMode::WorkspaceWrite {
+            let layout = WorkspaceLayout {
                 complete: true,
                 ..WorkspaceLayout::default()
-            }
-        };
-        self.policy_with(mode, &root, layout)
+            };
+            return self.policy_with(mode, &root, layout);
+        }
+        let layout = self.layout_of(&root).await;
+        let mut policy = self.policy_with(mode, &root, layout);
+        for dir in &self.writable_roots {
+            let layout = self.layout_of(dir).await;
+            policy = policy.with_writable_root_layout(dir, layout);
+        }
+        policy
     }
 
-    /// The check after a command under `policy` (workspace-write): what it made that the
-    /// host's tools would run or read ([`protected::appeared`]), with the programs in it
+    /// The check after a command under `policy` (workspace-write), in its workspace root
+    /// and each configured writable root: what it made that the host's tools would run or
+    /// read ([`protected::appeared`]), with the programs in it
     /// set aside ([`quarantine`](dsh_sandbox::quarantine::quarantine)); the next policy for that
     /// root protects what is left. `extra_roots`: other directories the command could
     /// write (the sandbox's temp dir). What could not be set aside makes later
@@ -137,13 +164,18 @@ impl PolicyService {
         policy: &SandboxPolicy,
         extra_roots: &[PathBuf],
     ) -> AfterCommand {
-        let root = policy.workspace_root.clone();
-        let layout = self.layout_of(&root).await;
+        let mut layouts = Vec::new();
+        let roots = std::iter::once(&policy.workspace_root).chain(
+            self.writable_roots
+                .iter()
+                .filter(|d| policy.writable_roots.contains(d)),
+        );
+        for root in roots {
+            layouts.push((root.clone(), self.layout_of(root).await));
+        }
         let work = {
             let (policy, extra_roots) = (policy.clone(), extra_roots.to_vec());
-            move || {
-                dsh_sandbox::quarantine::check_after(&policy, vec![(root, layout)], &extra_roots)
-            }
+            move || dsh_sandbox::quarantine::check_after(&policy, layouts, &extra_roots)
         };
         match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),

@@ -148,14 +148,14 @@ impl World {
 /// `DUPLICATE_SERVICE`.
 #[derive(Default)]
 pub struct WorldBuilder {
-    subprocess: Option<Arc<dyn Subprocess>>,
-    shell: Option<Arc<dyn Shell>>,
-    sandbox: Option<Arc<dyn Sandbox>>,
-    policy: Option<PolicyService>,
+    pub(crate) subprocess: Option<Arc<dyn Subprocess>>,
+    pub(crate) shell: Option<Arc<dyn Shell>>,
+    pub(crate) sandbox: Option<Arc<dyn Sandbox>>,
+    pub(crate) policy: Option<PolicyService>,
     approval: Option<Arc<ApprovalService>>,
     sessions: Option<Arc<SessionLog>>,
-    shell_env: Option<Arc<ShellEnv>>,
-    fs: Option<Arc<dyn FileSystem>>,
+    pub(crate) shell_env: Option<Arc<ShellEnv>>,
+    pub(crate) fs: Option<Arc<dyn FileSystem>>,
     tools: BTreeMap<String, Arc<dyn Tool>>,
     pre: Vec<Arc<dyn PreExecute>>,
     post: Vec<Arc<dyn PostExecute>>,

@@ -1,179 +1,787 @@
-//! The configuration files: the user's (`$XDG_CONFIG_HOME/dsh/config.toml`, else
-//! `~/.config/dsh/config.toml`) and the workspace's (`.dsh/config.toml` in the workspace).
+//! The configuration: flags > the workspace's `.dsh/config.toml` > the user's
+//! (`$XDG_CONFIG_HOME/dsh/config.toml`, else `~/.config/dsh/config.toml`) > defaults.
 //!
 //! Keys (each optional):
 //!
-//! | key | type | where | meaning |
-//! |---|---|---|---|
-//! | `allow_partial` | bool | user | run where the sandbox is enforced only in part (default false: refused) |
-//! | `protected` | list of paths | both | more protected paths (relative: in the workspace root) |
-//! | `deny_read` | list of paths | both | more paths confined commands and the file tools may not read (`~/` allowed; `*` in the last component) |
-//! | `env_allow` | list of names | user | environment variables let through the credential scrub |
+//! | key | type | meaning |
+//! |---|---|---|
+//! | `mode` | `read-only`, `workspace-write`, `danger-full-access` | the mode of a session that set none (default read-only) |
+//! | `network` | `deny`, `allow` | network in confined modes (default deny) |
+//! | `writable_roots` | list of directories | writable besides the workspace under workspace-write |
+//! | `approval` | `ask`, `never` | the approval policy of a session that set none (default ask) |
+//! | `runner` | `bwrap`, `landlock`, `seatbelt` | the only sandbox runner to use (default: the fastest that fully enforces) |
+//! | `timeout_ms` | integer | a command's timeout when the call names none (default 120000) |
+//! | `max_timeout_ms` | integer | the cap on any command's timeout (default 600000) |
+//! | `max_output_bytes` | integer | output kept in memory per stream (default 64000) |
+//! | `max_spill_bytes` | integer | the spill file cap per stream (default 64 MiB) |
+//! | `allow_partial` | bool | run where the sandbox is enforced only in part (default false: refused) |
+//! | `protected` | list of paths | more protected paths (relative: in the workspace root) |
+//! | `deny_read` | list of paths | more paths confined commands and the file tools may not read (`~/` allowed; `*` in the last component) |
+//! | `env_allow` | list of names | environment variables let through the credential scrub |
+//! | `trusted_workspaces` | list of directories | user config only: workspaces whose own config may widen the sandbox |
 //!
-//! The workspace's file travels with the repository, so it may only narrow the sandbox:
-//! more protected paths and more read denials. A key that would widen it there is
-//! `CONFIG_INVALID`, as are unknown keys, wrong types and bad values, each naming the file,
-//! the line and the key; nothing runs. Flags add to what the files say.
+//! **The trust rule.** The workspace's file travels with the repository, so unless the
+//! user's config lists that workspace in `trusted_workspaces` it may only narrow: a
+//! stricter mode, network deny, fewer writable roots, `approval = "never"`, lower caps
+//! (`max_timeout_ms`, `max_output_bytes`, `max_spill_bytes`), more protected paths and
+//! more read denials; `timeout_ms` is free below the cap. A key that would widen
+//! (`allow_partial`, `env_allow` and `runner` always do) is refused naming
+//! `trusted_workspaces`. Unknown keys, wrong types and bad values are `CONFIG_INVALID`
+//! naming the file, the line and the key; nothing runs. Flags are the user's own and win.
 
 use std::path::{Path, PathBuf};
 
-use dsh_core::HarnessError;
+use dsh_approval::ApprovalPolicy;
+use dsh_core::{HarnessError, MAX_TIMER_DELAY_MS};
+use dsh_sandbox::{Network, OnPartial, Runner, SandboxMode};
+use dsh_shell::ShellConfig;
+use dsh_tools::WorldConfig;
 use serde::Deserialize;
+use serde_json::{json, Value};
+use toml::Spanned;
 
-/// The configuration in force for one workspace.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    /// Whether partial enforcement is accepted (user config only).
-    pub allow_partial: bool,
-    /// More protected paths: absolute, or relative to the workspace root.
-    pub protected: Vec<PathBuf>,
-    /// More read denials: absolute patterns.
-    pub deny_read: Vec<PathBuf>,
-    /// Names let through the environment scrub (user config only).
-    pub env_allow: Vec<String>,
+/// Where a value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// dsh's default.
+    Default,
+    /// The user's config file.
+    User(PathBuf),
+    /// The workspace's config file.
+    Workspace(PathBuf),
+    /// A command-line flag.
+    Flag,
 }
 
+impl Source {
+    /// `default`, `user`, `workspace` or `flag`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::User(_) => "user",
+            Source::Workspace(_) => "workspace",
+            Source::Flag => "flag",
+        }
+    }
+
+    /// The file, for a value from one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Source::User(p) | Source::Workspace(p) => Some(p),
+            Source::Default | Source::Flag => None,
+        }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Set<T> {
+    /// The value in force.
+    pub value: T,
+    /// Where it came from.
+    pub from: Source,
+}
+
+impl<T> Set<T> {
+    fn default(value: T) -> Set<T> {
+        Set {
+            value,
+            from: Source::Default,
+        }
+    }
+
+    fn flag(value: T) -> Set<T> {
+        Set {
+            value,
+            from: Source::Flag,
+        }
+    }
+}
+
+/// What the command line says; `None` and empty lists leave the files' values.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    /// `--mode` (where it is the default mode rather than the session's).
+    pub mode: Option<SandboxMode>,
+    /// `--network`.
+    pub network: Option<Network>,
+    /// `--writable`, replacing the configured roots when given.
+    pub writable_roots: Vec<PathBuf>,
+    /// `--runner`.
+    pub runner: Option<Runner>,
+    /// `--allow-partial`.
+    pub allow_partial: bool,
+    /// `--protect`, added to the configured paths.
+    pub protected: Vec<PathBuf>,
+}
+
+/// The configuration in force for one workspace, each value with its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The workspace it is for.
+    pub workspace: PathBuf,
+    /// The user's config file, where dsh looks for it.
+    pub user_file: Option<PathBuf>,
+    /// Whether the user's config trusts this workspace's config to widen the sandbox.
+    pub trusted: bool,
+    pub mode: Set<SandboxMode>,
+    pub network: Set<Network>,
+    pub writable_roots: Set<Vec<PathBuf>>,
+    pub approval: Set<ApprovalPolicy>,
+    pub runner: Set<Option<Runner>>,
+    pub timeout_ms: Set<u64>,
+    pub max_timeout_ms: Set<u64>,
+    pub max_output_bytes: Set<u64>,
+    pub max_spill_bytes: Set<u64>,
+    pub allow_partial: Set<bool>,
+    /// Added by each source in turn: absolute, or relative to the workspace root.
+    pub protected: Vec<Set<PathBuf>>,
+    /// Added by each source in turn: absolute patterns.
+    pub deny_read: Vec<Set<PathBuf>>,
+    pub env_allow: Vec<Set<String>>,
+    pub trusted_workspaces: Vec<Set<PathBuf>>,
+}
+
+/// One config file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    allow_partial: Option<bool>,
-    protected: Option<Vec<String>>,
-    deny_read: Option<Vec<String>>,
-    env_allow: Option<Vec<String>>,
+    mode: Option<Spanned<String>>,
+    network: Option<Spanned<String>>,
+    writable_roots: Option<Spanned<Vec<String>>>,
+    approval: Option<Spanned<String>>,
+    runner: Option<Spanned<String>>,
+    timeout_ms: Option<Spanned<i64>>,
+    max_timeout_ms: Option<Spanned<i64>>,
+    max_output_bytes: Option<Spanned<i64>>,
+    max_spill_bytes: Option<Spanned<i64>>,
+    allow_partial: Option<Spanned<bool>>,
+    protected: Option<Spanned<Vec<String>>>,
+    deny_read: Option<Spanned<Vec<String>>>,
+    env_allow: Option<Spanned<Vec<String>>>,
+    trusted_workspaces: Option<Spanned<Vec<String>>>,
 }
 
-/// Which file a value came from: what it may set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Origin {
-    User,
-    Workspace,
-}
+const KEYS: &str = "mode, network, writable_roots, approval, runner, timeout_ms, \
+                    max_timeout_ms, max_output_bytes, max_spill_bytes, allow_partial, \
+                    protected, deny_read, env_allow and trusted_workspaces";
 
 /// The user's config file, where dsh looks for it.
 pub fn user_config_path() -> Option<PathBuf> {
-    match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+    // A relative value is to be ignored (the XDG spec): it would name a file in whatever
+    // directory dsh runs in, a repository's own.
+    match std::env::var_os("XDG_CONFIG_HOME").filter(|v| Path::new(v).is_absolute()) {
         Some(x) => Some(PathBuf::from(x).join("dsh/config.toml")),
         None => dsh_sandbox::home_dir().map(|h| h.join(".config/dsh/config.toml")),
     }
 }
 
-/// The configuration for `workspace`: the user's file, then the workspace's (see the
-/// [module docs](self)). Missing files are empty.
+/// The configuration for `workspace` (see the [module docs](self)): the defaults, the
+/// user's file, the workspace's file under the trust rule, then `flags`. Missing files
+/// are empty.
 ///
 /// # Errors
 /// `CONFIG_INVALID` naming the file, line and key.
-pub fn load(workspace: &Path) -> Result<Config, HarnessError> {
-    let mut config = Config::default();
-    if let Some(user) = user_config_path() {
-        apply(&mut config, &user, Origin::User, workspace)?;
+pub fn load(workspace: &Path, flags: &Flags) -> Result<Config, HarnessError> {
+    let user_file = user_config_path();
+    let mut config = Config::defaults(workspace, user_file.clone());
+    if let Some(user) = &user_file {
+        Layer::read(user, Source::User(user.clone()))?.apply(&mut config)?;
     }
+    let here = dsh_core::path::canonical_path(workspace);
+    config.trusted = config
+        .trusted_workspaces
+        .iter()
+        .any(|t| dsh_core::path::canonical_path(&t.value) == here);
     let ws = workspace.join(".dsh/config.toml");
-    apply(&mut config, &ws, Origin::Workspace, workspace)?;
+    Layer::read(&ws, Source::Workspace(ws.clone()))?.apply(&mut config)?;
+    config.apply_flags(flags)?;
     Ok(config)
 }
 
-fn apply(
-    config: &mut Config,
-    path: &Path,
-    origin: Origin,
-    workspace: &Path,
-) -> Result<(), HarnessError> {
-    let text = match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes).map_err(|_| {
-            HarnessError::config_invalid(format!("{}: not UTF-8 text", path.display()))
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(
-                HarnessError::config_invalid(format!("{}: cannot read it", path.display()))
-                    .with_source(e),
-            )
+impl Config {
+    /// dsh's defaults for `workspace`, the user's file being `user_file`.
+    fn defaults(workspace: &Path, user_file: Option<PathBuf>) -> Config {
+        let shell = ShellConfig::default();
+        Config {
+            workspace: workspace.to_path_buf(),
+            user_file,
+            trusted: false,
+            mode: Set::default(SandboxMode::ReadOnly),
+            network: Set::default(Network::Deny),
+            writable_roots: Set::default(Vec::new()),
+            approval: Set::default(ApprovalPolicy::Ask),
+            runner: Set::default(None),
+            timeout_ms: Set::default(shell.timeout_ms),
+            max_timeout_ms: Set::default(shell.max_timeout_ms),
+            max_output_bytes: Set::default(shell.max_output_bytes as u64),
+            max_spill_bytes: Set::default(shell.max_spill_bytes),
+            allow_partial: Set::default(false),
+            protected: Vec::new(),
+            deny_read: Vec::new(),
+            env_allow: Vec::new(),
+            trusted_workspaces: Vec::new(),
         }
-    };
-    let file: File = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
-        HarnessError::config_invalid(format!(
-            "{}{at}: {}; the keys are allow_partial, protected, deny_read and env_allow",
-            path.display(),
-            e.message().trim_end()
-        ))
-    })?;
-    let invalid = |key: &str, why: &str| {
+    }
+}
+
+/// A number key: its name, its value in the file, its slot, its largest value.
+type Cap<'a> = (
+    &'static str,
+    &'a Option<Spanned<i64>>,
+    fn(&mut Config) -> &mut Set<u64>,
+    u64,
+);
+
+/// One file being applied.
+struct Layer {
+    text: String,
+    file: File,
+    from: Source,
+}
+
+impl Layer {
+    /// The file at `path` (empty when absent): see [`read_config_file`].
+    fn read(path: &Path, from: Source) -> Result<Layer, HarnessError> {
+        let text = read_config_file(path, matches!(from, Source::Workspace(_)))?;
+        let file: File = toml::from_str(&text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|s| format!(":{}", line_at(&text, s.start)))
+                .unwrap_or_default();
+            HarnessError::config_invalid(format!(
+                "{}{at}: {}; the keys are {KEYS}",
+                path.display(),
+                e.message().trim_end()
+            ))
+        })?;
+        Ok(Layer { text, file, from })
+    }
+
+    fn path(&self) -> &Path {
+        self.from.file().unwrap_or(Path::new("config.toml"))
+    }
+
+    /// `CONFIG_INVALID`: `FILE:LINE: KEY: WHY`.
+    fn invalid(&self, key: &str, at: usize, why: &str) -> HarnessError {
         HarnessError::config_invalid(format!(
             "{}:{}: {key}: {why}",
-            path.display(),
-            line_of(&text, key)
+            self.path().display(),
+            line_at(&self.text, at)
         ))
-    };
-    let widening = |key: &str| {
-        invalid(
+    }
+
+    /// `CONFIG_INVALID` for a key that would widen the sandbox from an untrusted
+    /// workspace: `what` says how.
+    fn widening(&self, config: &Config, key: &str, at: usize, what: &str) -> HarnessError {
+        let user = config.user_file.as_ref().map_or_else(
+            || "~/.config/dsh/config.toml".into(),
+            |p| p.display().to_string(),
+        );
+        self.invalid(
             key,
+            at,
             &format!(
-                "a workspace's config travels with its repository, so it may only narrow the \
-                 sandbox; set {key} in your own config ({}) instead",
-                user_config_path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "~/.config/dsh/config.toml".into())
+                "{what}, which would widen the sandbox; a workspace's config travels with its \
+                 repository, so it may only narrow the sandbox unless your own config ({user}) \
+                 trusts this workspace: trusted_workspaces = [{}]",
+                Value::String(config.workspace.display().to_string())
             ),
         )
-    };
-    if let Some(v) = file.allow_partial {
-        if origin == Origin::Workspace {
-            return Err(widening("allow_partial"));
-        }
-        config.allow_partial = v;
     }
-    if let Some(names) = file.env_allow {
-        if origin == Origin::Workspace {
-            return Err(widening("env_allow"));
-        }
-        for n in names {
-            if n.is_empty() || n.contains('=') || n.contains('\0') {
-                return Err(invalid(
-                    "env_allow",
-                    &format!("{n:?} is not a variable name"),
+
+    /// Whether this layer may widen: the user's file, or a trusted workspace's.
+    fn may_widen(&self, config: &Config) -> bool {
+        matches!(self.from, Source::User(_)) || config.trusted
+    }
+
+    fn set<T>(&self, slot: &mut Set<T>, value: T) {
+        *slot = Set {
+            value,
+            from: self.from.clone(),
+        };
+    }
+
+    /// Applies every key of this file to `config`.
+    fn apply(self, config: &mut Config) -> Result<(), HarnessError> {
+        let widen = self.may_widen(config);
+        let f = &self.file;
+        if let Some(v) = &f.mode {
+            let mode: SandboxMode = self.parsed("mode", v)?;
+            if !widen && rank(mode) > rank(config.mode.value) {
+                return Err(self.widening(
+                    config,
+                    "mode",
+                    v.span().start,
+                    &format!("mode {mode} is wider than {}", config.mode.value),
                 ));
             }
-            config.env_allow.push(n);
+            self.set(&mut config.mode, mode);
+        }
+        if let Some(v) = &f.network {
+            let network: Network = self.parsed("network", v)?;
+            if !widen && network == Network::Allow && config.network.value == Network::Deny {
+                return Err(self.widening(
+                    config,
+                    "network",
+                    v.span().start,
+                    "network allow lets confined commands reach the network",
+                ));
+            }
+            self.set(&mut config.network, network);
+        }
+        if let Some(v) = &f.writable_roots {
+            let at = v.span().start;
+            let mut roots = Vec::new();
+            let workspace = dsh_core::path::canonical_path(&config.workspace);
+            for r in v.get_ref() {
+                let path = self.path_value("writable_roots", at, r, &config.workspace)?;
+                if !path.is_dir() {
+                    return Err(self.invalid(
+                        "writable_roots",
+                        at,
+                        &format!("{r:?} is not a directory"),
+                    ));
+                }
+                // Where it really is, now: a relative root is the repository's own
+                // directory, and a command must not be able to repoint it elsewhere with a
+                // link before the next run.
+                let real = dsh_core::path::canonical_path(&path);
+                if !Path::new(r).is_absolute()
+                    && !r.starts_with('~')
+                    && !real.starts_with(&workspace)
+                {
+                    return Err(self.invalid(
+                        "writable_roots",
+                        at,
+                        &format!(
+                            "{r:?} leads outside the workspace (to {}) through a link; name a \
+                             root outside the workspace by its absolute path",
+                            real.display()
+                        ),
+                    ));
+                }
+                roots.push(real);
+            }
+            if !widen {
+                let below: Vec<PathBuf> = config
+                    .writable_roots
+                    .value
+                    .iter()
+                    .map(|r| dsh_core::path::canonical_path(r))
+                    .collect();
+                if let Some(new) = roots
+                    .iter()
+                    .find(|r| !below.contains(&dsh_core::path::canonical_path(r)))
+                {
+                    return Err(self.widening(
+                        config,
+                        "writable_roots",
+                        at,
+                        &format!("{} is not a writable root already", new.display()),
+                    ));
+                }
+            }
+            self.set(&mut config.writable_roots, roots);
+        }
+        if let Some(v) = &f.approval {
+            let policy: ApprovalPolicy = self.parsed("approval", v)?;
+            if !widen
+                && policy == ApprovalPolicy::Ask
+                && config.approval.value == ApprovalPolicy::Never
+            {
+                return Err(self.widening(
+                    config,
+                    "approval",
+                    v.span().start,
+                    "approval ask lets a model ask for a wider sandbox",
+                ));
+            }
+            self.set(&mut config.approval, policy);
+        }
+        if let Some(v) = &f.runner {
+            let runner: Runner = self.parsed("runner", v)?;
+            if !widen && config.runner.value != Some(runner) {
+                return Err(self.widening(
+                    config,
+                    "runner",
+                    v.span().start,
+                    "a runner choice can leave part of a policy unenforced",
+                ));
+            }
+            self.set(&mut config.runner, Some(runner));
+        }
+        let caps: [Cap; 4] = [
+            ("timeout_ms", &f.timeout_ms, |c| &mut c.timeout_ms, u64::MAX),
+            (
+                "max_timeout_ms",
+                &f.max_timeout_ms,
+                |c| &mut c.max_timeout_ms,
+                MAX_TIMER_DELAY_MS,
+            ),
+            (
+                "max_output_bytes",
+                &f.max_output_bytes,
+                |c| &mut c.max_output_bytes,
+                usize::MAX as u64,
+            ),
+            (
+                "max_spill_bytes",
+                &f.max_spill_bytes,
+                |c| &mut c.max_spill_bytes,
+                u64::MAX,
+            ),
+        ];
+        for (key, value, slot, max) in caps {
+            let Some(v) = value else { continue };
+            let at = v.span().start;
+            let n = u64::try_from(*v.get_ref())
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| {
+                    self.invalid(key, at, &format!("must be an integer from 1 to {max}"))
+                })?;
+            let below = slot(config).value;
+            // timeout_ms is only a default: the cap bounds it whatever it says.
+            if !widen && key != "timeout_ms" && n > below {
+                return Err(self.widening(config, key, at, &format!("{key} {n} is above {below}")));
+            }
+            self.set(slot(config), n);
+        }
+        if let Some(v) = &f.allow_partial {
+            if !widen && *v.get_ref() && !config.allow_partial.value {
+                return Err(self.widening(
+                    config,
+                    "allow_partial",
+                    v.span().start,
+                    "allow_partial runs commands the sandbox enforces only in part",
+                ));
+            }
+            self.set(&mut config.allow_partial, *v.get_ref());
+        }
+        if let Some(v) = &f.env_allow {
+            let at = v.span().start;
+            if !widen && !v.get_ref().is_empty() {
+                return Err(self.widening(
+                    config,
+                    "env_allow",
+                    at,
+                    "env_allow lets credentials through to commands",
+                ));
+            }
+            for n in v.get_ref() {
+                if n.is_empty() || n.contains('=') || n.contains('\0') {
+                    return Err(self.invalid(
+                        "env_allow",
+                        at,
+                        &format!("{n:?} is not a variable name"),
+                    ));
+                }
+                config.env_allow.push(self.entry(n.clone()));
+            }
+        }
+        if let Some(v) = &f.protected {
+            for p in v.get_ref() {
+                let path = plain_path(p).ok_or_else(|| {
+                    self.invalid(
+                        "protected",
+                        v.span().start,
+                        &format!("{p:?} is not a plain path (no empty, `.` or `..` parts)"),
+                    )
+                })?;
+                config.protected.push(self.entry(path));
+            }
+        }
+        if let Some(v) = &f.deny_read {
+            for p in v.get_ref() {
+                let path = self.path_value("deny_read", v.span().start, p, &config.workspace)?;
+                config.deny_read.push(self.entry(path));
+            }
+        }
+        if let Some(v) = &f.trusted_workspaces {
+            let at = v.span().start;
+            if !matches!(self.from, Source::User(_)) {
+                return Err(self.invalid(
+                    "trusted_workspaces",
+                    at,
+                    "only your own config may say which workspaces are trusted",
+                ));
+            }
+            for p in v.get_ref() {
+                let path = self.path_value("trusted_workspaces", at, p, &config.workspace)?;
+                config.trusted_workspaces.push(self.entry(path));
+            }
+        }
+        Ok(())
+    }
+
+    /// A word value (`mode = "read-only"`) as its type reads it; `CONFIG_INVALID` with the
+    /// type's own message otherwise.
+    fn parsed<T: std::str::FromStr<Err = HarnessError>>(
+        &self,
+        key: &str,
+        v: &Spanned<String>,
+    ) -> Result<T, HarnessError> {
+        v.get_ref()
+            .parse()
+            .map_err(|e: HarnessError| self.invalid(key, v.span().start, e.message()))
+    }
+
+    fn entry<T>(&self, value: T) -> Set<T> {
+        Set {
+            value,
+            from: self.from.clone(),
         }
     }
-    for p in file.protected.unwrap_or_default() {
-        let path = path_value(&p).ok_or_else(|| {
-            invalid(
-                "protected",
-                &format!("{p:?} is not a plain path (no empty, `.` or `..` parts)"),
+
+    /// A path value: plain (see [`plain_path`]); relative ones are in the workspace for
+    /// the workspace's file and refused in the user's (which is not tied to one).
+    fn path_value(
+        &self,
+        key: &str,
+        at: usize,
+        raw: &str,
+        workspace: &Path,
+    ) -> Result<PathBuf, HarnessError> {
+        let path = plain_path(raw).ok_or_else(|| {
+            self.invalid(
+                key,
+                at,
+                &format!("{raw:?} is not a plain path (no empty, `.` or `..` parts)"),
             )
         })?;
-        config.protected.push(path);
+        match (path.is_absolute(), &self.from) {
+            (true, _) => Ok(path),
+            (false, Source::Workspace(_)) => Ok(workspace.join(path)),
+            _ => Err(self.invalid(
+                key,
+                at,
+                &format!("{raw:?} must be absolute or start with ~/"),
+            )),
+        }
     }
-    for p in file.deny_read.unwrap_or_default() {
-        let path = path_value(&p).ok_or_else(|| {
-            invalid(
-                "deny_read",
-                &format!("{p:?} is not a plain path (no empty, `.` or `..` parts)"),
-            )
-        })?;
-        let path = match (path.is_absolute(), origin) {
-            (true, _) => path,
-            (false, Origin::Workspace) => workspace.join(path),
-            (false, Origin::User) => {
-                return Err(invalid(
-                    "deny_read",
-                    &format!("{p:?} must be absolute or start with ~/"),
-                ))
+}
+
+impl Config {
+    /// Applies the command line: the user's own choice, so it may widen.
+    fn apply_flags(&mut self, flags: &Flags) -> Result<(), HarnessError> {
+        if let Some(m) = flags.mode {
+            self.mode = Set::flag(m);
+        }
+        if let Some(n) = flags.network {
+            self.network = Set::flag(n);
+        }
+        if !flags.writable_roots.is_empty() {
+            let mut roots = Vec::new();
+            for dir in &flags.writable_roots {
+                if !dir.is_dir() {
+                    return Err(HarnessError::invalid_argument(format!(
+                        "--writable {}: not a directory",
+                        dir.display()
+                    )));
+                }
+                roots.push(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
             }
-        };
-        config.deny_read.push(path);
+            self.writable_roots = Set::flag(roots);
+        }
+        if let Some(r) = flags.runner {
+            self.runner = Set::flag(Some(r));
+        }
+        if flags.allow_partial {
+            self.allow_partial = Set::flag(true);
+        }
+        for p in &flags.protected {
+            if !p.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            }) {
+                return Err(HarnessError::invalid_argument(format!(
+                    "--protect {}: not a plain path (no `.` or `..` parts)",
+                    p.display()
+                )));
+            }
+            self.protected.push(Set::flag(p.clone()));
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// The World configuration this makes, with `state_dir` as `DSH_HOME`.
+    pub fn world_config(&self, state_dir: Option<PathBuf>) -> WorldConfig {
+        let mut shell = ShellConfig {
+            timeout_ms: self.timeout_ms.value,
+            max_timeout_ms: self.max_timeout_ms.value,
+            max_spill_bytes: self.max_spill_bytes.value,
+            ..ShellConfig::default()
+        };
+        shell.max_output_bytes = usize::try_from(self.max_output_bytes.value).unwrap_or(usize::MAX);
+        // A trusted workspace's config may widen the sandbox, so no command may write it:
+        // its `.dsh` is protected wherever a writable root holds it (as it lies, and where
+        // a link leads), and so is a trusted path that is itself a link.
+        let mut protected: Vec<PathBuf> = self.protected.iter().map(|s| s.value.clone()).collect();
+        for t in &self.trusted_workspaces {
+            let path = &t.value;
+            protected.push(path.join(".dsh"));
+            protected.push(dsh_core::path::canonical_path(path).join(".dsh"));
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) {
+                protected.push(path.clone());
+            }
+        }
+        WorldConfig {
+            workspace: self.workspace.clone(),
+            mode: self.mode.value,
+            network: self.network.value,
+            writable_roots: self.writable_roots.value.clone(),
+            on_partial: if self.allow_partial.value {
+                OnPartial::Accept
+            } else {
+                OnPartial::Refuse
+            },
+            protected,
+            deny_read: self.deny_read.iter().map(|s| s.value.clone()).collect(),
+            env_allow: self.env_allow.iter().map(|s| s.value.clone()).collect(),
+            runner: self.runner.value,
+            approval: self.approval.value,
+            shell,
+            state_dir,
+        }
+    }
+
+    /// Every value with its source, as `dsh config show --json` prints it.
+    pub fn to_json(&self) -> Value {
+        fn one(value: Value, from: &Source) -> Value {
+            let mut v = json!({"value": value, "from": from.name()});
+            if let Some(f) = from.file() {
+                v["file"] = json!(f.display().to_string());
+            }
+            v
+        }
+        fn list<T>(items: &[Set<T>], show: impl Fn(&T) -> String) -> Value {
+            Value::Array(
+                items
+                    .iter()
+                    .map(|s| one(json!(show(&s.value)), &s.from))
+                    .collect(),
+            )
+        }
+        let path = |p: &PathBuf| p.display().to_string();
+        let ws_file = self.workspace.join(".dsh/config.toml");
+        json!({
+            "workspace": self.workspace.display().to_string(),
+            "files": {
+                "user": self.user_file.as_ref().map(|p| json!({
+                    "path": p.display().to_string(),
+                    "exists": p.is_file(),
+                })),
+                "workspace": {
+                    "path": ws_file.display().to_string(),
+                    "exists": ws_file.is_file(),
+                    "trusted": self.trusted,
+                },
+            },
+            "values": {
+                "mode": one(json!(self.mode.value.as_str()), &self.mode.from),
+                "network": one(json!(self.network.value.as_str()), &self.network.from),
+                "writable_roots": one(
+                    json!(self.writable_roots.value.iter().map(path).collect::<Vec<_>>()),
+                    &self.writable_roots.from,
+                ),
+                "approval": one(json!(self.approval.value.as_str()), &self.approval.from),
+                "runner": one(
+                    self.runner.value.map_or(Value::Null, |r| json!(r.as_str())),
+                    &self.runner.from,
+                ),
+                "timeout_ms": one(json!(self.timeout_ms.value), &self.timeout_ms.from),
+                "max_timeout_ms": one(json!(self.max_timeout_ms.value), &self.max_timeout_ms.from),
+                "max_output_bytes": one(json!(self.max_output_bytes.value), &self.max_output_bytes.from),
+                "max_spill_bytes": one(json!(self.max_spill_bytes.value), &self.max_spill_bytes.from),
+                "allow_partial": one(json!(self.allow_partial.value), &self.allow_partial.from),
+                "protected": list(&self.protected, |p| p.display().to_string()),
+                "deny_read": list(&self.deny_read, |p| p.display().to_string()),
+                "env_allow": list(&self.env_allow, Clone::clone),
+                "trusted_workspaces": list(&self.trusted_workspaces, |p| p.display().to_string()),
+            },
+        })
+    }
+}
+
+/// The largest config file dsh reads.
+const FILE_MAX: u64 = 1 << 20;
+
+/// The text of the config file at `path`, empty when it is missing: a regular file of at
+/// most [`FILE_MAX`] bytes of UTF-8, opened without waiting (a FIFO or a device is refused,
+/// never read). `in_workspace`: `path` is `<workspace>/.dsh/config.toml`, which must not
+/// be a link, nor `.dsh` either: a link's target need not be protected, so a confined
+/// command could rewrite what a trusted workspace's config says.
+///
+/// # Errors
+/// `CONFIG_INVALID` naming the file.
+fn read_config_file(path: &Path, in_workspace: bool) -> Result<String, HarnessError> {
+    use rustix::fs::{openat, Mode, OFlags, CWD};
+    use std::io::Read;
+    let invalid = |why: &str| HarnessError::config_invalid(format!("{}: {why}", path.display()));
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let opened = if in_workspace {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().unwrap_or_default();
+        openat(
+            CWD,
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .and_then(|d| openat(&d, name, flags | OFlags::NOFOLLOW, Mode::empty()))
+    } else {
+        openat(CWD, path, flags, Mode::empty())
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(String::new()),
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) if in_workspace => {
+            return Err(invalid(
+                "it (or .dsh) is a symbolic link; dsh reads a workspace's config only as a \
+                 regular file in a .dsh directory (a link's target may be writable to \
+                 commands): put the file there",
+            ))
+        }
+        Err(e) => {
+            return Err(invalid("cannot open it").with_source(std::io::Error::from(e)));
+        }
+    };
+    let mut file = std::fs::File::from(fd);
+    let meta = file
+        .metadata()
+        .map_err(|e| invalid("cannot read it").with_source(e))?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid("cannot read it").with_source(e))?;
+    if bytes.len() as u64 > FILE_MAX {
+        return Err(invalid(&format!(
+            "larger than {} KiB; a config file is a few lines",
+            FILE_MAX >> 10
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| invalid("not UTF-8 text"))
+}
+
+/// Strictness order of the modes: a higher rank is wider.
+fn rank(mode: SandboxMode) -> u8 {
+    match mode {
+        SandboxMode::ReadOnly => 0,
+        SandboxMode::WorkspaceWrite => 1,
+        SandboxMode::DangerFullAccess => 2,
+    }
 }
 
 /// A path value: `~/` expanded; `None` for an empty one, one with a NUL byte, or one with
 /// a `.` or `..` component (`protected = ["../.."]` must not reach outside the workspace).
-fn path_value(v: &str) -> Option<PathBuf> {
+fn plain_path(v: &str) -> Option<PathBuf> {
     use std::path::Component;
     if v.trim().is_empty() || v.contains('\0') {
         return None;
@@ -184,41 +792,66 @@ fn path_value(v: &str) -> Option<PathBuf> {
         .then_some(p)
 }
 
-/// The line (1-based) where `key` is set in `text`, or 1.
-fn line_of(text: &str, key: &str) -> usize {
-    text.lines()
-        .position(|l| {
-            let l = l.trim_start();
-            l.strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
-        })
-        .map_or(1, |i| i + 1)
+/// The line (1-based) of byte offset `at` in `text`.
+fn line_at(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn load_ws(text: &str) -> Result<Config, HarnessError> {
+    /// The configuration of a workspace whose `.dsh/config.toml` is `text`, over
+    /// `user` as the user's file (trusted: whether it lists the workspace).
+    fn load_with(user: &str, text: &str) -> Result<Config, HarnessError> {
         let d = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(d.path().join(".dsh")).expect("dir");
-        std::fs::write(d.path().join(".dsh/config.toml"), text).expect("write");
-        let mut c = Config::default();
-        apply(
-            &mut c,
-            &d.path().join(".dsh/config.toml"),
-            Origin::Workspace,
-            d.path(),
-        )
-        .map(|()| c)
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(ws.join(".dsh")).expect("dir");
+        std::fs::write(ws.join(".dsh/config.toml"), text).expect("write");
+        let user_file = d.path().join("user.toml");
+        std::fs::write(&user_file, user.replace("$WS", &ws.display().to_string())).expect("write");
+        let mut c = Config::defaults(&ws, Some(user_file.clone()));
+        Layer::read(&user_file, Source::User(user_file.clone()))?.apply(&mut c)?;
+        c.trusted = c.trusted_workspaces.iter().any(|t| {
+            dsh_core::path::canonical_path(&t.value) == dsh_core::path::canonical_path(&ws)
+        });
+        let file = ws.join(".dsh/config.toml");
+        Layer::read(&file, Source::Workspace(file.clone()))?.apply(&mut c)?;
+        Ok(c)
+    }
+
+    fn load_ws(text: &str) -> Result<Config, HarnessError> {
+        load_with("", text)
     }
 
     #[test]
     fn a_workspace_config_may_narrow() {
         let c = load_ws("protected = [\"secrets\"]\ndeny_read = [\"keys/*\"]\n").expect("ok");
-        assert_eq!(c.protected, vec![PathBuf::from("secrets")]);
+        assert_eq!(
+            c.protected
+                .iter()
+                .map(|s| s.value.clone())
+                .collect::<Vec<_>>(),
+            vec![PathBuf::from("secrets")]
+        );
         assert_eq!(c.deny_read.len(), 1);
-        assert!(c.deny_read[0].ends_with("keys/*"));
+        assert!(c.deny_read[0].value.ends_with("keys/*"));
+        let c = load_with(
+            "mode = \"workspace-write\"\nnetwork = \"allow\"\nmax_output_bytes = 100000\n",
+            "mode = \"read-only\"\nnetwork = \"deny\"\napproval = \"never\"\n\
+             max_output_bytes = 1000\ntimeout_ms = 900000\n",
+        )
+        .expect("narrowing applies");
+        assert_eq!(c.mode.value, SandboxMode::ReadOnly);
+        assert_eq!(c.mode.from.name(), "workspace");
+        assert_eq!(c.network.value, Network::Deny);
+        assert_eq!(c.approval.value, ApprovalPolicy::Never);
+        assert_eq!(c.max_output_bytes.value, 1000);
+        assert_eq!(c.timeout_ms.value, 900_000);
     }
 
     #[test]
@@ -226,13 +859,48 @@ mod tests {
         for (text, key, line) in [
             ("# c\nallow_partial = true\n", "allow_partial", 2),
             ("env_allow = [\"AWS_SECRET_ACCESS_KEY\"]\n", "env_allow", 1),
+            ("\n\nmode = \"danger-full-access\"\n", "mode", 3),
+            ("mode = \"workspace-write\"\n", "mode", 1),
+            ("network = \"allow\"\n", "network", 1),
+            ("writable_roots = [\"/\"]\n", "writable_roots", 1),
+            ("runner = \"landlock\"\n", "runner", 1),
+            ("max_timeout_ms = 600001\n", "max_timeout_ms", 1),
+            ("max_spill_bytes = 1099511627776\n", "max_spill_bytes", 1),
         ] {
-            let e = load_ws(text).expect_err("must fail");
+            let e = load_ws(text).expect_err(text);
             assert_eq!(e.code().as_str(), "CONFIG_INVALID");
             let m = e.message();
             assert!(m.contains(&format!("config.toml:{line}: {key}:")), "{m}");
             assert!(m.contains("may only narrow"), "{m}");
+            assert!(m.contains("trusted_workspaces = ["), "{m}");
         }
+        // The user's own approval = "never" makes a workspace's "ask" a widening.
+        let e = load_with("approval = \"never\"\n", "approval = \"ask\"\n").expect_err("ask");
+        assert!(
+            e.message().contains("config.toml:1: approval:"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn a_trusted_workspace_may_widen_and_only_the_user_says_which() {
+        let c = load_with(
+            "trusted_workspaces = [\"$WS\"]\n",
+            "mode = \"danger-full-access\"\nnetwork = \"allow\"\nallow_partial = true\n",
+        )
+        .expect("trusted");
+        assert!(c.trusted);
+        assert_eq!(c.mode.value, SandboxMode::DangerFullAccess);
+        assert_eq!(c.network.value, Network::Allow);
+        assert!(c.allow_partial.value);
+        let e = load_ws("trusted_workspaces = [\"/\"]\n").expect_err("self-trust");
+        assert!(
+            e.message()
+                .contains("trusted_workspaces: only your own config"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]
@@ -240,10 +908,32 @@ mod tests {
         let e = load_ws("\nmode = \"danger-full-access\"\n").expect_err("must fail");
         assert!(e.message().contains("config.toml:2:"), "{}", e.message());
         assert!(e.message().contains("mode"), "{}", e.message());
+        let e = load_ws("\nmodes = \"read-only\"\n").expect_err("must fail");
+        assert!(e.message().contains("config.toml:2:"), "{}", e.message());
+        assert!(e.message().contains("modes"), "{}", e.message());
         let e = load_ws("protected = \"x\"\n").expect_err("must fail");
         assert!(e.message().contains("config.toml:1:"), "{}", e.message());
         let e = load_ws("protected = [\"\"]\n").expect_err("must fail");
         assert!(e.message().contains("protected:"), "{}", e.message());
+        let e = load_ws("\nmode = \"sideways\"\n").expect_err("must fail");
+        assert!(
+            e.message().contains("config.toml:2: mode:"),
+            "{}",
+            e.message()
+        );
+        for bad in [
+            "timeout_ms = 0",
+            "timeout_ms = -5",
+            "max_timeout_ms = 2147483648",
+            "timeout_ms = \"5\"",
+        ] {
+            let e = load_with("", &format!("\n{bad}\n")).expect_err(bad);
+            assert!(
+                e.message().contains("config.toml:2:"),
+                "{bad}: {}",
+                e.message()
+            );
+        }
         // Regression: a review found `protected = ["../../x"]` made the carve bind the
         // workspace's parents, up to `/`, writable.
         for bad in ["../../x", "a/../../b", "./x"] {

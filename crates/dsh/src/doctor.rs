@@ -98,7 +98,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     checks.push(cgroup_check());
 
     let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let config = crate::config::load(&ws);
+    let config = crate::config::load(&ws, &crate::config::Flags::default());
     checks.push(match &config {
         Ok(_) => Check {
             name: "config",
@@ -119,16 +119,22 @@ async fn run(args: &DoctorArgs) -> ExitCode {
             fix: Some("correct the file and key named; nothing runs until then".into()),
         },
     });
-    let config = config.unwrap_or_default();
+    let (allow_partial, deny_read) = match &config {
+        Ok(c) => (
+            c.allow_partial.value,
+            c.deny_read.iter().map(|d| d.value.clone()).collect(),
+        ),
+        Err(_) => (false, Vec::new()),
+    };
     let mut choices = Vec::new();
     for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
-        let on_partial = if config.allow_partial {
+        let on_partial = if allow_partial {
             OnPartial::Accept
         } else {
             OnPartial::Refuse
         };
         let policy = SandboxPolicy::for_workspace(mode, &ws)
-            .with_deny_read(config.deny_read.iter().cloned())
+            .with_deny_read(deny_read.iter().cloned())
             .with_on_partial(on_partial);
         choices.push(mode_report(&sandbox, &policy));
     }

@@ -9,19 +9,15 @@ use std::time::Duration;
 use clap::Args;
 use dsh_core::{CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
-    CaptureLimits, CollectedOutput, EnvAllow, LocalSubprocess, Outcome, OutputMode, SpawnSpec,
-    StdinMode, Subprocess,
+    CaptureLimits, CollectedOutput, Outcome, OutputMode, SpawnSpec, StdinMode, Subprocess,
 };
 use dsh_sandbox::{
     classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, LocalSandbox,
-    Network, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy,
+    Network, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
+use dsh_tools::{AfterCommand, PolicyService, WorldConfig};
 
-use dsh_sandbox::protected;
-use dsh_sandbox::quarantine::AfterCommand;
-use dsh_sandbox::watch::TreeWatch;
-
-use crate::config::Config;
+use crate::config::Flags;
 
 /// Exit status when `--timeout` passed.
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -46,11 +42,13 @@ pub struct ExecArgs {
     /// Sandbox mode: read-only (no writes but /dev/null), workspace-write (the workspace,
     /// the --writable dirs and a private TMPDIR, minus protected paths such as .git/hooks),
     /// or danger-full-access (no sandbox).
-    #[arg(long, value_name = "MODE", default_value = "read-only", value_parser = crate::tool::parse_flag::<SandboxMode>)]
-    mode: SandboxMode,
+    /// Default: the config's `mode`, else read-only.
+    #[arg(long, value_name = "MODE", value_parser = crate::tool::parse_flag::<SandboxMode>)]
+    mode: Option<SandboxMode>,
     /// Network in a confined mode: deny (no socket reaches outside the sandbox) or allow.
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = crate::tool::parse_flag::<Network>)]
-    network: Network,
+    /// Default: the config's `network`, else deny.
+    #[arg(long, value_name = "deny|allow", value_parser = crate::tool::parse_flag::<Network>)]
+    network: Option<Network>,
     /// One more writable directory (workspace-write only); repeatable.
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
@@ -93,121 +91,52 @@ struct Confined {
     confinement: Confinement,
 }
 
-/// The policy of the command: the mode and network of the flags, the workspace and
-/// `--writable` roots with their protected paths, and what the config and `--protect`
-/// add.
+impl ExecArgs {
+    /// The flags that override the config files.
+    fn flags(&self) -> Flags {
+        Flags {
+            mode: self.mode,
+            network: self.network,
+            writable_roots: self.writable.clone(),
+            runner: self.runner,
+            allow_partial: self.allow_partial,
+            protected: self.protect.clone(),
+        }
+    }
+}
+
+/// The command's policy, from the policy service of its configuration (the same one the
+/// tools' World resolves with), and its confinement when the mode confines.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for `--writable` outside workspace-write or not a directory.
-fn policy(
+/// `INVALID_ARGUMENT` for `--writable` outside workspace-write; `SANDBOX_UNAVAILABLE`.
+async fn confine(
     args: &ExecArgs,
-    cwd: &std::path::Path,
-    config: &Config,
-) -> Result<(SandboxPolicy, Vec<TreeWatch>), HarnessError> {
-    if !args.writable.is_empty() && args.mode != SandboxMode::WorkspaceWrite {
+    config: &WorldConfig,
+    service: &PolicyService,
+) -> Result<(SandboxPolicy, Option<Confined>), HarnessError> {
+    if !args.writable.is_empty() && config.mode != SandboxMode::WorkspaceWrite {
         return Err(HarnessError::invalid_argument(format!(
             "--writable needs --mode workspace-write (the mode is {})",
-            args.mode
+            config.mode
         )));
     }
-    for dir in &args.writable {
-        if !dir.is_dir() {
-            return Err(HarnessError::invalid_argument(format!(
-                "--writable {}: not a directory",
-                dir.display()
-            )));
-        }
-    }
-    // The workspace's policy without its protected paths (for_workspace walks only under
-    // workspace-write); they are added below from the watched walk.
-    let mut policy =
-        SandboxPolicy::for_workspace(SandboxMode::ReadOnly, cwd).with_network(args.network);
-    policy.mode = args.mode;
     // Under workspace-write each root is walked once and watched while the command runs,
     // so the check after it reads what changed instead of walking again.
-    let mut watches = Vec::new();
-    if args.mode == SandboxMode::WorkspaceWrite {
-        let root = policy.workspace_root.clone();
-        let mut watch = TreeWatch::new(&root);
-        policy = policy.with_layout(&root, protected::for_root(&root, watch.walk()));
-        watches.push(watch);
-        for dir in &args.writable {
-            let dir = dsh_core::path::canonical_path(dir);
-            let mut watch = TreeWatch::new(&dir);
-            let layout = protected::for_root(&dir, watch.walk());
-            policy = policy.with_writable_root_layout(&dir, layout);
-            watches.push(watch);
-        }
+    let policy = service.resolve(None, None).await;
+    if !policy.mode.is_confined() {
+        return Ok((policy, None));
     }
-    for p in &args.protect {
-        use std::path::Component;
-        if !p
-            .components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        {
-            return Err(HarnessError::invalid_argument(format!(
-                "--protect {}: not a plain path (no `.` or `..` parts)",
-                p.display()
-            )));
-        }
-    }
-    let root = policy.workspace_root.clone();
-    let extra = config
-        .protected
-        .iter()
-        .chain(&args.protect)
-        .map(|p| root.join(p));
-    let on_partial = if args.allow_partial || config.allow_partial {
-        OnPartial::Accept
-    } else {
-        OnPartial::Refuse
-    };
-    Ok((
-        policy
-            .with_protected(extra.collect::<Vec<_>>())
-            .with_deny_read(config.deny_read.iter().cloned())
-            .with_on_partial(on_partial),
-        watches,
-    ))
-}
-
-/// The confinement of the command, when its mode is confined.
-///
-/// # Errors
-/// As [`policy`]; `SANDBOX_UNAVAILABLE`.
-fn confine(args: &ExecArgs, policy: SandboxPolicy) -> Result<Option<Confined>, HarnessError> {
-    if !args.mode.is_confined() {
-        return Ok(None);
-    }
-    let mut sandbox = LocalSandbox::new();
-    if let Some(runner) = args.runner {
-        sandbox = sandbox.force_runner(runner);
-    }
+    let sandbox = config.sandbox();
     let confinement = sandbox.confine(&args.argv, &policy)?;
-    Ok(Some(Confined {
-        policy,
-        sandbox,
-        confinement,
-    }))
-}
-
-/// The check after the command ([`check_after`](dsh_sandbox::quarantine::check_after)),
-/// from each root's watched walk. `temp`: the sandbox's temp dir, which the command could
-/// write too.
-fn after_command(
-    policy: &SandboxPolicy,
-    watches: &mut [TreeWatch],
-    temp: Option<PathBuf>,
-) -> AfterCommand {
-    let layouts = watches
-        .iter_mut()
-        .map(|watch| {
-            let root = watch.root().to_path_buf();
-            let layout = protected::for_root(&root, watch.walk());
-            (root, layout)
-        })
-        .collect();
-    dsh_sandbox::quarantine::check_after(policy, layouts, &Vec::from_iter(temp))
+    Ok((
+        policy.clone(),
+        Some(Confined {
+            policy,
+            sandbox,
+            confinement,
+        }),
+    ))
 }
 
 pub fn main(args: ExecArgs) -> ExitCode {
@@ -240,35 +169,29 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         },
     };
-    let config = match crate::config::load(&cwd) {
-        Ok(c) => c,
+    let config = match crate::config::load(&cwd, &args.flags()) {
+        Ok(c) => c.world_config(None),
         Err(e) => return fail(args, &e),
     };
-    let env_allow = match EnvAllow::new(config.env_allow.iter()) {
-        Ok(a) => a,
+    let mut sub = match config.subprocess() {
+        Ok(s) => s.keep_spill_files(args.json),
         Err(e) => return fail(args, &e),
     };
-    let spared = crate::orphans::become_subreaper();
-    let mut sub = LocalSubprocess::new()
-        .keep_spill_files(args.json)
-        .with_env_allow(env_allow);
     if args.no_cgroup {
         sub = sub.without_cgroups();
     }
-    let (confined, mut watches) = match policy(args, &cwd, &config)
-        .and_then(|(p, watches)| confine(args, p).map(|c| (c, watches)))
-    {
+    let spared = crate::orphans::become_subreaper();
+    let service = config.policy_service();
+    let (policy, confined) = match confine(args, &config, &service).await {
         Ok(c) => c,
         Err(e) => return fail(args, &e),
     };
+    let mode = policy.mode;
     let confinement = confined.as_ref().map(|c| &c.confinement);
     if let Some(c) = confinement {
         if let dsh_sandbox::Enforcement::Partial(why) = &c.enforcement {
             if !args.json {
-                eprintln!(
-                    "dsh exec: the {} sandbox is enforced only in part: {why}",
-                    args.mode
-                );
+                eprintln!("dsh exec: the {mode} sandbox is enforced only in part: {why}");
             }
         }
     }
@@ -330,17 +253,22 @@ async fn run(args: &ExecArgs) -> u8 {
     // its own reaper.
     crate::orphans::sweep(&spared);
     if let (Some(line), true) = (runner_failed, args.json) {
-        return fail(args, &sandbox_unavailable(args.mode, "", Some(&line)));
+        return fail(args, &sandbox_unavailable(mode, "", Some(&line)));
     }
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
     let AfterCommand {
         appeared,
         quarantined,
-    } = confined
+    } = match confined
         .as_ref()
         .filter(|c| c.policy.mode == SandboxMode::WorkspaceWrite)
-        .map(|c| after_command(&c.policy, &mut watches, c.sandbox.temp_dir()))
-        .unwrap_or_default();
+    {
+        Some(c) => {
+            let temp = Vec::from_iter(c.sandbox.temp_dir());
+            service.after_command(&c.policy, &temp).await
+        }
+        None => AfterCommand::default(),
+    };
     if !appeared.is_empty() && !args.json {
         eprintln!(
             "dsh exec: the command made git repositories, hooks or tool settings, which the \
@@ -373,8 +301,8 @@ async fn run(args: &ExecArgs) -> u8 {
     if args.json {
         let sandbox = confinement.map(|c| {
             serde_json::json!({
-                "mode": args.mode.as_str(),
-                "network": args.network.as_str(),
+                "mode": mode.as_str(),
+                "network": policy.network.as_str(),
                 "runner": c.runner.as_str(),
                 "enforcement": c.enforcement.as_str(),
                 "partial_reason": match &c.enforcement {

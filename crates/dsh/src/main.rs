@@ -8,6 +8,8 @@
 //! - `dsh tool NAME [JSON | -] [-C DIR] [--mode M] [--approval ask|never] [--session ID]`
 //!   runs one tool call through the pipeline in a session (see [`tool`]).
 //! - `dsh session list | show ID [--json]` prints the audit log (see [`session`]).
+//! - `dsh config show [-C DIR] [--json]` prints the configuration in force and where each
+//!   value came from (see [`config`]).
 //! - `dsh mcp [-C DIR] [--mode M] [--network N] [--approval P]` serves every tool over MCP
 //!   on stdio (see [`mcp`]).
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ macro_rules! outln {
 }
 
 mod config;
+mod config_show;
 mod doctor;
 mod exec;
 mod mcp;
@@ -63,6 +66,10 @@ enum Command {
     /// Serve every tool over MCP on stdio (one connection, one session); add it to your
     /// agent's MCP configuration as the command `dsh mcp -C <workspace>`.
     Mcp(mcp::McpArgs),
+    /// The configuration: `dsh config show [-C DIR] [--json]` prints each value in force
+    /// and where it came from (flags > .dsh/config.toml > ~/.config/dsh/config.toml >
+    /// defaults).
+    Config(config_show::ConfigArgs),
 }
 
 /// Writes `text` to stdout. A reader that went away (`dsh session show ID | head`) ends
@@ -124,5 +131,6 @@ fn main() -> ExitCode {
         Command::Tool(args) => tool::main(args),
         Command::Session(args) => session::main(args),
         Command::Mcp(args) => mcp::main(args),
+        Command::Config(args) => config_show::main(args),
     }
 }

@@ -20,9 +20,9 @@ pub struct McpArgs {
     /// The session's sandbox mode (default read-only).
     #[arg(long, value_name = "MODE", value_parser = crate::tool::parse_flag::<SandboxMode>)]
     mode: Option<SandboxMode>,
-    /// Network in confined modes (deny or allow).
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = crate::tool::parse_flag::<Network>)]
-    network: Network,
+    /// Network in confined modes (deny or allow; default: the config's, else deny).
+    #[arg(long, value_name = "deny|allow", value_parser = crate::tool::parse_flag::<Network>)]
+    network: Option<Network>,
     /// Run commands even where the sandbox can be enforced only in part (default: refused
     /// with SANDBOX_UNAVAILABLE); each result says what is missing.
     #[arg(long)]
@@ -50,18 +50,22 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         .clone()
         .unwrap_or_else(dsh_store::default_state_dir);
     let sessions = crate::tool::session_log(Some(&state)).await?;
-    let (network, mode, approval, allow_partial) =
-        (args.network, args.mode, args.approval, args.allow_partial);
+    let (mode, approval) = (args.mode, args.approval);
+    let flags = crate::config::Flags {
+        network: args.network,
+        allow_partial: args.allow_partial,
+        ..crate::config::Flags::default()
+    };
     let opener: Opener = Arc::new(move |cwd: PathBuf| {
-        let (sessions, state) = (sessions.clone(), state.clone());
+        let (sessions, state, flags) = (sessions.clone(), state.clone(), flags.clone());
         Box::pin(async move {
+            // The workspace is known only now (the client's roots may name it).
+            let config = crate::config::load(&cwd, &flags)?;
             let session = sessions.create(&cwd).await?;
             eprintln!("dsh mcp: session {} in {}", session.id(), cwd.display());
             let world = Arc::new(crate::tool::world(
                 sessions,
-                &cwd,
-                network,
-                allow_partial,
+                &config,
                 Vec::new(),
                 &state,
                 false,
@@ -76,7 +80,8 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         .clone()
         .serve({
             let (r, w) = rmcp::transport::stdio_pipes();
-            dsh_mcp::LineTransport::new(r, w)
+            let ending = server.clone();
+            dsh_mcp::LineTransport::new(r, w).on_end_of_input(move || ending.input_ended())
         })
         .await;
     let outcome = match served {

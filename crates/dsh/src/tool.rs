@@ -7,22 +7,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use dsh_approval::{
-    ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer, TerminalAnswerer,
-};
+use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ScriptedAnswerer, TerminalAnswerer};
 use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError, SessionId};
-use dsh_process::{EnvAllow, LocalSubprocess};
-use dsh_sandbox::{LocalSandbox, Network, OnPartial, SandboxMode};
-use dsh_shell::bash::LocalBash;
-use dsh_shell::shell_env::ShellEnv;
+use dsh_sandbox::{Network, SandboxMode};
 use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
-use dsh_tools::bash::BashTool;
-use dsh_tools::files::{EditTool, ReadTool, WriteTool};
-use dsh_tools::image::ReadImageTool;
-use dsh_tools::search::{GlobTool, GrepTool};
-use dsh_tools::PolicyService;
-use dsh_tools::{ToolCall, World, WorldBuilder};
+use dsh_tools::{Preset, ToolCall, World, WorldBuilder};
+
+use crate::config::{Config, Flags};
 
 /// Exit status of `dsh tool` when the call's result is an error, or dsh itself failed.
 const EXIT_ERROR: u8 = 1;
@@ -42,9 +34,9 @@ pub struct ToolArgs {
     /// danger-full-access); logged as a `sandbox/mode` event.
     #[arg(long, value_name = "MODE", value_parser = parse_flag::<SandboxMode>)]
     mode: Option<SandboxMode>,
-    /// Network in confined modes (deny or allow).
-    #[arg(long, value_name = "deny|allow", default_value = "deny", value_parser = parse_flag::<Network>)]
-    network: Network,
+    /// Network in confined modes (deny or allow; default: the config's, else deny).
+    #[arg(long, value_name = "deny|allow", value_parser = parse_flag::<Network>)]
+    network: Option<Network>,
     /// Run commands even where the sandbox can be enforced only in part (default: refused
     /// with SANDBOX_UNAVAILABLE); each result says what is missing.
     #[arg(long)]
@@ -63,6 +55,17 @@ pub struct ToolArgs {
     /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
+}
+
+impl ToolArgs {
+    /// The flags that override the config files (`--mode` sets the session's mode instead).
+    fn flags(&self) -> Flags {
+        Flags {
+            network: self.network,
+            allow_partial: self.allow_partial,
+            ..Flags::default()
+        }
+    }
 }
 
 /// A flag value parsed by its type's `FromStr`, the error being that type's message.
@@ -85,70 +88,34 @@ pub async fn session_log(state: Option<&Path>) -> Result<Arc<SessionLog>, Harnes
     Ok(Arc::new(SessionLog::new(storage).await?))
 }
 
-/// The CLI's World: local subprocess, bash and the file tools confined by the local
-/// sandbox (read-only unless the session says otherwise), approvals from `answers`, then
-/// the terminal when `terminal`. The user's and the workspace's config (see
-/// [`crate::config`]) add protected paths, read denials and let-through variables;
-/// `allow_partial` (or the config's) accepts partial enforcement.
+/// The CLI's World: the sandboxed preset made from `config` (see [`crate::config`]),
+/// approvals from `answers`, then the terminal when `terminal`.
 ///
 /// # Errors
-/// `CONFIG_INVALID` from the config files; `IO_FAILED` when the sandbox's private
-/// directory cannot be made.
+/// As [`WorldBuilder::preset`].
 pub fn world(
     sessions: Arc<SessionLog>,
-    workspace: &Path,
-    network: Network,
-    allow_partial: bool,
+    config: &Config,
     answers: Vec<ApprovalOutcome>,
     state: &Path,
     terminal: bool,
 ) -> Result<World, HarnessError> {
-    let config = crate::config::load(workspace)?;
-    let subprocess =
-        Arc::new(LocalSubprocess::new().with_env_allow(EnvAllow::new(config.env_allow.iter())?));
-    let sandbox = Arc::new(LocalSandbox::new());
-    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
-    let deny_read: Vec<PathBuf> = dsh_sandbox::deny_read::defaults()
-        .into_iter()
-        .chain(config.deny_read.iter().cloned())
-        .collect();
-    // Every call passes its own policy, from the policy service below.
-    let files = dsh_fs::SandboxedFs::new(dsh_fs::LocalFs::new(workspace))
-        .with_deny_read(deny_read.clone())
-        .with_temp_dir(sandbox.private_temp_dir()?);
-    let on_partial = if allow_partial || config.allow_partial {
-        OnPartial::Accept
-    } else {
-        OnPartial::Refuse
-    };
-    let policy = PolicyService::new(SandboxMode::ReadOnly, network, workspace)
-        .with_on_partial(on_partial)
-        .with_protected(config.protected.iter().cloned())
-        .with_deny_read(deny_read);
-    let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
+    let world = WorldBuilder::new()
+        .preset(
+            Preset::Sandboxed,
+            &config.world_config(Some(state.to_path_buf())),
+            sessions,
+        )?
+        .build()?;
     if !answers.is_empty() {
-        approval.add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
+        world
+            .approval()
+            .add_answerer(Arc::new(ScriptedAnswerer::new(answers)));
     }
     if terminal {
-        approval.add_answerer(Arc::new(TerminalAnswerer));
+        world.approval().add_answerer(Arc::new(TerminalAnswerer));
     }
-    WorldBuilder::new()
-        .subprocess(subprocess)?
-        .shell(Arc::new(shell))?
-        .sandbox(sandbox)?
-        .policy(policy)?
-        .approval(approval)?
-        .sessions(sessions)?
-        .shell_env(Arc::new(ShellEnv::new(Some(state.to_path_buf()))))?
-        .fs(Arc::new(files))?
-        .tool(Arc::new(BashTool))?
-        .tool(Arc::new(ReadTool))?
-        .tool(Arc::new(WriteTool))?
-        .tool(Arc::new(EditTool))?
-        .tool(Arc::new(GlobTool))?
-        .tool(Arc::new(GrepTool))?
-        .tool(Arc::new(ReadImageTool))?
-        .build()
+    Ok(world)
 }
 
 pub fn main(args: ToolArgs) -> ExitCode {
@@ -227,15 +194,8 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         None => sessions.create(&cwd).await?,
     };
     eprintln!("dsh tool: session {}", session.id());
-    let world = world(
-        sessions.clone(),
-        &cwd,
-        args.network,
-        args.allow_partial,
-        args.answer.clone(),
-        &state,
-        true,
-    )?;
+    let config = crate::config::load(&cwd, &args.flags())?;
+    let world = world(sessions.clone(), &config, args.answer.clone(), &state, true)?;
     apply_flags(&world, &session, args.mode, args.approval).await?;
     session.begin_turn().await?;
     let interrupt = CancelToken::new();

@@ -130,6 +130,24 @@ fn error_results_exit_1_with_their_code_and_bad_sessions_are_reported() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("SESSION_NOT_FOUND"));
     let out = dsh(&e, &["tool", "bash", "{}", "--session", "Bad Id"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("INVALID_ARGUMENT"));
+    // The names people type are session ids (issue 12: `fix-login-bug` was refused).
+    let ws = e.ws.to_str().expect("utf-8");
+    let json = r#"{"command": "echo hi", "description": "x"}"#;
+    for id in ["fix-login-bug", "Fix.Login_Bug"] {
+        let out = dsh(&e, &["tool", "bash", json, "-C", ws, "--session", id]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = dsh(&e, &["session", "show", id, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{id}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("tool/result"),
+            "{id}"
+        );
+    }
 }
 
 #[test]

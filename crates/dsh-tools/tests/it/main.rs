@@ -6,5 +6,6 @@ mod files;
 mod panics;
 mod pipeline;
 mod policy_service;
+mod presets;
 mod search;
 mod support;

@@ -2,20 +2,11 @@
 
 use std::sync::Arc;
 
-use dsh_approval::{ApprovalOutcome, ApprovalPolicy, ApprovalService, ScriptedAnswerer};
+use dsh_approval::{ApprovalOutcome, ScriptedAnswerer};
 use dsh_core::CallId;
-use dsh_fs::{LocalFs, SandboxedFs};
-use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, Network, SandboxMode};
-use dsh_shell::bash::LocalBash;
 use dsh_store::session::{Session, SessionLog};
 use dsh_store::SqliteStorage;
-use dsh_tools::bash::BashTool;
-use dsh_tools::files::{EditTool, ReadTool, WriteTool};
-use dsh_tools::image::ReadImageTool;
-use dsh_tools::search::{GlobTool, GrepTool};
-use dsh_tools::PolicyService;
-use dsh_tools::{ToolCall, ToolResult, World, WorldBuilder};
+use dsh_tools::{Preset, ToolCall, ToolResult, World, WorldBuilder, WorldConfig};
 use serde_json::Value;
 
 use crate::pipeline::Echo;
@@ -37,40 +28,14 @@ pub async fn fixture(
     let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
     let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
     let session = sessions.create(&ws).await.expect("session");
-    let subprocess = Arc::new(LocalSubprocess::new());
-    let sandbox = Arc::new(LocalSandbox::new());
-    let shell = LocalBash::new(subprocess.clone()).with_sandbox(sandbox.clone());
-    let approval = Arc::new(ApprovalService::new(ApprovalPolicy::Ask));
     let answers = Arc::new(ScriptedAnswerer::new(answers));
-    approval.add_answerer(answers.clone());
     let echo = Arc::new(Echo::default());
     let builder = WorldBuilder::new()
-        .subprocess(subprocess)
-        .and_then(|b| b.shell(Arc::new(shell)))
-        .and_then(|b| b.sandbox(sandbox))
-        .and_then(|b| {
-            b.policy(PolicyService::new(
-                SandboxMode::ReadOnly,
-                Network::Deny,
-                &ws,
-            ))
-        })
-        .and_then(|b| b.approval(approval))
-        .and_then(|b| b.sessions(sessions))
+        .preset(Preset::Sandboxed, &WorldConfig::new(&ws), sessions)
         .and_then(|b| b.tool(echo.clone()))
-        .and_then(|b| b.tool(Arc::new(BashTool)))
-        .and_then(|b| b.tool(Arc::new(ReadTool)))
-        .and_then(|b| b.tool(Arc::new(WriteTool)))
-        .and_then(|b| b.tool(Arc::new(EditTool)))
-        .and_then(|b| b.tool(Arc::new(GlobTool)))
-        .and_then(|b| b.tool(Arc::new(GrepTool)))
-        .and_then(|b| b.tool(Arc::new(ReadImageTool)))
-        .and_then(|b| {
-            let fs = SandboxedFs::new(LocalFs::new(&ws));
-            b.fs(Arc::new(fs))
-        })
         .expect("builder");
     let world = customize(builder).build().expect("world");
+    world.approval().add_answerer(answers.clone());
     Fixture {
         _dir: dir,
         world,

@@ -8,6 +8,7 @@
 //! play no part.
 
 mod check_limits;
+mod config_files;
 mod deny_read;
 mod doctor;
 mod fail_closed;

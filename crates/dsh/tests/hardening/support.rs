@@ -65,6 +65,16 @@ impl Fixture {
         c.args(args).output().expect("run dsh")
     }
 
+    /// `dsh ARGS` with this fixture's environment and `vars` set over it.
+    pub fn dsh_with(&self, args: &[&str], vars: &[(&str, &Path)]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        self.env(&mut c);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.args(args).output().expect("run dsh")
+    }
+
     /// `dsh ARGS` run in `dir`.
     pub fn dsh_in(&self, dir: &Path, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));

@@ -1,0 +1,98 @@
+//! The crates form layers (ARCHITECTURE.md §2): each depends, normally or for its tests,
+//! only on crates below it in the list, never on one above.
+
+use std::path::Path;
+
+/// ARCHITECTURE.md's order, lowest first.
+const LAYERS: &[&str] = &[
+    "dsh-core",
+    "dsh-sandbox",
+    "dsh-process",
+    "dsh-shell",
+    "dsh-fs",
+    "dsh-store",
+    "dsh-terminal",
+    "dsh-jobs",
+    "dsh-approval",
+    "dsh-remote",
+    "dsh-tools",
+    "dsh-mcp",
+    "dsh",
+    "dsh-bench",
+];
+
+/// Every dsh crate named in a dependency table of `manifest` (target-specific tables too).
+fn dsh_dependencies(manifest: &toml::Table) -> Vec<(String, &'static str)> {
+    let mut tables: Vec<(&toml::Table, &'static str)> = Vec::new();
+    for (key, kind) in [
+        ("dependencies", "normal"),
+        ("dev-dependencies", "dev"),
+        ("build-dependencies", "build"),
+    ] {
+        if let Some(t) = manifest.get(key).and_then(toml::Value::as_table) {
+            tables.push((t, kind));
+        }
+        for target in manifest
+            .get("target")
+            .and_then(toml::Value::as_table)
+            .into_iter()
+            .flat_map(|t| t.values())
+        {
+            if let Some(t) = target.get(key).and_then(toml::Value::as_table) {
+                tables.push((t, kind));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (table, kind) in tables {
+        for (name, spec) in table {
+            let real = spec
+                .get("package")
+                .and_then(toml::Value::as_str)
+                .unwrap_or(name);
+            if real == "dsh" || real.starts_with("dsh-") {
+                out.push((real.to_owned(), kind));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_crate_depends_on_a_crate_above_it() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates dir");
+    let mut seen = 0;
+    let mut upward = Vec::new();
+    for entry in std::fs::read_dir(crates).expect("read crates") {
+        let manifest_path = entry.expect("entry").path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest_path) else {
+            continue;
+        };
+        let manifest: toml::Table = toml::from_str(&text).expect("manifest");
+        let name = manifest["package"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned();
+        let Some(level) = LAYERS.iter().position(|l| *l == name) else {
+            panic!("{name} is not in ARCHITECTURE.md's list of layers: add it there and here");
+        };
+        seen += 1;
+        for (dep, kind) in dsh_dependencies(&manifest) {
+            let dep_level = LAYERS
+                .iter()
+                .position(|l| *l == dep)
+                .unwrap_or_else(|| panic!("{dep} (used by {name}) is not a known layer"));
+            if dep_level >= level {
+                upward.push(format!("{name} -> {dep} ({kind})"));
+            }
+        }
+    }
+    assert!(
+        seen >= 10,
+        "found only {seen} crates in {}",
+        crates.display()
+    );
+    assert!(upward.is_empty(), "dependencies pointing up: {upward:#?}");
+}
