@@ -43,7 +43,7 @@ fn request(tool: &str) -> ApprovalRequest {
 
 /// The (asked, decided) events appended since `from`.
 async fn pairs(s: &Session, from: usize) -> Vec<(serde_json::Value, serde_json::Value)> {
-    let events = s.events().await;
+    let events = s.events().await.expect("events");
     let tail: Vec<_> = events[from..]
         .iter()
         .filter(|e| {
@@ -79,10 +79,10 @@ async fn outside_an_open_turn_the_request_is_refused_and_nothing_is_logged() {
     );
     f.session.begin_turn().await.expect("turn");
     f.session.end_turn("completed").await.expect("end");
-    let before = f.session.events().await.len();
+    let before = f.session.events().await.expect("events").len();
     assert!(svc.request(&*f.session, request("bash")).await.is_err());
     assert_eq!(
-        f.session.events().await.len(),
+        f.session.events().await.expect("events").len(),
         before,
         "between turns: nothing logged"
     );
@@ -93,7 +93,7 @@ async fn without_answerers_it_is_unavailable_and_the_pair_is_logged_without_abse
     let f = fixture().await;
     f.session.begin_turn().await.expect("turn");
     let svc = ApprovalService::new(ApprovalPolicy::Ask);
-    let from = f.session.events().await.len();
+    let from = f.session.events().await.expect("events").len();
     let outcome = svc
         .request(&*f.session, request("bash"))
         .await
@@ -126,7 +126,7 @@ async fn the_action_is_logged_and_the_answerer_sees_it_apart_from_the_justificat
         reason: Some("escalate sandbox to workspace-write: run the unit tests\x1b[1A".into()),
         cancel: None,
     };
-    let from = f.session.events().await.len();
+    let from = f.session.events().await.expect("events").len();
     assert_eq!(
         svc.request(&*f.session, r).await.expect("asked"),
         ApprovalOutcome::Rejected
@@ -181,7 +181,7 @@ async fn answerers_are_asked_in_order_and_failures_fail_closed() {
     let mut r = request("bash");
     r.call_id = Some("c1".into());
     r.reason = Some("escalate sandbox to workspace-write: build".into());
-    let from = f.session.events().await.len();
+    let from = f.session.events().await.expect("events").len();
     assert_eq!(
         svc.request(&*f.session, r.clone()).await.expect("1"),
         ApprovalOutcome::AllowedOnce
@@ -249,7 +249,7 @@ async fn a_cancel_before_or_during_the_question_is_cancelled() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         cancel.cancel("user stopped");
     });
-    let from = f.session.events().await.len();
+    let from = f.session.events().await.expect("events").len();
     assert_eq!(
         slow.request(&*f.session, r).await.expect("mid"),
         ApprovalOutcome::Cancelled
@@ -291,7 +291,7 @@ async fn never_rejects_without_asking_and_the_session_override_wins_both_ways() 
         .set_policy(&*f.session, ApprovalPolicy::Never)
         .await
         .expect("set"));
-    let before = f.session.events().await.len();
+    let before = f.session.events().await.expect("events").len();
     assert!(
         !ask.set_policy(&*f.session, ApprovalPolicy::Never)
             .await
@@ -299,7 +299,7 @@ async fn never_rejects_without_asking_and_the_session_override_wins_both_ways() 
         "no-op"
     );
     assert_eq!(
-        f.session.events().await.len(),
+        f.session.events().await.expect("events").len(),
         before,
         "an unchanged policy appends nothing"
     );

@@ -17,7 +17,8 @@
 //!   against the bare confined `LocalBash::run` of `true` under the same policy;
 //! - MCP: the p50 and p95 latency of a `bash` call of `echo hi` over one `dsh mcp`
 //!   connection (read-only sandbox), beside `dsh exec -- echo hi`, and what the MCP layer
-//!   adds at p50 over the same call made in process through the pipeline;
+//!   adds at p50 over the same call made in process through the pipeline; and the
+//!   server's memory after 20 000 `read` calls beside after 1 000 (the growth per call);
 //! - files at scale: the `grep` tool over a generated 1 GiB tree against the `rg` binary on
 //!   the same tree (skipped, saying so, without `rg`), and the `edit` tool on a 100 MiB
 //!   file against `cp` of that file (median of 5 each, interleaved, caches warm);
@@ -575,6 +576,23 @@ async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         e.push(exec_once());
         p.push(inproc(100 + i).await);
     }
+    // Memory: read calls (no process) until 1 000 and then 20 000, the RSS after each.
+    let memory = {
+        let _ = std::fs::write(ws.join("bench-read.txt"), "hello\n");
+        let read =
+            serde_json::json!({"name": "read", "arguments": {"file_path": "bench-read.txt"}});
+        let mut rss_after = Vec::new();
+        let mut id = 1_000_000u64;
+        for until in [1_000u64, 20_000] {
+            while id < 1_000_000 + until {
+                let r = rpc(&mut stdin, &mut stdout, id, "tools/call", read.clone());
+                assert!(r["result"]["isError"] != true, "{r}");
+                id += 1;
+            }
+            rss_after.push(rss_kib(child.id()));
+        }
+        rss_after
+    };
     drop(stdin);
     let _ = child.wait();
     let (m50, m95) = (percentile(m.clone(), 50), percentile(m, 95));
@@ -592,7 +610,40 @@ async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
             target: "adds < 1 ms (p50)",
             ok: added < Duration::from_millis(1),
         },
+        match memory[..] {
+            [Some(at_1k), Some(at_20k)] => {
+                let grown = at_20k.saturating_sub(at_1k);
+                Figure {
+                    name: "mcp: RSS after 20 000 read calls",
+                    dsh: format!(
+                        "{at_20k} KiB ({:.0} B/call)",
+                        grown as f64 * 1024.0 / 19_000.0
+                    ),
+                    baseline: format!("{at_1k} KiB after 1 000"),
+                    ratio: at_20k as f64 / at_1k as f64,
+                    target: "within 4 MiB of 1 000 calls'",
+                    ok: grown <= 4 * 1024,
+                }
+            }
+            _ => Figure {
+                name: "mcp: RSS after 20 000 read calls",
+                dsh: "unknown".into(),
+                baseline: "no /proc".into(),
+                ratio: f64::NAN,
+                target: "within 4 MiB of 1 000 calls'",
+                ok: false,
+            },
+        },
     ]
+}
+
+/// The resident set of process `pid` in KiB (`VmRSS`), where `/proc` says.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// One `bash` tool call of `command` through the pipeline, timed; it must succeed.

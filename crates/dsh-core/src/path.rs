@@ -46,9 +46,73 @@ pub fn root_of(path: &Path) -> PathBuf {
     resolved(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
+/// Every symbolic link met on the way to what `path` (absolute) names, in the order they
+/// are met: a link in any component, and each link a link leads to (a chain
+/// `a -> b -> c` gives `a` and `b`). Stops after 40 links, as the kernel does. Whoever can
+/// replace one of them can change what `path` names.
+pub fn links_on_the_way(path: &Path) -> Vec<PathBuf> {
+    use std::path::Component;
+    let mut links = Vec::new();
+    // What is left to walk, last component first.
+    let mut todo: Vec<std::ffi::OsString> = Vec::new();
+    let push_all = |todo: &mut Vec<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            todo.push(c.as_os_str().to_owned());
+        }
+    };
+    push_all(&mut todo, path);
+    let mut at = PathBuf::from("/");
+    while let Some(part) = todo.pop() {
+        match Path::new(&part).components().next() {
+            Some(Component::RootDir) => at = PathBuf::from("/"),
+            Some(Component::CurDir) | None => {}
+            Some(Component::ParentDir) => {
+                at.pop();
+            }
+            Some(_) => {
+                let next = at.join(&part);
+                match std::fs::read_link(&next) {
+                    Ok(target) if links.len() < 40 => {
+                        links.push(next);
+                        // The target replaces this component, relative to where it is.
+                        if target.is_absolute() {
+                            at = PathBuf::from("/");
+                        }
+                        push_all(&mut todo, &target);
+                    }
+                    _ => at = next,
+                }
+            }
+        }
+    }
+    links
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_link_on_the_way_is_found_in_a_chain_and_in_a_component() {
+        let d = std::fs::canonicalize(std::env::temp_dir())
+            .expect("temp")
+            .join(format!("dsh-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("real/app")).expect("dirs");
+        std::os::unix::fs::symlink("real", d.join("mid")).expect("mid");
+        std::os::unix::fs::symlink(d.join("mid"), d.join("top")).expect("top");
+        std::os::unix::fs::symlink("../top/app", d.join("real/up")).expect("up");
+        assert_eq!(
+            links_on_the_way(&d.join("top/app")),
+            vec![d.join("top"), d.join("mid")]
+        );
+        assert_eq!(
+            links_on_the_way(&d.join("real/up")),
+            vec![d.join("real/up"), d.join("top"), d.join("mid")]
+        );
+        assert!(links_on_the_way(&d.join("real/app")).is_empty());
+        std::fs::remove_dir_all(&d).expect("cleanup");
+    }
 
     #[test]
     fn folding_is_lexical_and_keeps_what_it_cannot_fold() {

@@ -5,7 +5,10 @@
 //! `O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC` and mode 0600, under an unpredictable name,
 //! so a file or symlink planted in advance makes the open fail instead of being written
 //! through. The directory and everything in it are removed when the last `Arc<SpillDir>`
-//! is dropped, unless it was made with [`SpillDir::keep`].
+//! is dropped, unless it was made with [`SpillDir::keep`]. A directory is named for its
+//! process (`dsh-spill-<pid>-<random>`), so one left by a dsh that was killed is removed by
+//! the next [`SpillDir::create`] in the same place; a kept one is named
+//! `dsh-spill-kept-<random>` and never removed by dsh.
 
 use std::fs::File;
 use std::io;
@@ -25,15 +28,21 @@ pub struct SpillDir {
 }
 
 impl SpillDir {
-    /// Creates a fresh private directory `dsh-spill-<random>` under `parent` (default: the
-    /// system temp directory, `$TMPDIR` or `/tmp`). It is removed on drop.
+    /// Creates a fresh private directory `dsh-spill-<pid>-<random>` under `parent`
+    /// (default: the system temp directory, `$TMPDIR` or `/tmp`), first removing the ones
+    /// there of dsh processes that died without removing theirs. It is removed on drop.
     ///
     /// # Errors
     /// `IO_FAILED` when the directory cannot be created.
     pub fn create(parent: Option<&Path>) -> Result<SpillDir, HarnessError> {
         let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        remove_stale(&parent);
         for _ in 0..8 {
-            let path = parent.join(format!("dsh-spill-{}", random_hex(12)));
+            let path = parent.join(format!(
+                "{STALE_PREFIX}{}-{}",
+                std::process::id(),
+                random_hex(12)
+            ));
             match rustix::fs::mkdir(&path, Mode::RWXU) {
                 Ok(()) => {
                     // mkdir honours the umask; a umask can only narrow 0700, never widen it.
@@ -65,10 +74,17 @@ impl SpillDir {
         ))
     }
 
-    /// Keeps the directory and its files after drop (so printed spill paths stay valid).
-    /// Default: removed on drop.
+    /// Keeps the directory and its files after drop (so printed spill paths stay valid),
+    /// renamed `dsh-spill-kept-<random>` so no later dsh takes it for a dead one's. Call it
+    /// before making files in it. Default: removed on drop.
     pub fn keep(mut self) -> Self {
         self.keep = true;
+        if let Some(parent) = self.path.parent() {
+            let kept = parent.join(format!("dsh-spill-kept-{}", random_hex(12)));
+            if std::fs::rename(&self.path, &kept).is_ok() {
+                self.path = kept;
+            }
+        }
         self
     }
 
@@ -105,6 +121,27 @@ impl Drop for SpillDir {
             // The directory is ours and private (0700): nothing else can have planted a
             // link in it, and remove_dir_all does not follow symlinks.
             let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The name prefix of a spill directory that is removed with its process.
+const STALE_PREFIX: &str = "dsh-spill-";
+
+/// Removes the spill directories in `parent` of dsh processes that no longer exist (killed
+/// before they could remove their own): `dsh-spill-<pid>-*` directories of ours whose pid
+/// is gone. A link of that name is never followed.
+fn remove_stale(parent: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let uid = rustix::process::getuid().as_raw();
+    for e in entries.flatten() {
+        // The entry's own metadata: a link is a link here, not its target.
+        let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if ours && is_stale_name(&e.file_name(), STALE_PREFIX) {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
@@ -189,6 +226,42 @@ mod tests {
         drop(kept);
         assert!(path.exists());
         std::fs::remove_dir_all(path).expect("cleanup");
+    }
+
+    #[test]
+    fn a_dead_processs_directory_is_removed_by_the_next_and_a_kept_one_never() {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dead = parent.path().join("dsh-spill-4294967295-abc");
+        std::fs::create_dir(&dead).expect("dead");
+        std::fs::write(dead.join("stdout-0-x.log"), "old").expect("file");
+        let kept = SpillDir::create(Some(parent.path())).expect("kept").keep();
+        let kept_path = kept.path().to_path_buf();
+        assert!(
+            kept_path.starts_with(parent.path().join("")),
+            "{kept_path:?}"
+        );
+        drop(kept);
+        let elsewhere = tempfile::tempdir().expect("target");
+        let link = parent.path().join("dsh-spill-4294967294-lnk");
+        std::os::unix::fs::symlink(elsewhere.path(), &link).expect("link");
+        std::fs::write(elsewhere.path().join("precious"), "x").expect("precious");
+        let live = SpillDir::create(Some(parent.path())).expect("create");
+        assert!(!dead.exists(), "the dead one's directory stays");
+        assert!(kept_path.exists(), "a kept directory was removed");
+        assert!(
+            elsewhere.path().join("precious").exists(),
+            "a link was followed"
+        );
+        let name = live
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with(&format!("dsh-spill-{}-", std::process::id())),
+            "{name}"
+        );
     }
 
     #[test]

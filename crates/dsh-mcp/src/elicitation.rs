@@ -27,7 +27,8 @@ use dsh_approval::{
 use dsh_core::CancelToken;
 use dsh_tools::ToolResult;
 use rmcp::model::{
-    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    CustomRequest, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, ProtocolVersion, ServerRequest,
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -265,6 +266,21 @@ pub(crate) fn request(q: &Question) -> ElicitRequest {
         message: message(q),
         requested_schema: ElicitationSchema::new(Default::default()),
     })
+}
+
+/// The `elicitation/create` request for `q` as the negotiated `protocol` has it: with
+/// `mode: "form"` from 2025-11-25 (which added URL elicitation), without it before, where
+/// a strict client's validator refuses a field it does not know.
+pub(crate) fn server_request(q: &Question, protocol: Option<&ProtocolVersion>) -> ServerRequest {
+    let request = request(q);
+    if protocol.is_some_and(|v| *v >= ProtocolVersion::V_2025_11_25) {
+        return ServerRequest::ElicitRequest(request);
+    }
+    let mut params = serde_json::to_value(&request.params).unwrap_or_default();
+    if let Some(map) = params.as_object_mut() {
+        map.remove("mode");
+    }
+    ServerRequest::CustomRequest(CustomRequest::new("elicitation/create", Some(params)))
 }
 
 /// The approval an elicitation answer gives.

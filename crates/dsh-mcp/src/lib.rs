@@ -47,8 +47,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
     ClientResult, ContentBlock, CustomRequest, CustomResult, Implementation, InputRequest,
     InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest,
-    Tool, ToolAnnotations,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -148,20 +148,13 @@ fn hash(arguments: &str) -> u64 {
     u64::from_le_bytes(first)
 }
 
-/// The annotations that are true of a tool.
-fn annotations(name: &str) -> ToolAnnotations {
-    let (read_only, destructive, idempotent, open_world) = match name {
-        "read" | "read_image" | "glob" | "grep" => (true, false, true, false),
-        "write" => (false, true, true, false),
-        "edit" => (false, true, false, false),
-        // A command can do anything the sandbox lets it, the network included.
-        _ => (false, true, false, true),
-    };
+/// A tool's hints as MCP annotations.
+fn annotations(hints: dsh_tools::ToolHints) -> ToolAnnotations {
     let mut a = ToolAnnotations::new();
-    a.read_only_hint = Some(read_only);
-    a.destructive_hint = Some(destructive);
-    a.idempotent_hint = Some(idempotent);
-    a.open_world_hint = Some(open_world);
+    a.read_only_hint = Some(hints.read_only);
+    a.destructive_hint = Some(hints.destructive);
+    a.idempotent_hint = Some(hints.idempotent);
+    a.open_world_hint = Some(hints.open_world);
     a
 }
 
@@ -239,8 +232,17 @@ impl ServerHandler for DshServer {
                     Value::Object(map) => map,
                     _ => serde_json::Map::new(),
                 };
-                let a = annotations(&name);
-                Tool::new(name, description, Arc::new(schema)).with_annotations(a)
+                let Some(tool) = world.tool(&name) else {
+                    return Tool::new(name, description, Arc::new(schema));
+                };
+                let output = match tool.output_schema() {
+                    Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(name, description, Arc::new(schema))
+                    .with_title(tool.title())
+                    .with_annotations(annotations(tool.hints()))
+                    .with_raw_output_schema(Arc::new(output))
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -386,7 +388,12 @@ impl DshServer {
                     } else if modern {
                         break Leg::Park(ask);
                     } else {
-                        let answer = elicit(context, &ask).await;
+                        // A call cancelled meanwhile (its client's input ended) stops
+                        // waiting for the answer.
+                        let answer = tokio::select! {
+                            a = elicit(context, &ask) => a,
+                            () = flight.cancel.cancelled() => ApprovalOutcome::Cancelled,
+                        };
                         let _ = ask.reply.send(answer);
                     }
                 }
@@ -394,7 +401,11 @@ impl DshServer {
         };
         watch.abort();
         if let Some(p) = progress {
+            // Waited for, not only told: a notification it is sending on another thread
+            // must be out before the result, or a client reads progress for a token it has
+            // already closed.
             p.abort();
+            let _ = p.await;
         }
         match leg {
             Leg::Park(ask) => {
@@ -428,7 +439,7 @@ impl DshServer {
 /// client that does not answer within [`elicitation::PARK_LIMIT`], or a call cancelled
 /// meanwhile, withdraws the request (`notifications/cancelled`) and is `cancelled`.
 async fn elicit(context: &RequestContext<RoleServer>, ask: &Ask) -> ApprovalOutcome {
-    let request = ServerRequest::ElicitRequest(elicitation::request(&ask.question));
+    let request = elicitation::server_request(&ask.question, context.protocol_version().as_ref());
     let options = PeerRequestOptions::with_timeout(elicitation::PARK_LIMIT);
     let handle = match context
         .peer
@@ -442,6 +453,8 @@ async fn elicit(context: &RequestContext<RoleServer>, ask: &Ask) -> ApprovalOutc
     tokio::select! {
         r = handle.await_response() => match r {
             Ok(ClientResult::ElicitResult(r)) => elicitation::outcome(&r),
+            // The answer to the request sent without `mode` (before 2025-11-25).
+            Ok(ClientResult::CustomResult(r)) => elicitation::outcome_of_response(Some(&r.0)),
             Err(ServiceError::Timeout { .. }) => ApprovalOutcome::Cancelled,
             // No answer, or not an answer to this: nobody approved.
             _ => ApprovalOutcome::Unavailable,
@@ -466,9 +479,11 @@ fn to_mcp(result: &ToolResult) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     };
-    if let Some(e) = &result.error {
-        out.structured_content = Some(json!({"error": {"name": e.name, "code": e.code}}));
-    }
+    out.structured_content = match &result.error {
+        Some(e) => Some(json!({"error": {"name": e.name, "code": e.code}})),
+        // A tool declares an output schema, so a success always carries its facts.
+        None => Some(result.meta.clone().unwrap_or_else(|| json!({}))),
+    };
     out
 }
 

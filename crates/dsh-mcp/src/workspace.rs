@@ -17,8 +17,9 @@ use dsh_tools::World;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-/// How long the client's roots are waited for before the server's directory is used.
-const ROOTS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the client's roots are waited for before the server's directory is used: the
+/// first call waits this long at most.
+const ROOTS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What an [`Opener`] returns: the connection's World and its session, whose turn is open.
 pub type Opened = (Arc<World>, Arc<Session>);
@@ -55,28 +56,31 @@ impl Workspace {
         // fallback is then the server's directory.
         // A client that does not answer soon is not waited for.
         #[allow(deprecated)]
-        let roots = tokio::select! {
-            r = context.peer.list_roots() => r.ok(),
-            () = tokio::time::sleep(ROOTS_WAIT) => None,
-            () = context.ct.cancelled() => None,
+        let why = tokio::select! {
+            r = context.peer.list_roots() => match r {
+                Ok(r) => match r
+                    .roots
+                    .iter()
+                    .filter_map(|root| file_uri_path(&root.uri))
+                    .find(|p| p.is_dir())
+                {
+                    Some(dir) => return dir,
+                    None if r.roots.is_empty() => "the client's roots list is empty".to_owned(),
+                    None => "the client's roots name no directory on this machine".to_owned(),
+                },
+                Err(e) => format!("the client declares roots but could not list them ({e})"),
+            },
+            () = tokio::time::sleep(ROOTS_WAIT) => format!(
+                "the client declares roots but did not list them within {} s",
+                ROOTS_WAIT.as_secs()
+            ),
+            () = context.ct.cancelled() => "the first call was cancelled before the client listed its roots".to_owned(),
         };
-        #[allow(deprecated)]
-        let first = roots.and_then(|r| {
-            r.roots
-                .iter()
-                .filter_map(|root| file_uri_path(&root.uri))
-                .find(|p| p.is_dir())
-        });
-        match first {
-            Some(dir) => dir,
-            None => {
-                eprintln!(
-                    "dsh mcp: the client's roots name no directory here; working in {}",
-                    self.dir.display()
-                );
-                self.dir.clone()
-            }
-        }
+        eprintln!(
+            "dsh mcp: {why}; working in {} (pass -C DIR to choose)",
+            self.dir.display()
+        );
+        self.dir.clone()
     }
 }
 

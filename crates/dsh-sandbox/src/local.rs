@@ -683,10 +683,22 @@ impl Sandbox for LocalSandbox {
                     }
                     // Regression: a third review renamed a folder above a denied path
                     // (`mv gh gh2`): the next command read the file under its new name.
+                    let roots = policy.writable_dirs();
                     for d in &denied {
-                        for root in policy.writable_dirs() {
-                            if strictly_beneath(d, &root) {
-                                add_anchors(d, &root, &mut anchors);
+                        for root in &roots {
+                            if strictly_beneath(d, root) {
+                                add_anchors(d, root, &mut anchors);
+                            }
+                        }
+                    }
+                    // Regression (review of the config files): a root nested in another
+                    // (the workspace in a configured root, one configured root in another)
+                    // was carried away by renaming a directory above it in the outer one,
+                    // and a trusted workspace's config, or a link, planted in its place.
+                    for inner in &roots {
+                        for outer in &roots {
+                            if strictly_beneath(inner, outer) {
+                                add_anchors(&inner.join("x"), outer, &mut anchors);
                             }
                         }
                     }
@@ -1081,8 +1093,9 @@ fn startup_places(policy: &SandboxPolicy) -> Vec<(PathBuf, PathBuf)> {
     }
     let mut places: Vec<PathBuf> = Vec::new();
     if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
+        // A relative value is to be ignored (the XDG spec).
         let config = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
+            .filter(|v| Path::new(v).is_absolute())
             .map_or_else(|| home.join(".config"), PathBuf::from);
         places.push(dsh_core::path::canonical_path(&config));
         for name in [".local", ".cargo", ".rustup", "go", "bin"] {

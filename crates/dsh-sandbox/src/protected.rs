@@ -251,6 +251,11 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         for name in names {
             let p = base.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
+                // And every link on its way: one a command could replace in a chain
+                // (`config.toml -> ws/current -> real.toml`) would change what it names.
+                b.layout
+                    .protected
+                    .extend(dsh_core::path::links_on_the_way(&p));
                 b.layout.protected.push(p);
             } else {
                 // Missing: where it would be made, through any link on the way

@@ -113,6 +113,22 @@ fn unit_name(id: &str) -> String {
     name
 }
 
+/// Every stored event of session `id`, in order.
+async fn load_events(id: &SessionId, unit: &dyn Unit) -> Result<Vec<Event>, HarnessError> {
+    let data = unit.load_all().await?;
+    let mut events = Vec::new();
+    for (key, v) in data.tables.get(EVENTS).into_iter().flatten() {
+        events.push(event_from(id, v).ok_or_else(|| {
+            HarnessError::new(
+                ErrorCode::StorageMalformed,
+                format!("session \"{id}\": event {key} cannot be read"),
+            )
+        })?);
+    }
+    events.sort_by_key(|e| e.seq);
+    Ok(events)
+}
+
 fn unit_spec(id: &SessionId) -> UnitSpec {
     UnitSpec {
         name: unit_name(id.as_str()),
@@ -234,24 +250,14 @@ impl SessionLog {
             )
         })?;
         let unit = self.storage.open(unit_spec(id)).await?;
-        let data = unit.load_all().await?;
-        let mut events = Vec::new();
-        for (key, v) in data.tables.get(EVENTS).into_iter().flatten() {
-            events.push(event_from(id, v).ok_or_else(|| {
-                HarnessError::new(
-                    ErrorCode::StorageMalformed,
-                    format!("session \"{id}\": event {key} cannot be read"),
-                )
-            })?);
-        }
-        events.sort_by_key(|e| e.seq);
+        let events = load_events(id, &*unit).await?;
         let session = Arc::new(Session {
             header,
             unit,
             cap_bytes: self.cap_bytes,
-            state: tokio::sync::Mutex::new(State::from_events(events)),
+            state: tokio::sync::Mutex::new(State::from_events(&events)),
         });
-        session.close_interrupted_turn().await?;
+        session.close_interrupted_turn(&events).await?;
         self.remember(&session);
         Ok(session)
     }
@@ -325,9 +331,14 @@ fn stored(event: &Event) -> Value {
     })
 }
 
+/// What a session keeps in memory: what the next event needs, never the events (the log
+/// is read from storage when asked for), so memory stays flat however long it runs.
 #[derive(Default)]
 struct State {
-    events: Vec<Event>,
+    /// The sequence number and time of the last event.
+    last: Option<(u64, u64)>,
+    /// The last event of each kind ([`Session::last_of`]).
+    last_of: HashMap<EventKind, Event>,
     /// The turn open now, if any.
     open_turn: Option<u64>,
     /// The last turn number used.
@@ -339,16 +350,17 @@ struct State {
 }
 
 impl State {
-    fn from_events(events: Vec<Event>) -> State {
+    fn from_events(events: &[Event]) -> State {
         let mut st = State::default();
         for e in events {
-            st.track(&e, json_len(&stored(&e)));
-            st.events.push(e);
+            st.track(e, json_len(&stored(e)));
         }
         st
     }
 
     fn track(&mut self, e: &Event, stored_bytes: usize) {
+        self.last = Some((e.seq, e.time_ms));
+        self.last_of.insert(e.kind, e.clone());
         self.logged_bytes = self.logged_bytes.saturating_add(stored_bytes as u64);
         let turn = e.data.get("turn").and_then(Value::as_u64);
         match e.kind {
@@ -363,7 +375,7 @@ impl State {
     }
 
     fn next_seq(&self) -> u64 {
-        self.events.last().map_or(1, |e| e.seq + 1)
+        self.last.map_or(1, |(seq, _)| seq + 1)
     }
 }
 
@@ -469,7 +481,6 @@ impl Session {
             .put(EVENTS, &format!("{:012}", event.seq), &stored)
             .await?;
         st.track(&event, json_len(&stored));
-        st.events.push(event.clone());
         Ok(event)
     }
 
@@ -520,38 +531,34 @@ impl Session {
         self.state.lock().await.open_turn
     }
 
-    /// Every event, in order.
-    pub async fn events(&self) -> Vec<Event> {
-        self.state.lock().await.events.clone()
+    /// Every event, in order, read from storage (a session keeps none in memory).
+    ///
+    /// # Errors
+    /// The storage's errors; `STORAGE_MALFORMED` for an event that cannot be read.
+    pub async fn events(&self) -> Result<Vec<Event>, HarnessError> {
+        // Appends wait, so the list ends at an event boundary.
+        let _st = self.state.lock().await;
+        load_events(&self.header.id, &*self.unit).await
     }
 
     /// The last event of `kind`, if any.
     pub async fn last_of(&self, kind: EventKind) -> Option<Event> {
-        self.find_last(|e| (e.kind == kind).then(|| e.clone()))
-            .await
+        self.state.lock().await.last_of.get(&kind).cloned()
     }
 
-    /// What `f` finds in the last event it finds something in, searching from the newest
-    /// event back, without copying the log (which [`events`](Self::events) does). Appends
-    /// wait while it runs.
-    pub async fn find_last<T>(&self, f: impl FnMut(&Event) -> Option<T>) -> Option<T> {
-        let st = self.state.lock().await;
-        st.events.iter().rev().find_map(f)
-    }
-
-    /// Closes a turn a crash left open (see the [module docs](self)).
-    async fn close_interrupted_turn(&self) -> Result<(), HarnessError> {
+    /// Closes a turn a crash left open (see the [module docs](self)); `events` are the
+    /// session's, as stored.
+    async fn close_interrupted_turn(&self, events: &[Event]) -> Result<(), HarnessError> {
         let mut st = self.state.lock().await;
         let Some(turn) = st.open_turn else {
             return Ok(());
         };
-        let start = st
-            .events
+        let start = events
             .iter()
             .rposition(|e| e.kind == EventKind::TurnStart)
             .unwrap_or(0);
         let mut pending: Vec<(u64, Value)> = Vec::new();
-        for e in &st.events[start..] {
+        for e in &events[start..] {
             let call = e.data.get("callId").cloned().unwrap_or(Value::Null);
             match e.kind {
                 EventKind::ToolCall => pending.push((e.seq, e.data.clone())),
@@ -559,7 +566,7 @@ impl Session {
                 _ => {}
             }
         }
-        let time = st.events.last().map_or_else(now_ms, |e| e.time_ms);
+        let time = st.last.map_or_else(now_ms, |(_, time)| time);
         for (call_seq, call) in pending {
             let data = json!({
                 "turn": turn,

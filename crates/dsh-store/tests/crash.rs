@@ -61,7 +61,7 @@ fn a_killed_writer_leaves_every_committed_event_intact() {
                 .await
                 .expect("reopen");
             let s = log.open(&SessionId::new("crash")).await.expect("open");
-            let events = s.events().await;
+            let events = s.events().await.expect("events");
             // Every event the writer reported committed is there, in order, readable; the
             // open turn was closed by recovery.
             assert!(events.len() as u64 >= committed, "{kind}: lost events");

@@ -63,7 +63,7 @@ async fn a_long_value_is_logged_as_its_head_length_and_digest_and_reloads_so() {
             );
             assert_eq!(e.data["callId"], json!(format!("c{i}")), "{kind}");
         }
-        let before = s.events().await;
+        let before = s.events().await.expect("events");
         let id = s.id().clone();
         drop(s);
         drop(log);
@@ -72,7 +72,7 @@ async fn a_long_value_is_logged_as_its_head_length_and_digest_and_reloads_so() {
         assert!(size < 2 << 20, "{kind}: {size} bytes on disk");
         let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
         let s = log.open(&id).await.expect("open");
-        assert_eq!(s.events().await, before, "{kind}");
+        assert_eq!(s.events().await.expect("events"), before, "{kind}");
     }
 }
 
@@ -99,7 +99,7 @@ async fn a_session_past_its_cap_is_marked_once_and_summarised_even_after_a_reloa
                 .await
                 .expect("append");
         }
-        let events = s.events().await;
+        let events = s.events().await.expect("events");
         let marks: Vec<usize> = (0..events.len())
             .filter(|&i| events[i].kind == EventKind::LogCapped)
             .collect();
@@ -139,13 +139,13 @@ async fn a_session_past_its_cap_is_marked_once_and_summarised_even_after_a_reloa
             .await
             .expect("log");
         let s = log.open(&id).await.expect("open");
-        assert_eq!(s.events().await, events, "{kind}");
+        assert_eq!(s.events().await.expect("events"), events, "{kind}");
         let e = s
             .append(EventKind::ToolResult, result(99))
             .await
             .expect("append");
         assert!(e.data.get("summarised").is_some(), "{kind}: {e:?}");
-        let again = s.events().await;
+        let again = s.events().await.expect("events");
         assert_eq!(
             again
                 .iter()

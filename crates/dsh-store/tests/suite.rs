@@ -132,7 +132,7 @@ async fn sessions_append_in_order_and_reload_identically() {
         .await
         .expect("result");
         s.end_turn("completed").await.expect("end");
-        let before = s.events().await;
+        let before = s.events().await.expect("events");
         assert_eq!(
             before.iter().map(|e| e.seq).collect::<Vec<_>>(),
             [1, 2, 3, 4]
@@ -144,7 +144,7 @@ async fn sessions_append_in_order_and_reload_identically() {
         let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
         let s = log.open(&id).await.expect("open");
         assert_eq!(
-            s.events().await,
+            s.events().await.expect("events"),
             before,
             "{kind}: a balanced log gets no closers"
         );
@@ -187,13 +187,19 @@ async fn a_turn_left_open_is_closed_on_reload() {
         .await
         .expect("result");
         let id = s.id().clone();
-        let last_time = s.events().await.last().expect("last").time_ms;
+        let last_time = s
+            .events()
+            .await
+            .expect("events")
+            .last()
+            .expect("last")
+            .time_ms;
         drop(s);
         drop(log);
 
         let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
         let s = log.open(&id).await.expect("open");
-        let events = s.events().await;
+        let events = s.events().await.expect("events");
         let tail = &events[4..];
         assert_eq!(tail.len(), 2, "{kind}: {events:?}");
         assert_eq!(tail[0].kind, EventKind::ToolResult);
@@ -231,7 +237,13 @@ async fn concurrent_appends_get_consecutive_sequence_numbers() {
         drop(s);
         drop(log);
         let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
-        let events = log.open(&id).await.expect("open").events().await;
+        let events = log
+            .open(&id)
+            .await
+            .expect("open")
+            .events()
+            .await
+            .expect("events");
         assert_eq!(events.len(), 500, "{kind}");
         assert!(
             events
@@ -272,7 +284,7 @@ async fn a_torn_jsonl_tail_is_cut_and_nothing_before_it_is_lost() {
         .await
         .expect("log");
     let s = log.open(&id).await.expect("open");
-    assert_eq!(s.events().await.len(), 3);
+    assert_eq!(s.events().await.expect("events").len(), 3);
     let e = s
         .append(EventKind::SandboxMode, json!({"mode": "read-only"}))
         .await
@@ -416,6 +428,7 @@ async fn session_ids_are_the_names_people_type_and_never_share_a_unit() {
             let modes: Vec<String> = s
                 .events()
                 .await
+                .expect("events")
                 .iter()
                 .filter(|e| e.kind == EventKind::SandboxMode)
                 .map(|e| e.data["mode"].as_str().unwrap_or_default().to_owned())

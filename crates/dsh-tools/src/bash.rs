@@ -107,6 +107,42 @@ impl Tool for BashTool {
         "bash"
     }
 
+    fn title(&self) -> &str {
+        "Run a bash command"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints::ANYTHING
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("exitCode", serde_json::json!({"type": "integer"})),
+                ("signal", serde_json::json!({"type": "string"})),
+                ("timedOut", serde_json::json!({"type": "boolean"})),
+                ("timeoutMs", serde_json::json!({"type": "integer"})),
+                ("truncated", serde_json::json!({"type": "boolean"})),
+                (
+                    "spill",
+                    serde_json::json!({"type": "object", "properties": {
+                        "stdout": {"type": "string"}, "stderr": {"type": "string"}}}),
+                ),
+                (
+                    "sandbox",
+                    serde_json::json!({"type": "object", "properties": {
+                        "mode": {"type": "string"},
+                        "denied": {"type": "boolean"},
+                        "enforcement": {"type": "string"},
+                        "partialReason": {"type": "string"},
+                        "runner": {"type": "string"},
+                        "appeared": {"type": "array", "items": {"type": "string"}}}}),
+                ),
+            ],
+            &["timedOut", "timeoutMs", "truncated"],
+        )
+    }
+
     fn description(&self, world: &World) -> String {
         let mut d = String::from(
             "Run a command line with `bash -c`. Every call is a fresh shell: pass `workdir` \
@@ -213,6 +249,11 @@ impl Tool for BashTool {
             "signal": result.signal.map(|s| s.name()),
             "timedOut": result.timed_out,
             "timeoutMs": result.timeout_ms,
+            "truncated": result.stdout.truncated || result.stderr.truncated,
+            "spill": {
+                "stdout": result.stdout.spill.as_ref().map(|s| s.path.clone()),
+                "stderr": result.stderr.spill.as_ref().map(|s| s.path.clone()),
+            },
             "sandbox": result.sandbox.as_ref().map(|f| json!({
                 "mode": f.mode.as_str(),
                 "denied": f.denied,

@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::bounds::{self, Bound, Bounded};
+use crate::observations::Observation;
 use crate::policy::Escalation;
-use crate::world::Observation;
 use crate::{CallContext, Tool, ToolOutput, World};
 
 /// Lines per `read`: the default and the most.
@@ -102,26 +102,9 @@ fn remediate(e: HarnessError, mode: SandboxMode) -> HarnessError {
     }
 }
 
-/// What the session last saw of the file `key`: this process's memory, else the last
-/// successful `read`/`write`/`edit` result for it in the session log (so a resumed
-/// session, or one `dsh tool` call after another, keeps its reads).
+/// What the session last saw of the file `key` (see [`crate::observations`]).
 async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
-    let session = ctx.session?;
-    if let Some(o) = ctx.world.observed(Some(session.id()), key) {
-        return Some(o);
-    }
-    let key = key.to_string_lossy();
-    session
-        .find_last(|e| {
-            let meta = e.data.get("meta")?;
-            let ok =
-                e.kind == dsh_core::journal::EventKind::ToolResult && e.data["isError"] == false;
-            (ok && meta.get("key").and_then(Value::as_str) == Some(&key))
-                .then(|| meta.get("version").and_then(Value::as_str))
-                .flatten()
-                .map(|v| Observation::Present(dsh_fs::FsVersion::from_token(v)))
-        })
-        .await
+    ctx.world.observed(ctx.session?, key).await
 }
 
 fn schema_of<T: JsonSchema + Bounded>(world: &World) -> Value {
@@ -158,6 +141,29 @@ impl Bounded for ReadArgs {
 impl Tool for ReadTool {
     fn name(&self) -> &str {
         "read"
+    }
+
+    fn title(&self) -> &str {
+        "Read a file"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints::READ_ONLY
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("path", serde_json::json!({"type": "string"})),
+                ("key", serde_json::json!({"type": "string"})),
+                ("offset", serde_json::json!({"type": "integer"})),
+                ("lines", serde_json::json!({"type": "integer"})),
+                ("totalLines", serde_json::json!({"type": "integer"})),
+                ("totalLinesExact", serde_json::json!({"type": "boolean"})),
+                ("version", serde_json::json!({"type": "string"})),
+            ],
+            &["path", "key", "lines", "version"],
+        )
     }
 
     fn description(&self, _world: &World) -> String {
@@ -361,6 +367,38 @@ impl Tool for WriteTool {
         "write"
     }
 
+    fn title(&self) -> &str {
+        "Write a file"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints {
+            read_only: false,
+            destructive: true,
+            idempotent: true,
+            open_world: false,
+        }
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("path", serde_json::json!({"type": "string"})),
+                ("key", serde_json::json!({"type": "string"})),
+                (
+                    "operation",
+                    serde_json::json!({"type": "string", "enum": ["create", "update"]}),
+                ),
+                ("version", serde_json::json!({"type": "string"})),
+                (
+                    "diff",
+                    serde_json::json!({"type": "object", "properties": {"firstLine": {"type": "integer"}, "removed": {"type": "integer"}, "added": {"type": "integer"}}}),
+                ),
+            ],
+            &["path", "key", "operation", "version"],
+        )
+    }
+
     fn action(&self, args: &Value) -> Action {
         file_action_of(args)
     }
@@ -471,6 +509,35 @@ impl Bounded for EditArgs {
 impl Tool for EditTool {
     fn name(&self) -> &str {
         "edit"
+    }
+
+    fn title(&self) -> &str {
+        "Edit a file"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints {
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: false,
+        }
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("path", serde_json::json!({"type": "string"})),
+                ("key", serde_json::json!({"type": "string"})),
+                ("replaced", serde_json::json!({"type": "integer"})),
+                ("version", serde_json::json!({"type": "string"})),
+                (
+                    "diff",
+                    serde_json::json!({"type": "object", "properties": {"firstLine": {"type": "integer"}, "removed": {"type": "integer"}, "added": {"type": "integer"}}}),
+                ),
+            ],
+            &["path", "key", "replaced", "version"],
+        )
     }
 
     fn action(&self, args: &Value) -> Action {

@@ -67,6 +67,25 @@ impl Tool for ReadImageTool {
         "read_image"
     }
 
+    fn title(&self) -> &str {
+        "View an image"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints::READ_ONLY
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("path", serde_json::json!({"type": "string"})),
+                ("mimeType", serde_json::json!({"type": "string"})),
+                ("bytes", serde_json::json!({"type": "integer"})),
+            ],
+            &["path", "mimeType", "bytes"],
+        )
+    }
+
     fn description(&self, _world: &World) -> String {
         "Look at an image file (PNG, JPEG, GIF, WebP; at most 5 MiB): it is returned as an \
          image you can see."

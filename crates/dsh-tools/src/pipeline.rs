@@ -168,7 +168,7 @@ impl World {
                 text: out.text,
                 is_error: false,
                 error: None,
-                meta: out.meta,
+                meta: out.meta.map(crate::without_nulls),
                 image: out.image,
             },
             Err(e) => ToolResult::from_error(&e),

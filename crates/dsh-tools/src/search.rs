@@ -231,6 +231,25 @@ impl Tool for GlobTool {
         "glob"
     }
 
+    fn title(&self) -> &str {
+        "Find files by name"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints::READ_ONLY
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("root", serde_json::json!({"type": "string"})),
+                ("total", serde_json::json!({"type": "integer"})),
+                ("shown", serde_json::json!({"type": "integer"})),
+            ],
+            &["total", "shown"],
+        )
+    }
+
     fn description(&self, _world: &World) -> String {
         "Find files by name pattern (`**/*.rs`, `src/**/mod.rs`, `*.md`), honouring \
          .gitignore, hidden files included, oldest first, at most 100."
@@ -496,6 +515,24 @@ fn grep_blocking(
 impl Tool for GrepTool {
     fn name(&self) -> &str {
         "grep"
+    }
+
+    fn title(&self) -> &str {
+        "Search file contents"
+    }
+
+    fn hints(&self) -> crate::ToolHints {
+        crate::ToolHints::READ_ONLY
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("matches", serde_json::json!({"type": "integer"})),
+                ("shown", serde_json::json!({"type": "integer"})),
+            ],
+            &["matches"],
+        )
     }
 
     fn description(&self, _world: &World) -> String {

@@ -1,19 +1,19 @@
 //! [`World`]: one provider per seam, the shared services, and the tools.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dsh_approval::ApprovalService;
 use dsh_core::{ErrorCode, HarnessError, SessionId};
-use dsh_fs::{FileSystem, FsVersion};
+use dsh_fs::FileSystem;
 use dsh_process::Subprocess;
 use dsh_sandbox::Sandbox;
 
+use crate::observations::{Observation, Observations};
 use crate::PolicyService;
 use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::Shell;
-use dsh_store::session::SessionLog;
+use dsh_store::session::{Session, SessionLog};
 use serde_json::Value;
 
 use crate::{Guard, PostExecute, PreExecute, Tool};
@@ -29,21 +29,12 @@ pub struct World {
     pub(crate) sessions: Arc<SessionLog>,
     pub(crate) shell_env: Arc<ShellEnv>,
     pub(crate) fs: Option<Arc<dyn FileSystem>>,
-    /// What each session last saw of each file: the read-before-edit policy.
-    pub(crate) observations: std::sync::Mutex<HashMap<(SessionId, PathBuf), Observation>>,
+    /// What each session last saw of each file: the read-before-edit memory.
+    pub(crate) observations: std::sync::Mutex<Observations>,
     pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
     pub(crate) pre: Vec<Arc<dyn PreExecute>>,
     pub(crate) post: Vec<Arc<dyn PostExecute>>,
     pub(crate) guards: Vec<Guard>,
-}
-
-/// What a session last saw of a file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Observation {
-    /// It was there, at this version.
-    Present(FsVersion),
-    /// It was not there.
-    Absent,
 }
 
 impl std::fmt::Debug for World {
@@ -103,6 +94,12 @@ impl World {
         self.fs.as_ref()
     }
 
+    fn observations(&self) -> std::sync::MutexGuard<'_, Observations> {
+        self.observations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub(crate) fn observe(
         &self,
         session: Option<&SessionId>,
@@ -110,24 +107,24 @@ impl World {
         o: Observation,
     ) {
         if let Some(s) = session {
-            self.observations
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((s.clone(), key.to_path_buf()), o);
+            self.observations().observe(s, key, o);
         }
     }
 
-    pub(crate) fn observed(
+    /// What `session` last saw at `key`: this World's memory, seeded from the session's
+    /// log the first time the World meets the session (see [`crate::observations`]).
+    pub(crate) async fn observed(
         &self,
-        session: Option<&SessionId>,
+        session: &Session,
         key: &std::path::Path,
     ) -> Option<Observation> {
-        let s = session?;
-        self.observations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(s.clone(), key.to_path_buf()))
-            .cloned()
+        let id = session.id();
+        if self.observations().needs_seed(id) {
+            // A log that cannot be read seeds nothing: the file must be read again.
+            let events = session.events().await.unwrap_or_default();
+            self.observations().seed(id, &events);
+        }
+        self.observations().observed(id, key)
     }
 
     /// Every tool, by name.
@@ -303,7 +300,7 @@ impl WorldBuilder {
                 .shell_env
                 .unwrap_or_else(|| Arc::new(ShellEnv::new(None))),
             fs: self.fs,
-            observations: std::sync::Mutex::new(HashMap::new()),
+            observations: std::sync::Mutex::new(Observations::default()),
             tools: self.tools,
             pre: self.pre,
             post: self.post,

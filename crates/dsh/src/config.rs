@@ -183,20 +183,44 @@ pub fn user_config_path() -> Option<PathBuf> {
 /// # Errors
 /// `CONFIG_INVALID` naming the file, line and key.
 pub fn load(workspace: &Path, flags: &Flags) -> Result<Config, HarnessError> {
+    // The workspace is opened once: trust is decided for the directory that handle is,
+    // and its config read through it, so a link swapped meanwhile (`-C link`) changes
+    // neither. `Config::workspace` is where it really is.
+    let dir = rustix::fs::openat(
+        rustix::fs::CWD,
+        workspace,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| {
+        HarnessError::new(
+            dsh_core::ErrorCode::ProcessCwdInvalid,
+            format!("{}: not a directory dsh can open", workspace.display()),
+        )
+        .with_source(std::io::Error::from(e))
+    })?;
+    let here = real_path(&dir).unwrap_or_else(|| dsh_core::path::canonical_path(workspace));
     let user_file = user_config_path();
-    let mut config = Config::defaults(workspace, user_file.clone());
+    let mut config = Config::defaults(&here, user_file.clone());
     if let Some(user) = &user_file {
-        Layer::read(user, Source::User(user.clone()))?.apply(&mut config)?;
+        Layer::read(user, Source::User(user.clone()), None)?.apply(&mut config)?;
     }
-    let here = dsh_core::path::canonical_path(workspace);
     config.trusted = config
         .trusted_workspaces
         .iter()
         .any(|t| dsh_core::path::canonical_path(&t.value) == here);
-    let ws = workspace.join(".dsh/config.toml");
-    Layer::read(&ws, Source::Workspace(ws.clone()))?.apply(&mut config)?;
+    let ws = here.join(".dsh/config.toml");
+    Layer::read(&ws, Source::Workspace(ws.clone()), Some(&dir))?.apply(&mut config)?;
     config.apply_flags(flags)?;
     Ok(config)
+}
+
+/// The path the open directory `dir` has now, where `/proc` says.
+fn real_path(dir: &rustix::fd::OwnedFd) -> Option<PathBuf> {
+    use rustix::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .ok()
+        .filter(|p| p.is_absolute())
 }
 
 impl Config {
@@ -242,8 +266,12 @@ struct Layer {
 
 impl Layer {
     /// The file at `path` (empty when absent): see [`read_config_file`].
-    fn read(path: &Path, from: Source) -> Result<Layer, HarnessError> {
-        let text = read_config_file(path, matches!(from, Source::Workspace(_)))?;
+    fn read(
+        path: &Path,
+        from: Source,
+        workspace: Option<&rustix::fd::OwnedFd>,
+    ) -> Result<Layer, HarnessError> {
+        let text = read_config_file(path, workspace)?;
         let file: File = toml::from_str(&text).map_err(|e| {
             let at = e
                 .span()
@@ -347,10 +375,8 @@ impl Layer {
                 // directory, and a command must not be able to repoint it elsewhere with a
                 // link before the next run.
                 let real = dsh_core::path::canonical_path(&path);
-                if !Path::new(r).is_absolute()
-                    && !r.starts_with('~')
-                    && !real.starts_with(&workspace)
-                {
+                let relative = plain_path(r).is_some_and(|p| p.is_relative());
+                if relative && !real.starts_with(&workspace) {
                     return Err(self.invalid(
                         "writable_roots",
                         at,
@@ -624,9 +650,8 @@ impl Config {
             let path = &t.value;
             protected.push(path.join(".dsh"));
             protected.push(dsh_core::path::canonical_path(path).join(".dsh"));
-            if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) {
-                protected.push(path.clone());
-            }
+            // Every link on the way: replacing one would point the trusted path elsewhere.
+            protected.extend(dsh_core::path::links_on_the_way(path));
         }
         WorldConfig {
             workspace: self.workspace.clone(),
@@ -711,29 +736,32 @@ const FILE_MAX: u64 = 1 << 20;
 
 /// The text of the config file at `path`, empty when it is missing: a regular file of at
 /// most [`FILE_MAX`] bytes of UTF-8, opened without waiting (a FIFO or a device is refused,
-/// never read). `in_workspace`: `path` is `<workspace>/.dsh/config.toml`, which must not
-/// be a link, nor `.dsh` either: a link's target need not be protected, so a confined
-/// command could rewrite what a trusted workspace's config says.
+/// never read). With `workspace` (the open workspace directory), `path` names its
+/// `.dsh/config.toml`, read through that handle; neither `.dsh` nor the file may be a
+/// link, and the file has one name: a link's target, or a second name, need not be
+/// protected, so a confined command could rewrite what a trusted workspace's config says.
 ///
 /// # Errors
 /// `CONFIG_INVALID` naming the file.
-fn read_config_file(path: &Path, in_workspace: bool) -> Result<String, HarnessError> {
+fn read_config_file(
+    path: &Path,
+    workspace: Option<&rustix::fd::OwnedFd>,
+) -> Result<String, HarnessError> {
     use rustix::fs::{openat, Mode, OFlags, CWD};
     use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     let invalid = |why: &str| HarnessError::config_invalid(format!("{}: {why}", path.display()));
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let opened = if in_workspace {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let name = path.file_name().unwrap_or_default();
-        openat(
-            CWD,
-            dir,
+    let in_workspace = workspace.is_some();
+    let opened = match workspace {
+        Some(ws) => openat(
+            ws,
+            ".dsh",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .and_then(|d| openat(&d, name, flags | OFlags::NOFOLLOW, Mode::empty()))
-    } else {
-        openat(CWD, path, flags, Mode::empty())
+        .and_then(|d| openat(&d, "config.toml", flags | OFlags::NOFOLLOW, Mode::empty())),
+        None => openat(CWD, path, flags, Mode::empty()),
     };
     let fd = match opened {
         Ok(fd) => fd,
@@ -755,6 +783,12 @@ fn read_config_file(path: &Path, in_workspace: bool) -> Result<String, HarnessEr
         .map_err(|e| invalid("cannot read it").with_source(e))?;
     if !meta.is_file() {
         return Err(invalid("not a regular file"));
+    }
+    if in_workspace && meta.nlink() > 1 {
+        return Err(invalid(
+            "it has another name (a hard link), through which a command could rewrite it; \
+             copy it to a file of its own",
+        ));
     }
     let mut bytes = Vec::new();
     (&mut file)
@@ -815,12 +849,19 @@ mod tests {
         let user_file = d.path().join("user.toml");
         std::fs::write(&user_file, user.replace("$WS", &ws.display().to_string())).expect("write");
         let mut c = Config::defaults(&ws, Some(user_file.clone()));
-        Layer::read(&user_file, Source::User(user_file.clone()))?.apply(&mut c)?;
+        Layer::read(&user_file, Source::User(user_file.clone()), None)?.apply(&mut c)?;
         c.trusted = c.trusted_workspaces.iter().any(|t| {
             dsh_core::path::canonical_path(&t.value) == dsh_core::path::canonical_path(&ws)
         });
         let file = ws.join(".dsh/config.toml");
-        Layer::read(&file, Source::Workspace(file.clone()))?.apply(&mut c)?;
+        let dir = rustix::fs::openat(
+            rustix::fs::CWD,
+            &ws,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open ws");
+        Layer::read(&file, Source::Workspace(file.clone()), Some(&dir))?.apply(&mut c)?;
         Ok(c)
     }
 

@@ -61,6 +61,9 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         Box::pin(async move {
             // The workspace is known only now (the client's roots may name it).
             let config = crate::config::load(&cwd, &flags)?;
+            // Where it really is, resolved once: a link a command swaps later does not move
+            // the session.
+            let cwd = config.workspace.clone();
             let session = sessions.create(&cwd).await?;
             eprintln!("dsh mcp: session {} in {}", session.id(), cwd.display());
             let world = Arc::new(crate::tool::world(

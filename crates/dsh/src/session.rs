@@ -68,7 +68,7 @@ async fn run(args: SessionArgs) -> Result<(), HarnessError> {
         }
         SessionCommand::Show { id, json } => {
             let session = log.open(&SessionId::new(id)).await?;
-            for e in session.events().await {
+            for e in session.events().await? {
                 if json {
                     crate::emit(&format!("{}\n", e.to_json()));
                 } else {

@@ -179,7 +179,10 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         Some(j) => j.to_owned(),
         None => "{}".to_owned(),
     };
-    let cwd = workspace_dir(args.dir.as_deref())?;
+    // The configuration first: it says where the workspace really is (links resolved
+    // once, here), and nothing is logged for a configuration that is refused.
+    let config = crate::config::load(&workspace_dir(args.dir.as_deref())?, &args.flags())?;
+    let cwd = config.workspace.clone();
     let state = args
         .state
         .clone()
@@ -194,7 +197,6 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         None => sessions.create(&cwd).await?,
     };
     eprintln!("dsh tool: session {}", session.id());
-    let config = crate::config::load(&cwd, &args.flags())?;
     let world = world(sessions.clone(), &config, args.answer.clone(), &state, true)?;
     apply_flags(&world, &session, args.mode, args.approval).await?;
     session.begin_turn().await?;

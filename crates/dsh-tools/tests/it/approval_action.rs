@@ -17,6 +17,7 @@ use crate::support::{call, code, fixture};
 async fn logged_actions(s: &Session) -> Vec<Value> {
     s.events()
         .await
+        .expect("events")
         .into_iter()
         .filter(|e| e.kind == EventKind::ApprovalAsked)
         .map(|e| e.data["action"].clone())

@@ -354,7 +354,7 @@ async fn read_image_returns_the_image_and_refuses_what_is_not_one() {
         )
         .await;
     assert_eq!(code(&r), Some("FS_TOO_LARGE"));
-    let logged = f.session.events().await;
+    let logged = f.session.events().await.expect("events");
     let first = logged
         .iter()
         .find(|e| e.data.get("image").is_some())

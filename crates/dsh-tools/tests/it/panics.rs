@@ -84,7 +84,7 @@ async fn a_panicking_tool_body_is_an_internal_result_and_the_world_keeps_serving
         )
     );
     // The call and its result are logged as any other.
-    let events = f.session.events().await;
+    let events = f.session.events().await.expect("events");
     let last = events.last().expect("events");
     assert_eq!(last.kind, EventKind::ToolResult);
     assert_eq!(last.data["error"]["code"], "INTERNAL");

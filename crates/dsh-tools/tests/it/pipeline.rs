@@ -226,6 +226,7 @@ async fn ask_goes_to_approval_and_maps_every_outcome() {
         .session
         .events()
         .await
+        .expect("events")
         .iter()
         .skip(1)
         .map(|e| e.kind)
@@ -327,7 +328,7 @@ async fn a_thousand_concurrent_calls_complete_and_are_logged_in_pairs() {
     for (i, t) in tasks.into_iter().enumerate() {
         assert_eq!(t.await.expect("task").text, i.to_string());
     }
-    let events = f.session.events().await;
+    let events = f.session.events().await.expect("events");
     assert!(events
         .iter()
         .enumerate()

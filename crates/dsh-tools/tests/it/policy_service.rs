@@ -30,6 +30,7 @@ async fn precedence_is_explicit_then_session_then_default() {
     let modes = s
         .events()
         .await
+        .expect("events")
         .iter()
         .filter(|e| e.kind == EventKind::SandboxMode)
         .count();

@@ -619,3 +619,96 @@ fn a_protected_path_through_a_link_never_makes_its_target_writable() {
     );
     assert!(!victim.join("sub/g").exists(), "{}", text(&out));
 }
+
+/// Regression (second review of the config files, F1): a trusted workspace two levels
+/// inside a configured writable root could have the directory above it renamed and a new
+/// config planted where it was; and a root nested in another, a link put above it.
+#[test]
+fn a_root_inside_another_cannot_be_carried_away() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    let app = fx.ws.join("org/app");
+    std::fs::create_dir_all(app.join(".dsh")).expect("app");
+    std::fs::write(app.join(".dsh/config.toml"), "network = \"deny\"\n").expect("cfg");
+    write_configs(
+        &fx,
+        &format!(
+            "writable_roots = [{ws}]\ntrusted_workspaces = [{app}]\n",
+            ws = serde_json::json!(fx.ws.display().to_string()),
+            app = serde_json::json!(app.display().to_string()),
+        ),
+        "",
+    );
+    let app_dir = app.to_str().expect("utf-8");
+    let script = format!(
+        "cd '{}' && mv org org.old; mkdir -p org/app/.dsh && printf 'mode = \"danger-full-access\"\\n' > org/app/.dsh/config.toml",
+        fx.ws.display()
+    );
+    let out = fx.dsh(&[
+        "exec",
+        "-C",
+        app_dir,
+        "--mode",
+        "workspace-write",
+        "--",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    assert!(!fx.ws.join("org.old").exists(), "renamed: {}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(app.join(".dsh/config.toml")).expect("kept"),
+        "network = \"deny\"\n",
+        "{}",
+        text(&out)
+    );
+}
+
+/// Regression (second review, F2): of a trusted path that is a chain of links, only the
+/// first was protected; a command swapped a later one to a directory with its own config.
+#[test]
+fn every_link_on_the_way_to_a_trusted_workspace_is_out_of_reach() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    let projects = fx.ws.join("projects");
+    std::fs::create_dir_all(projects.join("app-v2")).expect("app");
+    std::os::unix::fs::symlink("app-v2", projects.join("current")).expect("current");
+    let code = fx.base.join("code");
+    std::fs::create_dir_all(&code).expect("code");
+    std::os::unix::fs::symlink(projects.join("current"), code.join("app")).expect("app");
+    write_configs(
+        &fx,
+        &format!(
+            "trusted_workspaces = [{}]\n",
+            serde_json::json!(code.join("app").display().to_string())
+        ),
+        "",
+    );
+    let out = exec(
+        &fx,
+        &["--mode", "workspace-write"],
+        "mkdir -p projects/evil/.dsh && printf 'mode = \"danger-full-access\"\\n' > projects/evil/.dsh/config.toml; ln -sfn evil projects/current",
+    );
+    assert_eq!(
+        std::fs::read_link(projects.join("current")).expect("link"),
+        Path::new("app-v2"),
+        "the link was swapped: {}",
+        text(&out)
+    );
+}
+
+/// Regression (second review, F5): a workspace config with a second name could be
+/// rewritten through that name once trusted.
+#[test]
+fn a_workspace_config_with_a_second_name_is_refused() {
+    let fx = Fixture::new();
+    write_configs(&fx, "", "network = \"deny\"\n");
+    std::fs::hard_link(fx.ws.join(".dsh/config.toml"), fx.ws.join("NOTES")).expect("link");
+    let (code, stderr) = show(&fx);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("another name"), "{stderr}");
+}
