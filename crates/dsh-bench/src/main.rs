@@ -668,7 +668,7 @@ async fn timed_tool(
     let call = dsh_tools::ToolCall {
         call_id: dsh_core::CallId::new(call_id),
         name: name.into(),
-        arguments: args.to_string(),
+        arguments: args,
     };
     let start = Instant::now();
     let r = world

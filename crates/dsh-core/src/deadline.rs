@@ -19,6 +19,53 @@ use tokio::time::Instant;
 /// the reference implementation validates against, kept for settings portability).
 pub const MAX_TIMER_DELAY_MS: u64 = 2_147_483_647;
 
+/// Why a token was cancelled: a typed cause, read by matching, never by its text (which
+/// is for people: [`Display`](std::fmt::Display)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// dsh got this signal (SIGINT 2 for Ctrl-C, SIGTERM 15, SIGHUP 1).
+    Signal(i32),
+    /// A deadline's own timer ran out after this many milliseconds.
+    TimedOut(u128),
+    /// The MCP client cancelled the request.
+    ClientCancelled,
+    /// The MCP client went away (its input ended).
+    ClientGone,
+    /// The MCP client did not answer an approval question in time.
+    ApprovalTimedOut,
+    /// Anything else, said in words.
+    Other(String),
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CancelReason::Signal(2) => f.write_str("interrupted (Ctrl-C)"),
+            CancelReason::Signal(n) => write!(f, "signal {n}"),
+            CancelReason::TimedOut(ms) => write!(f, "timed out after {ms}ms"),
+            CancelReason::ClientCancelled => f.write_str("cancelled by the MCP client"),
+            CancelReason::ClientGone => f.write_str("the MCP client went away"),
+            CancelReason::ApprovalTimedOut => {
+                f.write_str("the MCP client did not answer the approval in time")
+            }
+            CancelReason::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<&str> for CancelReason {
+    fn from(why: &str) -> CancelReason {
+        CancelReason::Other(why.to_owned())
+    }
+}
+
+impl From<String> for CancelReason {
+    fn from(why: String) -> CancelReason {
+        CancelReason::Other(why)
+    }
+}
+
 /// A cloneable cancellation flag with a reason, shared by everyone who may stop a call.
 ///
 /// Cancelling is idempotent; the first reason is kept.
@@ -29,7 +76,7 @@ pub struct CancelToken {
 
 #[derive(Default)]
 struct CancelInner {
-    reason: OnceLock<(String, Instant)>,
+    reason: OnceLock<(CancelReason, Instant)>,
     notify: Notify,
 }
 
@@ -40,7 +87,7 @@ impl CancelToken {
     }
 
     /// Cancels with `reason`. Later calls keep the first reason.
-    pub fn cancel(&self, reason: impl Into<String>) {
+    pub fn cancel(&self, reason: impl Into<CancelReason>) {
         if self
             .inner
             .reason
@@ -57,8 +104,8 @@ impl CancelToken {
     }
 
     /// The first cancel reason, if cancelled.
-    pub fn reason(&self) -> Option<&str> {
-        self.inner.reason.get().map(|(r, _)| r.as_str())
+    pub fn reason(&self) -> Option<&CancelReason> {
+        self.inner.reason.get().map(|(r, _)| r)
     }
 
     fn cancelled_at(&self) -> Option<Instant> {
@@ -126,7 +173,7 @@ impl Deadline {
         if let Some(up) = upstream {
             if let Some(reason) = up.reason() {
                 let _ = shared.set(Cause::Cancelled);
-                token.cancel(reason);
+                token.cancel(reason.clone());
                 return Deadline {
                     token,
                     shared,
@@ -146,15 +193,14 @@ impl Deadline {
                     let fired = fire_first(at, upstream.as_ref()).await;
                     let _ = cause.set(fired);
                     match fired {
-                        Cause::TimedOut => fused.cancel(format!(
-                            "timed out after {}ms",
-                            timeout.map_or(0, |t| t.as_millis())
-                        )),
+                        Cause::TimedOut => fused
+                            .cancel(CancelReason::TimedOut(timeout.map_or(0, |t| t.as_millis()))),
                         Cause::Cancelled => fused.cancel(
                             upstream
                                 .as_ref()
                                 .and_then(|u| u.reason())
-                                .unwrap_or("cancelled"),
+                                .cloned()
+                                .unwrap_or_else(|| "cancelled".into()),
                         ),
                     }
                 }))
@@ -264,7 +310,10 @@ mod tests {
         d.token().cancelled().await;
         assert_eq!(d.cause(), Some(Cause::TimedOut));
         assert!(!d.is_cancelled());
-        assert_eq!(d.token().reason(), Some("timed out after 100ms"));
+        assert_eq!(
+            d.token().reason().map(ToString::to_string).as_deref(),
+            Some("timed out after 100ms")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -274,7 +323,10 @@ mod tests {
         up.cancel("stop");
         d.token().cancelled().await;
         assert_eq!(d.cause(), Some(Cause::Cancelled));
-        assert_eq!(d.token().reason(), Some("stop"));
+        assert_eq!(
+            d.token().reason().map(ToString::to_string).as_deref(),
+            Some("stop")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -294,7 +346,10 @@ mod tests {
         up.cancel("too late");
         let d = Deadline::new(Some(Duration::from_secs(1)), Some(&up));
         assert_eq!(d.cause(), Some(Cause::Cancelled));
-        assert_eq!(d.token().reason(), Some("too late"));
+        assert_eq!(
+            d.token().reason().map(ToString::to_string).as_deref(),
+            Some("too late")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -318,7 +373,7 @@ mod tests {
         let t = CancelToken::new();
         t.cancel("one");
         t.cancel("two");
-        assert_eq!(t.reason(), Some("one"));
+        assert_eq!(t.reason().map(ToString::to_string).as_deref(), Some("one"));
     }
 
     #[test]

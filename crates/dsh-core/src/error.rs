@@ -278,7 +278,7 @@ impl HarnessError {
     }
 
     /// `ABORTED`: the call was cancelled before work started, with the cancel reason.
-    pub fn aborted_before_start(what: &str, reason: &str) -> Self {
+    pub fn aborted_before_start(what: &str, reason: &crate::CancelReason) -> Self {
         HarnessError::new(
             ErrorCode::Aborted,
             format!("aborted before {what}: {reason}"),
@@ -336,6 +336,18 @@ impl StdError for HarnessError {
         self.source
             .as_deref()
             .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+/// How much of a library's message an error quotes (a parser's message may quote a whole
+/// argument, a pattern compiler's a whole pattern).
+pub const QUOTED_MAX_CHARS: usize = 500;
+
+/// `msg` if it has at most [`QUOTED_MAX_CHARS`] characters, else its head and its size.
+pub fn quoted(msg: &str) -> String {
+    match msg.char_indices().nth(QUOTED_MAX_CHARS) {
+        None => msg.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &msg[..cut], msg.len()),
     }
 }
 
@@ -419,7 +431,7 @@ mod tests {
 
     #[test]
     fn aborted_before_start_names_the_reason() {
-        let e = HarnessError::aborted_before_start("spawn", "too late");
+        let e = HarnessError::aborted_before_start("spawn", &"too late".into());
         assert_eq!(e.message(), "aborted before spawn: too late");
         assert_eq!(e.code(), ErrorCode::Aborted);
     }

@@ -50,6 +50,6 @@ pub mod spill;
 pub mod utf8;
 pub mod visible;
 
-pub use deadline::{clamp_timeout, CancelToken, Cause, Deadline, MAX_TIMER_DELAY_MS};
-pub use error::{ErrorCode, HarnessError};
+pub use deadline::{clamp_timeout, CancelReason, CancelToken, Cause, Deadline, MAX_TIMER_DELAY_MS};
+pub use error::{quoted, ErrorCode, HarnessError, QUOTED_MAX_CHARS};
 pub use id::{CallId, SessionId};

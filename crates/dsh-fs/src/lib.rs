@@ -35,10 +35,12 @@ mod lines;
 mod local;
 mod publish;
 mod sandboxed;
+pub mod search;
 mod stream_edit;
 
 pub use local::LocalFs;
 pub use sandboxed::SandboxedFs;
+pub use search::{GlobFound, GlobQuery, GrepFound, GrepMatch, GrepQuery};
 
 /// Bytes of a file examined for a NUL to call it binary.
 pub const BINARY_SAMPLE: usize = 8192;
@@ -293,6 +295,32 @@ pub trait FileSystem: Send + Sync {
     /// # Errors
     /// `FS_NOT_FOUND`, `FS_NOT_DIRECTORY`, `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError>;
+
+    /// The files beneath `root` (a directory, or a file) whose path matches `query`, as
+    /// [`search`] finds them: ignore files honoured, hidden files included, VCS
+    /// directories never entered, oldest first. Reads only, never confined.
+    ///
+    /// # Errors
+    /// `SEARCH_INVALID_PATTERN`, `SEARCH_ABORTED` once `cancel` fires,
+    /// `SEARCH_RAW_OUTPUT_OVERFLOW`.
+    async fn glob(
+        &self,
+        root: &FsTarget,
+        query: &GlobQuery,
+        cancel: &CancelToken,
+    ) -> Result<GlobFound, HarnessError>;
+
+    /// The lines beneath `root` matching `query`, as [`search`] finds them: hidden and
+    /// binary files skipped, and every file this provider refuses to read never opened.
+    ///
+    /// # Errors
+    /// As [`glob`](Self::glob).
+    async fn grep(
+        &self,
+        root: &FsTarget,
+        query: &GrepQuery,
+        cancel: &CancelToken,
+    ) -> Result<GrepFound, HarnessError>;
 
     /// Writes `content` atomically under `intent` (`None`: create or overwrite) and the
     /// call's `policy`, resolved by the caller: there is no default. A provider that

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_sandbox::SandboxPolicy;
 use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::publish::{self, version_of};
 use crate::{
     fs_error, DirEntry, EditOutcome, EditRequest, FileSystem, FsInfo, FsKind, FsTarget, FsVersion,
-    WriteIntent, WriteOutcome,
+    GlobFound, GlobQuery, GrepFound, GrepQuery, WriteIntent, WriteOutcome,
 };
 
 /// The longest path accepted.
@@ -389,6 +389,27 @@ impl FileSystem for LocalFs {
     ) -> Result<crate::LinesWindow, HarnessError> {
         let (t, cancel) = (target.clone(), cancel.clone());
         blocking(move || crate::lines::read_lines(&t.key, &t.display, limits, &cancel)).await
+    }
+
+    async fn glob(
+        &self,
+        root: &FsTarget,
+        query: &GlobQuery,
+        cancel: &CancelToken,
+    ) -> Result<GlobFound, HarnessError> {
+        let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
+        blocking(move || crate::search::glob(&root, &query, &cancel)).await
+    }
+
+    /// Every file is searched: this provider fences nothing.
+    async fn grep(
+        &self,
+        root: &FsTarget,
+        query: &GrepQuery,
+        cancel: &CancelToken,
+    ) -> Result<GrepFound, HarnessError> {
+        let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
+        blocking(move || crate::search::grep(&root, &query, &[], &cancel)).await
     }
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {

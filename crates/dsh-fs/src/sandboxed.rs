@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat};
 
@@ -13,7 +13,7 @@ use crate::local::{blocking, key_of, LocalFs};
 use crate::publish;
 use crate::{
     fs_error, DirEntry, EditOutcome, EditRequest, FileSystem, FsInfo, FsTarget, FsVersion,
-    WriteIntent, WriteOutcome,
+    GlobFound, GlobQuery, GrepFound, GrepQuery, WriteIntent, WriteOutcome,
 };
 
 /// The host filesystem with a fence on writes and edits, and on reads of the paths a
@@ -374,6 +374,28 @@ impl FileSystem for SandboxedFs {
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {
         self.local.list_dir(target).await
+    }
+
+    async fn glob(
+        &self,
+        root: &FsTarget,
+        query: &GlobQuery,
+        cancel: &CancelToken,
+    ) -> Result<GlobFound, HarnessError> {
+        self.local.glob(root, query, cancel).await
+    }
+
+    /// A file whose reads this provider denies ([`with_deny_read`](Self::with_deny_read))
+    /// is never opened.
+    async fn grep(
+        &self,
+        root: &FsTarget,
+        query: &GrepQuery,
+        cancel: &CancelToken,
+    ) -> Result<GrepFound, HarnessError> {
+        let (root, query, cancel) = (root.key().to_path_buf(), query.clone(), cancel.clone());
+        let deny = self.deny_read.clone();
+        blocking(move || crate::search::grep(&root, &query, &deny, &cancel)).await
     }
 
     async fn write_text(

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use dsh_approval::{
     shown, Action, Answerer, ApprovalOutcome, Question, ACTION_SHOWN_CHARS, REASON_SHOWN_CHARS,
 };
-use dsh_core::CancelToken;
+use dsh_core::{CancelReason, CancelToken};
 use dsh_tools::ToolResult;
 use rmcp::model::{
     CustomRequest, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -111,7 +111,7 @@ impl Desk {
         if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
             // The connection is over: the question is answered at once.
             let _ = reply.send(ApprovalOutcome::Cancelled);
-            flight.cancel.cancel("the MCP client went away");
+            flight.cancel.cancel(CancelReason::ClientGone);
             return state;
         }
         parked.insert(state.clone(), (flight, reply));
@@ -123,9 +123,7 @@ impl Desk {
             let parked = lock(&desk.parked).remove(&key);
             if let Some((flight, reply)) = parked {
                 let _ = reply.send(ApprovalOutcome::Cancelled);
-                flight
-                    .cancel
-                    .cancel("the MCP client did not answer the approval in time");
+                flight.cancel.cancel(CancelReason::ApprovalTimedOut);
                 desk.unroute(&flight.call_id);
             }
         });
@@ -172,10 +170,10 @@ impl Desk {
         let parked: Vec<_> = lock(&self.parked).drain().map(|(_, v)| v).collect();
         for (flight, reply) in parked {
             let _ = reply.send(ApprovalOutcome::Cancelled);
-            flight.cancel.cancel("the MCP client went away");
+            flight.cancel.cancel(CancelReason::ClientGone);
         }
         for (_, cancel) in lock(&self.routes).values() {
-            cancel.cancel("the MCP client went away");
+            cancel.cancel(CancelReason::ClientGone);
         }
     }
 }

@@ -140,9 +140,9 @@ fn call_slots() -> usize {
 /// A fingerprint of a call's arguments (a retry must repeat them): the first 8 bytes of
 /// their SHA-256, which a client cannot steer to match other arguments (SipHash with
 /// fixed keys, `DefaultHasher::new`, it could) and which costs less on a 16 MiB message.
-fn hash(arguments: &str) -> u64 {
+fn hash(arguments: &Value) -> u64 {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(arguments.as_bytes());
+    let digest = Sha256::digest(arguments.to_string().as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(first)
@@ -261,13 +261,15 @@ impl ServerHandler for DshServer {
                 Some(json!({"code": "UNKNOWN_TOOL"})),
             ));
         }
-        let arguments = request
-            .arguments
-            .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
+        // Parsed once, by the transport: the tool gets this object as it is.
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
         let flight = match &request.request_state {
             Some(state) => {
                 // A retry repeats the arguments, or leaves them out.
-                let repeated = (arguments != "{}").then(|| hash(&arguments));
+                let repeated = arguments
+                    .as_object()
+                    .is_some_and(|a| !a.is_empty())
+                    .then(|| hash(&arguments));
                 let Some((flight, reply)) = self.desk.resume(state, &name, repeated) else {
                     return Err(McpError::invalid_params(
                         "this requestState names no waiting call of this tool with these \
@@ -350,7 +352,7 @@ impl DshServer {
             let (ct, cancel) = (context.ct.clone(), flight.cancel.clone());
             tokio::spawn(async move {
                 ct.cancelled().await;
-                cancel.cancel("cancelled by the MCP client");
+                cancel.cancel(dsh_core::CancelReason::ClientCancelled);
             })
         };
         let progress = context.meta.get_progress_token().map(|token| {

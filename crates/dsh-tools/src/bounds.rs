@@ -60,9 +60,7 @@ pub const WRITE_MAX_BYTES: usize = 16 << 20;
 /// `edit`'s `old_string` and `new_string`: 16 MiB each, as [`WRITE_MAX_BYTES`].
 pub const EDIT_MAX_BYTES: usize = WRITE_MAX_BYTES;
 
-/// How much of a parser's message about an argument an error quotes (the message may
-/// quote the argument).
-pub const QUOTED_MAX_CHARS: usize = 500;
+pub use dsh_core::QUOTED_MAX_CHARS;
 
 /// The bound of one string argument.
 #[derive(Clone, Copy, Debug)]
@@ -134,14 +132,6 @@ pub(crate) fn with_max_lengths(mut schema: Value, bounds: &[Bound]) -> Value {
     schema
 }
 
-/// `msg` if it has at most [`QUOTED_MAX_CHARS`] characters, else its head and its size.
-pub(crate) fn shorten(msg: &str) -> String {
-    match msg.char_indices().nth(QUOTED_MAX_CHARS) {
-        None => msg.to_owned(),
-        Some((cut, _)) => format!("{}… ({} bytes in all)", &msg[..cut], msg.len()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,10 +185,10 @@ mod tests {
 
     #[test]
     fn a_long_quoted_message_keeps_its_head_and_its_size() {
-        assert_eq!(shorten("short"), "short");
+        assert_eq!(dsh_core::quoted("short"), "short");
         let long = "é".repeat(QUOTED_MAX_CHARS + 1);
         assert_eq!(
-            shorten(&long),
+            dsh_core::quoted(&long),
             format!("{}… (1002 bytes in all)", "é".repeat(QUOTED_MAX_CHARS))
         );
     }

@@ -37,7 +37,7 @@ const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
 
 use crate::{invalid_args, parse_args};
 
-fn fs_of(world: &World) -> Result<&std::sync::Arc<dyn FileSystem>, HarnessError> {
+pub(crate) fn fs_of(world: &World) -> Result<&std::sync::Arc<dyn FileSystem>, HarnessError> {
     world.fs().ok_or_else(|| {
         HarnessError::config_invalid(
             "this World has no filesystem provider; the file tools need one",

@@ -65,8 +65,26 @@ pub struct ToolCall {
     pub call_id: CallId,
     /// The tool's name.
     pub name: String,
-    /// The raw arguments as the model wrote them (JSON text).
-    pub arguments: String,
+    /// The arguments, parsed once where they arrived (an MCP request's object as it is;
+    /// text through [`ToolCall::from_text`]).
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// A call whose arguments are `text` as a model wrote it: `""` is `{}`, and text that
+    /// is not JSON is a string (which a tool's schema then refuses).
+    pub fn from_text(call_id: CallId, name: impl Into<String>, text: &str) -> ToolCall {
+        let arguments = if text.trim().is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+        };
+        ToolCall {
+            call_id,
+            name: name.into(),
+            arguments,
+        }
+    }
 }
 
 /// What a failed call reports besides its text: a name (`AbortError`,
@@ -320,7 +338,7 @@ where
     T::deserialize(args).map_err(|e| {
         invalid_args(format!(
             "invalid arguments: {}",
-            bounds::shorten(&e.to_string())
+            dsh_core::quoted(&e.to_string())
         ))
     })
 }

@@ -10,7 +10,7 @@ use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
 use dsh_core::journal::EventKind;
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{CallContext, CallView, PostDecision, PreDecision, ToolCall, ToolResult, World};
 
@@ -52,7 +52,8 @@ impl World {
             let logged = s
                 .append(
                     EventKind::ToolCall,
-                    json!({"turn": turn, "callId": call.call_id.as_str(), "name": call.name, "arguments": call.arguments}),
+                    // As JSON text: the log bounds a long one as its head and digest.
+                    json!({"turn": turn, "callId": call.call_id.as_str(), "name": call.name, "arguments": call.arguments.to_string()}),
                 )
                 .await;
             if let Err(e) = logged {
@@ -60,11 +61,10 @@ impl World {
                 return ToolResult::from_error(&e);
             }
         }
-        let args = parse_arguments(&call.arguments);
         let view = CallView {
             call_id: call.call_id.clone(),
             name: call.name.clone(),
-            arguments: Arc::new(args),
+            arguments: Arc::new(call.arguments),
         };
         let stage = self.run_stages(session, &view, &cancel).await;
         let mut result = match stage {
@@ -274,12 +274,4 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
 
 fn cancelled_text(name: &str) -> String {
     format!("approval for tool \"{name}\" was cancelled")
-}
-
-/// The arguments as JSON: `""` is `{}`; text that is not JSON stays a string.
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }

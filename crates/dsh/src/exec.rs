@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use dsh_core::{CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
+use dsh_core::{CancelReason, CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
     CaptureLimits, CollectedOutput, Outcome, OutputMode, SpawnSpec, StdinMode, Subprocess,
 };
@@ -323,15 +323,12 @@ async fn run(args: &ExecArgs) -> u8 {
 }
 
 /// The exit status `timeout(1)` would give.
-fn exit_status(outcome: Outcome, timed_out: bool, interrupted_by: Option<&str>) -> u8 {
+fn exit_status(outcome: Outcome, timed_out: bool, interrupted_by: Option<&CancelReason>) -> u8 {
     if timed_out {
         return EXIT_TIMED_OUT;
     }
-    if let Some(sig) = interrupted_by
-        .and_then(|r| r.strip_prefix("signal "))
-        .and_then(|n| n.parse::<u8>().ok())
-    {
-        return 128u8.saturating_add(sig);
+    if let Some(CancelReason::Signal(sig)) = interrupted_by {
+        return 128u8.saturating_add(u8::try_from(*sig).unwrap_or(0));
     }
     match outcome {
         Outcome::Exited(c) => (c & 0xff) as u8,
@@ -359,7 +356,7 @@ fn watch_signals(interrupt: CancelToken) -> tokio::task::JoinHandle<()> {
             _ = term.recv() => 15,
             _ = hup.recv() => 1,
         };
-        interrupt.cancel(format!("signal {n}"));
+        interrupt.cancel(CancelReason::Signal(n));
     })
 }
 

@@ -205,15 +205,15 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         let interrupt = interrupt.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                interrupt.cancel("interrupted (Ctrl-C)");
+                interrupt.cancel(dsh_core::CancelReason::Signal(2));
             }
         })
     };
-    let call = ToolCall {
-        call_id: CallId::new(format!("c{}", dsh_core::spill::random_hex(8))),
-        name: args.name.clone(),
-        arguments: raw,
-    };
+    let call = ToolCall::from_text(
+        CallId::new(format!("c{}", dsh_core::spill::random_hex(8))),
+        args.name.clone(),
+        &raw,
+    );
     let result = world.call(Some(&session), call, interrupt.clone()).await;
     watcher.abort();
     let reason = if interrupt.is_cancelled() {

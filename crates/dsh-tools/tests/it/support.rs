@@ -49,7 +49,7 @@ pub fn call(name: &str, args: Value) -> ToolCall {
     ToolCall {
         call_id: CallId::new(format!("c{}", dsh_core::spill::random_hex(6))),
         name: name.into(),
-        arguments: args.to_string(),
+        arguments: args,
     }
 }
 
