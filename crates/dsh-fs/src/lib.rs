@@ -31,8 +31,10 @@ use async_trait::async_trait;
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_sandbox::SandboxPolicy;
 
+mod edit;
 mod lines;
 mod local;
+pub mod observations;
 mod publish;
 mod sandboxed;
 pub mod search;

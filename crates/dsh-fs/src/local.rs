@@ -504,7 +504,7 @@ impl FileSystem for LocalFs {
                         ),
                     )
                 })?;
-                publish::edit(&dir, name, &t.display, &edit, expected.as_ref())
+                crate::edit::edit(&dir, name, &t.display, &edit, expected.as_ref())
             }),
         )
         .await

@@ -461,7 +461,7 @@ impl FileSystem for SandboxedFs {
                         .ok_or_else(|| {
                             HarnessError::internal("fence: confined mode without a directory")
                         })?;
-                    publish::edit(&dir, &name, t.display(), &edit, expected.as_ref())
+                    crate::edit::edit(&dir, &name, t.display(), &edit, expected.as_ref())
                 }),
             )
             .await

@@ -21,9 +21,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::bounds::{self, Bound, Bounded};
-use crate::observations::Observation;
 use crate::policy::Escalation;
 use crate::{CallContext, Tool, ToolOutput, World};
+use dsh_fs::observations::Observation;
 
 /// Lines per `read`: the default and the most.
 pub const READ_LIMIT: u64 = 2000;
@@ -102,7 +102,7 @@ fn remediate(e: HarnessError, mode: SandboxMode) -> HarnessError {
     }
 }
 
-/// What the session last saw of the file `key` (see [`crate::observations`]).
+/// What the session last saw of the file `key` (see [`dsh_fs::observations`]).
 async fn observation(ctx: &CallContext<'_>, key: &Path) -> Option<Observation> {
     ctx.world.observed(ctx.session?, key).await
 }

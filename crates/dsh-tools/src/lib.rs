@@ -46,7 +46,6 @@ pub mod bounds;
 pub mod escalation;
 pub mod files;
 pub mod image;
-pub mod observations;
 mod pipeline;
 mod policy;
 pub mod policy_service;

@@ -9,8 +9,8 @@ use dsh_fs::FileSystem;
 use dsh_process::Subprocess;
 use dsh_sandbox::Sandbox;
 
-use crate::observations::{Observation, Observations};
 use crate::PolicyService;
+use dsh_fs::observations::{Observation, Observations};
 use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::Shell;
 use dsh_store::session::{Session, SessionLog};
@@ -112,7 +112,7 @@ impl World {
     }
 
     /// What `session` last saw at `key`: this World's memory, seeded from the session's
-    /// log the first time the World meets the session (see [`crate::observations`]).
+    /// log the first time the World meets the session (see [`dsh_fs::observations`]).
     pub(crate) async fn observed(
         &self,
         session: &Session,

@@ -1,5 +1,6 @@
-//! The read-before-edit memory: what each session last saw of each file, so `write` and
-//! `edit` change only a file the session has seen as it is now.
+//! The read-before-edit memory: what each session last saw of each file, so a write or
+//! an edit changes only a file the session has seen as it is now (the file tools keep one
+//! per World, whatever the provider).
 //!
 //! It is bounded: past [`OBSERVATIONS_MAX`] entries the oldest is forgotten (its file must
 //! be read again before it is changed, which the error says), so a session of 100 000
@@ -11,9 +12,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
+use crate::FsVersion;
 use dsh_core::journal::{Event, EventKind};
 use dsh_core::SessionId;
-use dsh_fs::FsVersion;
 use serde_json::Value;
 
 /// How many (session, file) entries are remembered.
@@ -21,7 +22,7 @@ pub const OBSERVATIONS_MAX: usize = 10_000;
 
 /// What a session last saw of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Observation {
+pub enum Observation {
     /// It was there, at this version.
     Present(FsVersion),
     /// It was not there.
@@ -32,7 +33,7 @@ type Key = (SessionId, PathBuf);
 
 /// See the [module docs](self).
 #[derive(Default)]
-pub(crate) struct Observations {
+pub struct Observations {
     /// Each entry with the stamp of its last change.
     map: HashMap<Key, (u64, Observation)>,
     /// Entries in the order of their changes (a stale stamp is skipped when evicting).
@@ -45,7 +46,7 @@ pub(crate) struct Observations {
 impl Observations {
     /// Records that `session` saw `o` at `key`, forgetting the oldest entry past the
     /// bound.
-    pub(crate) fn observe(&mut self, session: &SessionId, key: &Path, o: Observation) {
+    pub fn observe(&mut self, session: &SessionId, key: &Path, o: Observation) {
         self.stamp += 1;
         let k = (session.clone(), key.to_path_buf());
         self.map.insert(k.clone(), (self.stamp, o));
@@ -68,21 +69,21 @@ impl Observations {
     }
 
     /// What `session` last saw at `key`, if it is remembered.
-    pub(crate) fn observed(&self, session: &SessionId, key: &Path) -> Option<Observation> {
+    pub fn observed(&self, session: &SessionId, key: &Path) -> Option<Observation> {
         self.map
             .get(&(session.clone(), key.to_path_buf()))
             .map(|(_, o)| o.clone())
     }
 
     /// Whether `session` still needs seeding from its log.
-    pub(crate) fn needs_seed(&self, session: &SessionId) -> bool {
+    pub fn needs_seed(&self, session: &SessionId) -> bool {
         !self.seeded.contains(session)
     }
 
     /// Seeds `session` from its log's `events` (oldest first): each successful result that
     /// names a file's key and version. Entries this World recorded meanwhile are newer and
     /// stay.
-    pub(crate) fn seed(&mut self, session: &SessionId, events: &[Event]) {
+    pub fn seed(&mut self, session: &SessionId, events: &[Event]) {
         if !self.seeded.insert(session.clone()) {
             return;
         }
