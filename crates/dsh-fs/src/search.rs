@@ -115,6 +115,16 @@ fn glob_matcher(pattern: &str, what: &str) -> Result<GlobSet, HarnessError> {
     GlobSetBuilder::new().add(glob).build().map_err(rejected)
 }
 
+/// `path` relative to the walk's `root`; the root's own name when the root is the file
+/// itself (a search of one file).
+fn relative<'a>(root: &'a Path, path: &'a Path) -> &'a Path {
+    match path.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => root.file_name().map_or(rel, Path::new),
+        Ok(rel) => rel,
+        Err(_) => path,
+    }
+}
+
 /// Whether `rel` (relative to the root) matches as ripgrep's `--glob` would: a pattern
 /// without `/` matches the file name at any depth, one with `/` the relative path.
 fn glob_hit(m: &GlobSet, pattern: &str, rel: &Path) -> bool {
@@ -157,7 +167,7 @@ pub fn glob(
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
-        let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+        let rel = relative(root, entry.path());
         if glob_hit(&m, &query.pattern, rel) {
             if found.len() >= SEARCH_MAX_FOUND {
                 return Err(overflow("glob"));
@@ -273,7 +283,7 @@ pub fn grep(
                 if !entry.file_type().is_some_and(|t| t.is_file()) {
                     return WalkState::Continue;
                 }
-                let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+                let rel = relative(root, entry.path());
                 if let Some((m, p)) = inc {
                     if !glob_hit(m, p, rel) {
                         return WalkState::Continue;
@@ -281,6 +291,7 @@ pub fn grep(
                 }
                 if deny.denies_as_written(entry.path())
                     || deny.denies_canonical(&canonical_root.join(rel))
+                    || deny.denies_canonical(canonical_root)
                 {
                     return WalkState::Continue;
                 }
@@ -292,7 +303,12 @@ pub fn grep(
                 // Opened at its canonical path with no symlink allowed on the way
                 // (a directory swapped for a link since the walk listed it is refused, not
                 // followed into a denied one), and checked by identity (a hard link).
-                let Ok(file) = crate::open_no_symlinks(&canonical_root.join(rel)) else {
+                let at = if entry.path() == root {
+                    canonical_root.clone()
+                } else {
+                    canonical_root.join(rel)
+                };
+                let Ok(file) = crate::open_no_symlinks(&at) else {
                     return WalkState::Continue;
                 };
                 let denied = file.metadata().is_ok_and(|m| {

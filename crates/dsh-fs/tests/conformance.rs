@@ -256,6 +256,14 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         code(fs.grep(&root, &g("(", None, 10), &cancel).await),
         ErrorCode::SearchInvalidPattern
     );
+    // A file as the root: that file is searched (regression: it found nothing).
+    let found = fs
+        .grep(&a, &g("beta", None, 10), &cancel)
+        .await
+        .expect("grep");
+    assert_eq!(found.total, 2, "{:?}", found.matches);
+    let found = fs.glob(&a, &q("*.txt", 10), &cancel).await.expect("glob");
+    assert_eq!(found.paths, [ws.join("a.txt")]);
     let stopped = CancelToken::new();
     stopped.cancel("test");
     assert_eq!(
@@ -300,6 +308,32 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .await
         .expect("grep");
     assert_eq!(found.total, 0, "{:?}", found.matches);
+    // Regression (review, helper-21): a denied name that is a link (a dotfiles
+    // `~/.gnupg -> dots/gnupg`) left its target readable and searchable; the denied name
+    // as the root finds nothing.
+    std::fs::create_dir_all(ws.join("dots/gnupg")).expect("dots");
+    std::fs::write(ws.join("dots/gnupg/key"), "alpha key\n").expect("key");
+    std::os::unix::fs::symlink("dots/gnupg", ws.join(".gnupg")).expect("link");
+    let gpg = SandboxedFs::new(LocalFs::new(&ws)).with_deny_read([ws.join(".gnupg")]);
+    let found = gpg
+        .grep(&root, &q, &CancelToken::new())
+        .await
+        .expect("grep");
+    let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
+    assert!(!paths.contains(&ws.join("dots/gnupg/key")), "{paths:?}");
+    let gnupg = gpg.resolve(".gnupg", Some(&ws)).await.expect("resolve");
+    let found = gpg
+        .grep(&gnupg, &q, &CancelToken::new())
+        .await
+        .expect("grep");
+    assert_eq!(found.total, 0, "{:?}", found.matches);
+    let key = gpg
+        .resolve("dots/gnupg/key", Some(&ws))
+        .await
+        .expect("resolve");
+    let e = gpg.read_text(&key, 1 << 20).await.expect_err("its target");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
+    std::fs::remove_file(ws.join("dots/gnupg/key")).expect("clean");
     let local = LocalFs::new(&ws);
     let found = local
         .grep(&root, &q, &CancelToken::new())

@@ -188,7 +188,8 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
 }
 
 /// `patterns` made ready to test many paths without a lookup per path: each pattern as
-/// written and with its directory's symlinks resolved.
+/// written, with its directory's symlinks resolved, and each match where it really is (a
+/// denied `~/.gnupg` that is a link to `dots/gnupg` denies `dots/gnupg` too).
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
     patterns: Vec<PathBuf>,
@@ -210,7 +211,13 @@ impl Matcher {
                 }
             }
         }
-        let ids = expand(patterns)
+        let real = expand(patterns);
+        for r in &real {
+            if !out.contains(r) {
+                out.push(r.clone());
+            }
+        }
+        let ids = real
             .iter()
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| {
