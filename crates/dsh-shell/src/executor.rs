@@ -400,7 +400,11 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
         let (outcome, cause) = tokio::select! {
             outcome = process.done() => (outcome, None),
             () = deadline.token().cancelled() => {
-                process.terminate();
+                // Whoever would read what a graceful end prints is gone: no grace.
+                match deadline.token().reason() {
+                    Some(dsh_core::CancelReason::ClientGone) => process.signal_kill(),
+                    _ => process.terminate(),
+                }
                 (process.done().await, deadline.cause())
             }
         };
