@@ -333,6 +333,21 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .expect("resolve");
     let e = gpg.read_text(&key, 1 << 20).await.expect_err("its target");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
+    // And a hard link elsewhere to a file inside a denied directory (review, helper-21).
+    std::fs::hard_link(ws.join("dots/gnupg/key"), ws.join("notes.txt")).expect("hard link");
+    let other = gpg.resolve("notes.txt", Some(&ws)).await.expect("resolve");
+    let e = gpg
+        .read_text(&other, 1 << 20)
+        .await
+        .expect_err("another name");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
+    let found = gpg
+        .grep(&root, &q, &CancelToken::new())
+        .await
+        .expect("grep");
+    let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
+    assert!(!paths.contains(&ws.join("notes.txt")), "{paths:?}");
+    std::fs::remove_file(ws.join("notes.txt")).expect("clean");
     std::fs::remove_file(ws.join("dots/gnupg/key")).expect("clean");
     let local = LocalFs::new(&ws);
     let found = local

@@ -193,8 +193,9 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
     patterns: Vec<PathBuf>,
-    /// `(dev, ino)` of each denied path that exists: another name for one (a hard link) is
-    /// denied too.
+    /// `(dev, ino)` of each denied path that exists, and of the files beneath a denied
+    /// directory (at most [`IDENTITIES_MAX`]): another name for one (a hard link) is denied
+    /// too.
     ids: Vec<(u64, u64)>,
 }
 
@@ -217,7 +218,7 @@ impl Matcher {
                 out.push(r.clone());
             }
         }
-        let ids = real
+        let mut ids: Vec<(u64, u64)> = real
             .iter()
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| {
@@ -225,6 +226,11 @@ impl Matcher {
                 (m.dev(), m.ino())
             })
             .collect();
+        // Regression (review, helper-21): a hard link elsewhere to a file inside a denied
+        // directory (`~/.ssh/id_ed25519`) was read under its other name.
+        beneath_identities(&real, &mut ids);
+        ids.sort_unstable();
+        ids.dedup();
         Matcher { patterns: out, ids }
     }
 
@@ -242,6 +248,42 @@ impl Matcher {
     /// Whether `path`, known to be canonical (no symlink in it), is denied.
     pub fn denies_canonical(&self, path: &Path) -> bool {
         self.denies_as_written(path)
+    }
+}
+
+/// How many identities of files beneath denied directories a [`Matcher`] keeps: a denied
+/// directory holds keys and tokens, a few dozen files; past this, the rest are denied by
+/// name only.
+pub const IDENTITIES_MAX: usize = 4096;
+
+/// Adds to `ids` the identities of the regular files beneath each directory of `dirs`
+/// (canonical), never following a link, at most [`IDENTITIES_MAX`] in all.
+fn beneath_identities(dirs: &[PathBuf], ids: &mut Vec<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = 0usize;
+    let mut todo: Vec<(PathBuf, usize)> = dirs
+        .iter()
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .map(|d| (d.clone(), 0))
+        .collect();
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > IDENTITIES_MAX {
+                return;
+            }
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() && depth < 16 {
+                todo.push((e.path(), depth + 1));
+            } else if kind.is_file() {
+                if let Ok(m) = e.metadata() {
+                    ids.push((m.dev(), m.ino()));
+                }
+            }
+        }
     }
 }
 
