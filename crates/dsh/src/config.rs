@@ -205,10 +205,7 @@ pub fn load(workspace: &Path, flags: &Flags) -> Result<Config, HarnessError> {
     if let Some(user) = &user_file {
         Layer::read(user, Source::User(user.clone()), None)?.apply(&mut config)?;
     }
-    config.trusted = config
-        .trusted_workspaces
-        .iter()
-        .any(|t| dsh_core::path::canonical_path(&t.value) == here);
+    config.decide_trust(&here);
     let ws = here.join(".dsh/config.toml");
     Layer::read(&ws, Source::Workspace(ws.clone()), Some(&dir))?.apply(&mut config)?;
     config.apply_flags(flags)?;
@@ -224,6 +221,14 @@ fn real_path(dir: &rustix::fd::OwnedFd) -> Option<PathBuf> {
 }
 
 impl Config {
+    /// Whether the user's config trusts the workspace that really is at `here`.
+    fn decide_trust(&mut self, here: &Path) {
+        self.trusted = self
+            .trusted_workspaces
+            .iter()
+            .any(|t| dsh_core::path::canonical_path(&t.value) == here);
+    }
+
     /// dsh's defaults for `workspace`, the user's file being `user_file`.
     fn defaults(workspace: &Path, user_file: Option<PathBuf>) -> Config {
         let shell = ShellConfig::default();
@@ -324,10 +329,7 @@ impl Layer {
     }
 
     fn set<T>(&self, slot: &mut Set<T>, value: T) {
-        *slot = Set {
-            value,
-            from: self.from.clone(),
-        };
+        *slot = self.entry(value);
     }
 
     /// Applies every key of this file to `config`.
@@ -617,12 +619,7 @@ impl Config {
             self.allow_partial = Set::flag(true);
         }
         for p in &flags.protected {
-            if !p.components().all(|c| {
-                matches!(
-                    c,
-                    std::path::Component::RootDir | std::path::Component::Normal(_)
-                )
-            }) {
+            if !is_plain(p) {
                 return Err(HarnessError::invalid_argument(format!(
                     "--protect {}: not a plain path (no `.` or `..` parts)",
                     p.display()
@@ -816,14 +813,18 @@ fn rank(mode: SandboxMode) -> u8 {
 /// A path value: `~/` expanded; `None` for an empty one, one with a NUL byte, or one with
 /// a `.` or `..` component (`protected = ["../.."]` must not reach outside the workspace).
 fn plain_path(v: &str) -> Option<PathBuf> {
-    use std::path::Component;
     if v.trim().is_empty() || v.contains('\0') {
         return None;
     }
     let p = dsh_sandbox::deny_read::expand_home(v)?;
+    is_plain(&p).then_some(p)
+}
+
+/// Whether `p` has no `.` or `..` component.
+fn is_plain(p: &Path) -> bool {
+    use std::path::Component;
     p.components()
         .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        .then_some(p)
 }
 
 /// The line (1-based) of byte offset `at` in `text`.
@@ -850,9 +851,7 @@ mod tests {
         std::fs::write(&user_file, user.replace("$WS", &ws.display().to_string())).expect("write");
         let mut c = Config::defaults(&ws, Some(user_file.clone()));
         Layer::read(&user_file, Source::User(user_file.clone()), None)?.apply(&mut c)?;
-        c.trusted = c.trusted_workspaces.iter().any(|t| {
-            dsh_core::path::canonical_path(&t.value) == dsh_core::path::canonical_path(&ws)
-        });
+        c.decide_trust(&dsh_core::path::canonical_path(&ws));
         let file = ws.join(".dsh/config.toml");
         let dir = rustix::fs::openat(
             rustix::fs::CWD,

@@ -83,10 +83,9 @@ pub struct ExecArgs {
     argv: Vec<OsString>,
 }
 
-/// A confined command: its policy, the provider (which owns the private temp directory,
-/// so it must outlive the command) and the confinement.
+/// A confined command: the provider (which owns the private temp directory, so it must
+/// outlive the command) and the confinement.
 struct Confined {
-    policy: SandboxPolicy,
     sandbox: LocalSandbox,
     confinement: Confinement,
 }
@@ -130,9 +129,8 @@ async fn confine(
     let sandbox = config.sandbox();
     let confinement = sandbox.confine(&args.argv, &policy)?;
     Ok((
-        policy.clone(),
+        policy,
         Some(Confined {
-            policy,
             sandbox,
             confinement,
         }),
@@ -261,11 +259,11 @@ async fn run(args: &ExecArgs) -> u8 {
         quarantined,
     } = match confined
         .as_ref()
-        .filter(|c| c.policy.mode == SandboxMode::WorkspaceWrite)
+        .filter(|_| policy.mode == SandboxMode::WorkspaceWrite)
     {
         Some(c) => {
             let temp = Vec::from_iter(c.sandbox.temp_dir());
-            service.after_command(&c.policy, &temp).await
+            service.after_command(&policy, &temp).await
         }
         None => AfterCommand::default(),
     };
