@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::journal::{EventKind, Journal};
+use dsh_core::journal::{EventKind, Journal, Logged, Record};
 use dsh_core::{CancelToken, HarnessError};
 use serde_json::{json, Map, Value};
 
@@ -278,13 +278,14 @@ impl ApprovalService {
 
     /// The session's policy: its last `approval/policy` event, else the default.
     pub async fn effective_policy(&self, session: &dyn Journal) -> ApprovalPolicy {
-        match session.last_of(EventKind::ApprovalPolicy).await {
-            Some(e) => match e.data.get("policy").and_then(Value::as_str) {
+        let logged = session.last_of(EventKind::ApprovalPolicy).await;
+        match logged.map(|e| e.record()) {
+            Some(Ok(Record::ApprovalPolicy { policy })) => match policy.whole() {
                 Some("never") => ApprovalPolicy::Never,
                 Some(_) => ApprovalPolicy::Ask,
                 None => self.default_policy,
             },
-            None => self.default_policy,
+            _ => self.default_policy,
         }
     }
 
@@ -302,10 +303,9 @@ impl ApprovalService {
             return Ok(false);
         }
         session
-            .append(
-                EventKind::ApprovalPolicy,
-                json!({"policy": policy.as_str()}),
-            )
+            .append(Record::ApprovalPolicy {
+                policy: policy.as_str().into(),
+            })
             .await?;
         Ok(true)
     }
@@ -332,20 +332,14 @@ impl ApprovalService {
             )));
         }
         let id = dsh_core::spill::random_hex(32);
-        let mut asked = Map::new();
-        asked.insert("id".into(), json!(id));
-        asked.insert("toolName".into(), json!(request.tool_name));
-        if let Some(c) = &request.call_id {
-            asked.insert("callId".into(), json!(c));
-        }
-        if let Some(a) = &request.action {
-            asked.insert("action".into(), a.to_json());
-        }
-        if let Some(r) = &request.reason {
-            asked.insert("reason".into(), json!(r));
-        }
         session
-            .append(EventKind::ApprovalAsked, Value::Object(asked))
+            .append(Record::ApprovalAsked {
+                id: id.as_str().into(),
+                tool_name: request.tool_name.as_str().into(),
+                call_id: request.call_id.as_deref().map(Logged::from),
+                action: request.action.as_ref().map(Action::to_json),
+                reason: request.reason.as_deref().map(Logged::from),
+            })
             .await?;
         let question = Question {
             id: id.clone(),
@@ -359,10 +353,10 @@ impl ApprovalService {
         };
         let outcome = self.decide(session, question, request.cancel).await;
         session
-            .append(
-                EventKind::ApprovalDecided,
-                json!({"id": id, "outcome": outcome.as_str()}),
-            )
+            .append(Record::ApprovalDecided {
+                id: id.into(),
+                outcome: outcome.as_str().into(),
+            })
             .await?;
         Ok(outcome)
     }

@@ -2,13 +2,22 @@
 //! through.
 //!
 //! Seams that must leave an audit trail (the approval service, the sandbox policy, the
-//! tools pipeline) write [`Event`]s through a [`Journal`], the view of one session they
-//! need; `dsh-store` provides the durable implementation.
+//! tools pipeline) append typed [`Record`]s through a [`Journal`], the view of one
+//! session they need; `dsh-store` provides the durable implementation, which stores each
+//! as an [`Event`] and keeps the log bounded. Readers get the record back with
+//! [`Event::record`]: typed on the way in and out, with the log's bounds in the types
+//! (a long string may come back as its head and digest, see [`Logged`]).
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use crate::{HarnessError, SessionId};
+use crate::{ErrorCode, HarnessError, SessionId};
+
+mod logged;
+mod record;
+
+pub use logged::Logged;
+pub use record::{ErrorRecord, ImageRecord, Quarantined, Record, ToolResultRecord, TurnEndReason};
 
 /// The kinds of events the execution layer writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,11 +98,36 @@ pub struct Event {
     pub kind: EventKind,
     /// Its payload, as logged: the session log keeps a long string as its head, length
     /// and digest, and past its size cap summarises the payload (dsh-store's
-    /// `log_bounds` module has the shapes).
+    /// `log_bounds` module has the shapes). Read it typed with [`record`](Self::record).
     pub data: Value,
 }
 
 impl Event {
+    /// What the event says, typed.
+    ///
+    /// # Errors
+    /// `STORAGE_MALFORMED` when the data does not fit its kind (a log written by hand, or
+    /// damaged).
+    pub fn record(&self) -> Result<Record, HarnessError> {
+        Record::from_data(self.kind, &self.data).map_err(|e| {
+            HarnessError::new(
+                ErrorCode::StorageMalformed,
+                format!(
+                    "session \"{}\": event {} ({}) cannot be read: {e}; the session log was \
+                     changed by something other than dsh",
+                    self.session,
+                    self.seq,
+                    self.kind.as_str()
+                ),
+            )
+        })
+    }
+
+    /// The size the data had before the log summarised it, if it did.
+    pub fn summarised_bytes(&self) -> Option<u64> {
+        self.data.get("summarised")?.get("bytes")?.as_u64()
+    }
+
     /// The event as one JSON object: `{session, seq, time, type, data}`.
     pub fn to_json(&self) -> Value {
         json!({
@@ -112,15 +146,45 @@ pub trait Journal: Send + Sync {
     /// The session.
     fn session_id(&self) -> &SessionId;
 
-    /// Appends an event and returns it once it is durable.
+    /// Appends `record` as the next event and returns the event once it is durable (with
+    /// the data as logged, within the log's bounds).
     ///
     /// # Errors
     /// The storage's errors; then nothing was appended.
-    async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError>;
+    async fn append(&self, record: Record) -> Result<Event, HarnessError>;
 
     /// The turn open now, if any.
     async fn open_turn(&self) -> Option<u64>;
 
     /// The last event of `kind`, if any.
     async fn last_of(&self, kind: EventKind) -> Option<Event>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_whose_data_does_not_fit_its_kind_is_storage_malformed() {
+        let e = Event {
+            session: SessionId::new("s"),
+            seq: 4,
+            time_ms: 0,
+            kind: EventKind::TurnStart,
+            data: json!({"turn": "one"}),
+        };
+        let err = e.record().expect_err("a string turn");
+        assert_eq!(err.code(), ErrorCode::StorageMalformed);
+        assert!(
+            err.message().contains("event 4 (turn/start)"),
+            "{}",
+            err.message()
+        );
+        let ok = Event {
+            data: json!({"turn": 1, "summarised": {"bytes": 90}}),
+            ..e
+        };
+        assert_eq!(ok.record().expect("fits"), Record::TurnStart { turn: 1 });
+        assert_eq!(ok.summarised_bytes(), Some(90));
+    }
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use crate::FsVersion;
-use dsh_core::journal::{Event, EventKind};
+use dsh_core::journal::{Event, EventKind, Record};
 use dsh_core::SessionId;
 use serde_json::Value;
 
@@ -93,10 +93,17 @@ impl Observations {
             self.seeded.insert(session.clone());
         }
         for e in events {
-            if e.kind != EventKind::ToolResult || e.data["isError"] != false {
+            if e.kind != EventKind::ToolResult {
                 continue;
             }
-            let meta = &e.data["meta"];
+            // An event that cannot be read seeds nothing: that file must be read again.
+            let Ok(Record::ToolResult(r)) = e.record() else {
+                continue;
+            };
+            let failed = r.failed();
+            let Some(meta) = r.meta.filter(|_| !failed) else {
+                continue;
+            };
             let (Some(key), Some(version)) = (
                 meta.get("key").and_then(Value::as_str),
                 meta.get("version").and_then(Value::as_str),

@@ -30,6 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use dsh_core::journal::Journal;
+use dsh_core::journal::{ErrorRecord, Logged, Record, ToolResultRecord, TurnEndReason};
 pub use dsh_core::journal::{Event, EventKind};
 use dsh_core::{ErrorCode, HarnessError, SessionId};
 use serde_json::{json, Value};
@@ -362,9 +363,13 @@ impl State {
         self.last = Some((e.seq, e.time_ms));
         self.last_of.insert(e.kind, e.clone());
         self.logged_bytes = self.logged_bytes.saturating_add(stored_bytes as u64);
-        let turn = e.data.get("turn").and_then(Value::as_u64);
         match e.kind {
             EventKind::TurnStart => {
+                // A turn/start whose number cannot be read opens no turn.
+                let turn = match e.record() {
+                    Ok(Record::TurnStart { turn }) => Some(turn),
+                    _ => None,
+                };
                 self.open_turn = turn;
                 self.last_turn = self.last_turn.max(turn.unwrap_or(0));
             }
@@ -402,8 +407,8 @@ impl Journal for Session {
         &self.header.id
     }
 
-    async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError> {
-        Session::append(self, kind, data).await
+    async fn append(&self, record: Record) -> Result<Event, HarnessError> {
+        Session::append(self, record).await
     }
 
     async fn open_turn(&self) -> Option<u64> {
@@ -435,24 +440,27 @@ impl Session {
     ///
     /// # Errors
     /// The storage's errors; then nothing was appended.
-    pub async fn append(&self, kind: EventKind, data: Value) -> Result<Event, HarnessError> {
+    pub async fn append(&self, record: Record) -> Result<Event, HarnessError> {
         let mut st = self.state.lock().await;
         let time_ms = now_ms();
-        self.append_locked(&mut st, kind, data, time_ms).await
+        self.append_locked(&mut st, &record, time_ms).await
     }
 
     async fn append_locked(
         &self,
         st: &mut State,
-        kind: EventKind,
-        data: Value,
+        record: &Record,
         time_ms: u64,
     ) -> Result<Event, HarnessError> {
         if !st.capped && st.logged_bytes >= self.cap_bytes {
-            let marker = json!({"capBytes": self.cap_bytes, "loggedBytes": st.logged_bytes});
-            self.put_locked(st, EventKind::LogCapped, marker, time_ms)
+            let marker = Record::LogCapped {
+                cap_bytes: self.cap_bytes,
+                logged_bytes: st.logged_bytes,
+            };
+            self.put_locked(st, marker.kind(), marker.data(), time_ms)
                 .await?;
         }
+        let (kind, data) = (record.kind(), record.data());
         let data = if st.capped {
             summarise(&data)
         } else {
@@ -497,13 +505,8 @@ impl Session {
             )));
         }
         let turn = st.last_turn + 1;
-        self.append_locked(
-            &mut st,
-            EventKind::TurnStart,
-            json!({"turn": turn}),
-            now_ms(),
-        )
-        .await?;
+        self.append_locked(&mut st, &Record::TurnStart { turn }, now_ms())
+            .await?;
         Ok(turn)
     }
 
@@ -515,13 +518,13 @@ impl Session {
     pub async fn end_turn(&self, reason: &str) -> Result<(), HarnessError> {
         let mut st = self.state.lock().await;
         if let Some(turn) = st.open_turn {
-            self.append_locked(
-                &mut st,
-                EventKind::TurnEnd,
-                json!({"turn": turn, "reason": {"kind": reason}}),
-                now_ms(),
-            )
-            .await?;
+            let end = Record::TurnEnd {
+                turn,
+                reason: TurnEndReason {
+                    kind: reason.into(),
+                },
+            };
+            self.append_locked(&mut st, &end, now_ms()).await?;
         }
         Ok(())
     }
@@ -557,37 +560,42 @@ impl Session {
             .iter()
             .rposition(|e| e.kind == EventKind::TurnStart)
             .unwrap_or(0);
-        let mut pending: Vec<(u64, Value)> = Vec::new();
+        // (seq, callId, name) of each call without a result.
+        let mut pending: Vec<(u64, Logged, Logged)> = Vec::new();
         for e in &events[start..] {
-            let call = e.data.get("callId").cloned().unwrap_or(Value::Null);
-            match e.kind {
-                EventKind::ToolCall => pending.push((e.seq, e.data.clone())),
-                EventKind::ToolResult => pending.retain(|(_, d)| d.get("callId") != Some(&call)),
+            match e.record()? {
+                Record::ToolCall { call_id, name, .. } => pending.push((e.seq, call_id, name)),
+                Record::ToolResult(r) => pending.retain(|(_, id, _)| *id != r.call_id),
                 _ => {}
             }
         }
         let time = st.last.map_or_else(now_ms, |(_, time)| time);
-        for (call_seq, call) in pending {
-            let data = json!({
-                "turn": turn,
-                "callId": call.get("callId"),
-                "name": call.get("name"),
-                "sourceEventSeqs": [call_seq],
-                "text": "Error: the outcome of this tool call is unknown: dsh stopped while it ran. \
-                         Retry it only if it is read-only or idempotent; otherwise check what it \
-                         changed first, or ask the user.",
-                "error": {"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"},
+        for (call_seq, call_id, name) in pending {
+            let result = Record::ToolResult(ToolResultRecord {
+                turn: Some(turn),
+                call_id,
+                name,
+                text: "Error: the outcome of this tool call is unknown: dsh stopped while it ran. \
+                       Retry it only if it is read-only or idempotent; otherwise check what it \
+                       changed first, or ask the user."
+                    .into(),
+                is_error: true,
+                error: Some(ErrorRecord {
+                    name: "ToolOutcomeUnknownError".into(),
+                    code: "TOOL_OUTCOME_UNKNOWN".into(),
+                }),
+                source_event_seqs: vec![call_seq],
+                ..ToolResultRecord::default()
             });
-            self.append_locked(&mut st, EventKind::ToolResult, data, time)
-                .await?;
+            self.append_locked(&mut st, &result, time).await?;
         }
-        self.append_locked(
-            &mut st,
-            EventKind::TurnEnd,
-            json!({"turn": turn, "reason": {"kind": "interrupted"}}),
-            time,
-        )
-        .await?;
+        let end = Record::TurnEnd {
+            turn,
+            reason: TurnEndReason {
+                kind: "interrupted".into(),
+            },
+        };
+        self.append_locked(&mut st, &end, time).await?;
         Ok(())
     }
 }

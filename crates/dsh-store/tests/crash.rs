@@ -6,10 +6,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use dsh_core::journal::Record;
 use dsh_core::SessionId;
 use dsh_store::session::{EventKind, SessionLog};
 use dsh_store::{JsonlStorage, SqliteStorage, Storage};
-use serde_json::json;
 
 const HELPER: &str = "DSH_TEST_CRASH_WRITER";
 
@@ -74,7 +74,9 @@ fn a_killed_writer_leaves_every_committed_event_intact() {
                 "{kind}"
             );
             let next = s
-                .append(EventKind::SandboxMode, json!({"mode": "read-only"}))
+                .append(Record::SandboxMode {
+                    mode: "read-only".into(),
+                })
                 .await;
             assert!(next.is_ok(), "{kind}: the log takes new events");
         });
@@ -100,10 +102,12 @@ fn writer(args: &str) {
         let payload = "x".repeat(2000);
         loop {
             let e = s
-                .append(
-                    EventKind::ToolCall,
-                    json!({"turn": turn, "callId": "c", "pad": payload}),
-                )
+                .append(Record::ToolCall {
+                    turn: Some(turn),
+                    call_id: "c".into(),
+                    name: "write".into(),
+                    arguments: payload.as_str().into(),
+                })
                 .await
                 .expect("append");
             println!("COMMITTED {}", e.seq);

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use dsh_core::journal::{Logged, Record};
 use dsh_store::log_bounds::LOG_HEAD_BYTES;
 use dsh_store::session::{EventKind, SessionLog};
 use dsh_store::{JsonlStorage, SqliteStorage, Storage};
@@ -44,10 +45,12 @@ async fn a_long_value_is_logged_as_its_head_length_and_digest_and_reloads_so() {
         let big = format!("{{\"content\":\"{}\"}}", "x".repeat(4 << 20));
         for i in 0..20 {
             let e = s
-                .append(
-                    EventKind::ToolCall,
-                    json!({"turn": 1, "callId": format!("c{i}"), "name": "write", "arguments": big}),
-                )
+                .append(Record::ToolCall {
+                    turn: Some(1),
+                    call_id: format!("c{i}").into(),
+                    name: "write".into(),
+                    arguments: big.as_str().into(),
+                })
                 .await
                 .expect("append");
             assert_eq!(e.data["arguments"]["bytes"], json!(big.len()), "{kind}");
@@ -62,6 +65,12 @@ async fn a_long_value_is_logged_as_its_head_length_and_digest_and_reloads_so() {
                 "{kind}"
             );
             assert_eq!(e.data["callId"], json!(format!("c{i}")), "{kind}");
+            // Read back typed, the arguments are what was kept of them.
+            let Ok(Record::ToolCall { arguments, .. }) = e.record() else {
+                panic!("{kind}: {e:?}")
+            };
+            assert_eq!(arguments.text(), &big[..LOG_HEAD_BYTES], "{kind}");
+            assert_eq!(arguments.whole(), None, "{kind}");
         }
         let before = s.events().await.expect("events");
         let id = s.id().clone();
@@ -74,6 +83,11 @@ async fn a_long_value_is_logged_as_its_head_length_and_digest_and_reloads_so() {
         let s = log.open(&id).await.expect("open");
         assert_eq!(s.events().await.expect("events"), before, "{kind}");
     }
+}
+
+/// `result(i)` as the record a producer appends.
+fn result_record(i: u32) -> Record {
+    Record::from_data(EventKind::ToolResult, &result(i)).expect("a tool/result")
 }
 
 /// A `tool/result` as the pipeline logs it for a successful `write`.
@@ -95,9 +109,7 @@ async fn a_session_past_its_cap_is_marked_once_and_summarised_even_after_a_reloa
             .expect("log");
         let s = log.create(Path::new("/w")).await.expect("create");
         for i in 0..40 {
-            s.append(EventKind::ToolResult, result(i))
-                .await
-                .expect("append");
+            s.append(result_record(i)).await.expect("append");
         }
         let events = s.events().await.expect("events");
         let marks: Vec<usize> = (0..events.len())
@@ -131,6 +143,15 @@ async fn a_session_past_its_cap_is_marked_once_and_summarised_even_after_a_reloa
             want["text"] = json!({"bytes": 1000, "sha256": events[at + 1].data["text"]["sha256"]});
             want["summarised"] = json!({"bytes": result(i as u32).to_string().len()});
             assert_eq!(e.data, want, "{kind}");
+            // A summary reads back typed: ids, outcome and meta kept, the text as its
+            // size and digest.
+            let Ok(Record::ToolResult(r)) = e.record() else {
+                panic!("{kind}: {e:?}")
+            };
+            assert_eq!(r.call_id.whole(), Some(format!("c{i}").as_str()), "{kind}");
+            assert!(!r.failed(), "{kind}");
+            assert!(matches!(r.text, Logged::Cut { bytes: 1000, .. }), "{kind}");
+            assert_eq!(r.meta, Some(result(i as u32)["meta"].clone()), "{kind}");
         }
         let id = s.id().clone();
         drop(s);
@@ -140,10 +161,7 @@ async fn a_session_past_its_cap_is_marked_once_and_summarised_even_after_a_reloa
             .expect("log");
         let s = log.open(&id).await.expect("open");
         assert_eq!(s.events().await.expect("events"), events, "{kind}");
-        let e = s
-            .append(EventKind::ToolResult, result(99))
-            .await
-            .expect("append");
+        let e = s.append(result_record(99)).await.expect("append");
         assert!(e.data.get("summarised").is_some(), "{kind}: {e:?}");
         let again = s.events().await.expect("events");
         assert_eq!(

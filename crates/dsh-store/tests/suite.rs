@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use dsh_core::journal::{Record, ToolResultRecord};
 use dsh_core::{ErrorCode, SessionId};
 use dsh_store::session::{EventKind, SessionLog};
 use dsh_store::{JsonlStorage, SqliteStorage, Storage, UnitSpec};
@@ -112,6 +113,32 @@ async fn units_open_empty_round_trip_and_refuse_a_version_mismatch() {
     }
 }
 
+/// A `tool/call` of `bash` in `turn`.
+fn call(turn: u64, id: &str) -> Record {
+    Record::ToolCall {
+        turn: Some(turn),
+        call_id: id.into(),
+        name: "bash".into(),
+        arguments: "{}".into(),
+    }
+}
+
+/// A successful `tool/result` of `bash` in `turn`.
+fn result(turn: u64, id: &str) -> Record {
+    Record::ToolResult(ToolResultRecord {
+        turn: Some(turn),
+        call_id: id.into(),
+        name: "bash".into(),
+        text: "ok".into(),
+        ..ToolResultRecord::default()
+    })
+}
+
+/// A `sandbox/mode` event.
+fn mode(mode: &str) -> Record {
+    Record::SandboxMode { mode: mode.into() }
+}
+
 #[tokio::test]
 async fn sessions_append_in_order_and_reload_identically() {
     for kind in KINDS {
@@ -119,18 +146,8 @@ async fn sessions_append_in_order_and_reload_identically() {
         let log = SessionLog::new(store(kind, dir.path())).await.expect("log");
         let s = log.create(Path::new("/work/ws")).await.expect("create");
         let turn = s.begin_turn().await.expect("turn");
-        s.append(
-            EventKind::ToolCall,
-            json!({"turn": turn, "callId": "c1", "name": "bash"}),
-        )
-        .await
-        .expect("call");
-        s.append(
-            EventKind::ToolResult,
-            json!({"turn": turn, "callId": "c1", "text": "ok"}),
-        )
-        .await
-        .expect("result");
+        s.append(call(turn, "c1")).await.expect("call");
+        s.append(result(turn, "c1")).await.expect("result");
         s.end_turn("completed").await.expect("end");
         let before = s.events().await.expect("events");
         assert_eq!(
@@ -173,19 +190,9 @@ async fn a_turn_left_open_is_closed_on_reload() {
         let s = log.create(Path::new("/")).await.expect("create");
         let turn = s.begin_turn().await.expect("turn");
         for call in ["c1", "c2"] {
-            s.append(
-                EventKind::ToolCall,
-                json!({"turn": turn, "callId": call, "name": "bash"}),
-            )
-            .await
-            .expect("call");
+            s.append(self::call(turn, call)).await.expect("call");
         }
-        s.append(
-            EventKind::ToolResult,
-            json!({"turn": turn, "callId": "c1", "text": "ok"}),
-        )
-        .await
-        .expect("result");
+        s.append(result(turn, "c1")).await.expect("result");
         let id = s.id().clone();
         let last_time = s
             .events()
@@ -223,11 +230,9 @@ async fn concurrent_appends_get_consecutive_sequence_numbers() {
         let tasks: Vec<_> = (0..500)
             .map(|i| {
                 let s = s.clone();
-                tokio::spawn(async move {
-                    s.append(EventKind::ToolCall, json!({"callId": i}))
-                        .await
-                        .expect("append")
-                })
+                tokio::spawn(
+                    async move { s.append(call(0, &i.to_string())).await.expect("append") },
+                )
             })
             .collect();
         for t in tasks {
@@ -254,7 +259,7 @@ async fn concurrent_appends_get_consecutive_sequence_numbers() {
         );
         let mut calls: Vec<u64> = events
             .iter()
-            .filter_map(|e| e.data["callId"].as_u64())
+            .filter_map(|e| e.data["callId"].as_str()?.parse().ok())
             .collect();
         calls.sort_unstable();
         assert_eq!(calls, (0..500).collect::<Vec<_>>(), "{kind}");
@@ -269,7 +274,7 @@ async fn a_torn_jsonl_tail_is_cut_and_nothing_before_it_is_lost() {
         .expect("log");
     let s = log.create(Path::new("/")).await.expect("create");
     for i in 0..3 {
-        s.append(EventKind::SandboxMode, json!({"mode": "read-only", "i": i}))
+        s.append(mode(&format!("read-only {i}")))
             .await
             .expect("append");
     }
@@ -285,10 +290,7 @@ async fn a_torn_jsonl_tail_is_cut_and_nothing_before_it_is_lost() {
         .expect("log");
     let s = log.open(&id).await.expect("open");
     assert_eq!(s.events().await.expect("events").len(), 3);
-    let e = s
-        .append(EventKind::SandboxMode, json!({"mode": "read-only"}))
-        .await
-        .expect("append");
+    let e = s.append(mode("read-only")).await.expect("append");
     assert_eq!(e.seq, 4);
 }
 
@@ -408,9 +410,7 @@ async fn session_ids_are_the_names_people_type_and_never_share_a_unit() {
                     .create_with_id(SessionId::new(id), Path::new("/"))
                     .await
                     .unwrap_or_else(|e| panic!("{kind}: {id}: {e}"));
-                s.append(EventKind::SandboxMode, json!({"mode": id}))
-                    .await
-                    .expect("append");
+                s.append(mode(id)).await.expect("append");
             }
             for bad in ["-x", ".x", "a/b", "a b", "", "é", "a\0b", &"z".repeat(65)] {
                 let e = log

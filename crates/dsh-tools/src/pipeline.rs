@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
-use dsh_core::journal::EventKind;
+use dsh_core::journal::{ErrorRecord, ImageRecord, Record, ToolResultRecord};
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
-use serde_json::json;
 
 use crate::{CallContext, CallView, PostDecision, PreDecision, ToolCall, ToolResult, World};
 
@@ -50,11 +49,13 @@ impl World {
         };
         if let Some(s) = session {
             let logged = s
-                .append(
-                    EventKind::ToolCall,
+                .append(Record::ToolCall {
+                    turn,
+                    call_id: call.call_id.as_str().into(),
+                    name: call.name.as_str().into(),
                     // As JSON text: the log bounds a long one as its head and digest.
-                    json!({"turn": turn, "callId": call.call_id.as_str(), "name": call.name, "arguments": call.arguments.to_string()}),
-                )
+                    arguments: call.arguments.to_string().into(),
+                })
                 .await;
             if let Err(e) = logged {
                 // Nothing runs that the log does not show.
@@ -78,20 +79,24 @@ impl World {
             }
         }
         if let Some(s) = session {
-            let mut data = json!({
-                "turn": turn, "callId": call.call_id.as_str(), "name": call.name,
-                "text": result.text, "isError": result.is_error,
+            let logged = Record::ToolResult(ToolResultRecord {
+                turn,
+                call_id: call.call_id.as_str().into(),
+                name: call.name.as_str().into(),
+                text: result.text.as_str().into(),
+                is_error: result.is_error,
+                error: result.error.as_ref().map(|e| ErrorRecord {
+                    name: e.name.as_str().into(),
+                    code: e.code.as_str().into(),
+                }),
+                meta: result.meta.clone(),
+                image: result.image.as_ref().map(|img| ImageRecord {
+                    mime_type: img.mime_type.into(),
+                    bytes: img.data.len() as u64,
+                }),
+                source_event_seqs: Vec::new(),
             });
-            if let Some(e) = &result.error {
-                data["error"] = json!({"name": e.name, "code": e.code});
-            }
-            if let Some(m) = &result.meta {
-                data["meta"] = m.clone();
-            }
-            if let Some(img) = &result.image {
-                data["image"] = json!({"mimeType": img.mime_type, "bytes": img.data.len()});
-            }
-            if let Err(e) = s.append(EventKind::ToolResult, data).await {
+            if let Err(e) = s.append(logged).await {
                 return ToolResult::from_error(&e);
             }
         }

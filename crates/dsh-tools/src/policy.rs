@@ -5,7 +5,7 @@ use crate::escalation::{
     approve_escalation, validate_escalation_args, ApprovalQuestion, EscalationRequest, Subject,
 };
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
-use dsh_core::journal::Journal;
+use dsh_core::journal::{Journal, Logged, Quarantined, Record};
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
@@ -171,16 +171,14 @@ pub(crate) async fn after_call(
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    let quarantined: Vec<serde_json::Value> = after
+    let quarantined: Vec<Quarantined> = after
         .quarantined
         .iter()
-        .map(|q| {
-            serde_json::json!({
-                "path": q.path.display().to_string(),
-                "movedTo": q.moved_to.as_ref().map(|m| m.display().to_string()),
-                "what": q.what,
-                "setAside": q.set_aside,
-            })
+        .map(|q| Quarantined {
+            path: q.path.display().to_string().into(),
+            moved_to: q.moved_to.as_ref().map(|m| m.display().to_string().into()),
+            what: q.what.to_string().into(),
+            set_aside: q.set_aside,
         })
         .collect();
     let mut line = format!(
@@ -219,15 +217,14 @@ pub(crate) async fn after_call(
         ));
     }
     line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
-    let data = serde_json::json!({
-        "callId": ctx.call_id.as_str(),
-        "paths": paths,
-        "quarantined": quarantined,
-    });
+    let record = Record::SandboxNewGitDir {
+        call_id: Some(ctx.call_id.as_str().into()),
+        paths: paths.into_iter().map(Logged::from).collect(),
+        quarantined,
+    };
+    let data = record.data();
     if let Some(session) = ctx.session {
-        session
-            .append(dsh_core::journal::EventKind::SandboxNewGitDir, data.clone())
-            .await?;
+        session.append(record).await?;
     }
     Ok(Some((line, data)))
 }

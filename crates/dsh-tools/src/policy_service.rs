@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use dsh_core::journal::{EventKind, Journal};
+use dsh_core::journal::{EventKind, Journal, Record};
 use dsh_core::HarnessError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use dsh_sandbox::protected::{self, WorkspaceLayout};
 pub use dsh_sandbox::quarantine::AfterCommand;
@@ -115,7 +115,10 @@ impl PolicyService {
     /// The session's own mode (its last `sandbox/mode` event), if it set one.
     pub async fn override_of(&self, session: &dyn Journal) -> Option<SandboxMode> {
         let e = session.last_of(EventKind::SandboxMode).await?;
-        e.data.get("mode").and_then(Value::as_str)?.parse().ok()
+        match e.record() {
+            Ok(Record::SandboxMode { mode }) => mode.whole()?.parse().ok(),
+            _ => None,
+        }
     }
 
     /// The policy of a call: `explicit` mode, else the session's, else the default; the
@@ -233,7 +236,9 @@ impl PolicyService {
         mode: SandboxMode,
     ) -> Result<(), HarnessError> {
         session
-            .append(EventKind::SandboxMode, json!({"mode": mode.as_str()}))
+            .append(Record::SandboxMode {
+                mode: mode.as_str().into(),
+            })
             .await
             .map(|_| ())
     }

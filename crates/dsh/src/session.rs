@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use dsh_core::journal::{Event, EventKind};
+use dsh_core::journal::{Event, Logged, Record};
 use dsh_core::visible::{visible, visible_prefix};
 use dsh_core::{HarnessError, SessionId};
 use dsh_store::log_bounds::logged_text;
@@ -80,56 +80,14 @@ async fn run(args: SessionArgs) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// One readable line: `seq  time  event  tool  outcome`.
+/// One readable line: `seq  time  event  tool  outcome`. A long value is logged as its
+/// head, length and digest: the line shows the head.
 fn line(e: &Event) -> String {
-    let d = &e.data;
-    // A long value is logged as its head, length and digest: `logged_text` is the head.
-    let s = |k: &str| d.get(k).and_then(logged_text).unwrap_or("").to_owned();
-    let detail = match e.kind {
-        EventKind::TurnStart => format!("turn {}", d["turn"]),
-        EventKind::TurnEnd => format!(
-            "turn {} {}",
-            d["turn"],
-            d["reason"]["kind"].as_str().unwrap_or("")
-        ),
-        EventKind::ToolCall => format!("{} {} {}", s("name"), s("callId"), s("arguments")),
-        EventKind::ToolResult => {
-            let outcome = match d.get("error") {
-                Some(err) => format!("error {}", err["code"].as_str().unwrap_or("")),
-                None => "ok".into(),
-            };
-            let first = s("text").lines().last().unwrap_or("").to_owned();
-            format!("{} {} {outcome}: {first}", s("name"), s("callId"))
-        }
-        EventKind::SandboxMode => s("mode"),
-        EventKind::ApprovalPolicy => s("policy"),
-        EventKind::ApprovalAsked => format!(
-            "{} {} {}{}",
-            s("toolName"),
-            s("callId"),
-            action(&d["action"]),
-            s("reason")
-        ),
-        EventKind::ApprovalDecided => s("outcome"),
-        EventKind::LogCapped => format!(
-            "the session log reached its cap of {} bytes: later events are summarised \
-             (ids, outcome, sizes)",
-            d["capBytes"]
-        ),
-        EventKind::SandboxNewGitDir => format!(
-            "{} made: {}",
-            s("callId"),
-            d["paths"]
-                .as_array()
-                .map(|a| a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "))
-                .unwrap_or_default()
-        ),
+    let detail = match e.record() {
+        Ok(r) => detail(&r),
+        Err(err) => format!("(cannot be read: {})", err.message()),
     };
-    let detail = match d.get("summarised") {
+    let detail = match e.summarised_bytes() {
         Some(_) => format!("{} [summarised]", detail.trim_end()),
         None => detail,
     };
@@ -140,6 +98,57 @@ fn line(e: &Event) -> String {
         e.kind.as_str(),
         shorten(detail.trim_end(), DETAIL_CHARS)
     )
+}
+
+/// What a line shows of a record after its kind.
+fn detail(r: &Record) -> String {
+    match r {
+        Record::TurnStart { turn } => format!("turn {turn}"),
+        Record::TurnEnd { turn, reason } => format!("turn {turn} {}", reason.kind.text()),
+        Record::ToolCall {
+            call_id,
+            name,
+            arguments,
+            ..
+        } => format!("{} {} {}", name.text(), call_id.text(), arguments.text()),
+        Record::ToolResult(r) => {
+            let outcome = match &r.error {
+                Some(err) => format!("error {}", err.code.text()),
+                None => "ok".into(),
+            };
+            let last = r.text.text().lines().last().unwrap_or("");
+            format!("{} {} {outcome}: {last}", r.name.text(), r.call_id.text())
+        }
+        Record::SandboxMode { mode } => mode.text().to_owned(),
+        Record::ApprovalPolicy { policy } => policy.text().to_owned(),
+        Record::ApprovalAsked {
+            tool_name,
+            call_id,
+            action: what,
+            reason,
+            ..
+        } => format!(
+            "{} {} {}{}",
+            tool_name.text(),
+            call_id.as_ref().map_or("", Logged::text),
+            what.as_ref().map(action).unwrap_or_default(),
+            reason.as_ref().map_or("", Logged::text)
+        ),
+        Record::ApprovalDecided { outcome, .. } => outcome.text().to_owned(),
+        Record::LogCapped { cap_bytes, .. } => format!(
+            "the session log reached its cap of {cap_bytes} bytes: later events are summarised \
+             (ids, outcome, sizes)"
+        ),
+        Record::SandboxNewGitDir { call_id, paths, .. } => format!(
+            "{} made: {}",
+            call_id.as_ref().map_or("", Logged::text),
+            paths
+                .iter()
+                .map(Logged::text)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// An `approval/asked` action, then `: ` (empty without one): `$ COMMAND`, `file PATH`

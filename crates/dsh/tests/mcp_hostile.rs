@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsh_core::journal::EventKind;
+use dsh_core::journal::{Record, ToolResultRecord};
 use dsh_store::session::SessionLog;
 use dsh_store::{SqliteStorage, Storage};
 use serde_json::{json, Value};
@@ -324,19 +324,23 @@ async fn a_session_past_its_log_cap_is_summarised_and_session_show_says_so() {
     for i in 0..10 {
         let call_id = format!("c{i}");
         session
-            .append(
-                EventKind::ToolCall,
-                json!({"turn": turn, "callId": call_id, "name": "bash",
-                    "arguments": format!("{{\"command\":\"echo {i} {}\"}}", "z".repeat(900))}),
-            )
+            .append(Record::ToolCall {
+                turn: Some(turn),
+                call_id: call_id.as_str().into(),
+                name: "bash".into(),
+                arguments: format!("{{\"command\":\"echo {i} {}\"}}", "z".repeat(900)).into(),
+            })
             .await
             .expect("call");
         session
-            .append(
-                EventKind::ToolResult,
-                json!({"turn": turn, "callId": call_id, "name": "bash", "isError": false,
-                    "text": format!("{i} {}\n", "z".repeat(900))}),
-            )
+            .append(Record::ToolResult(ToolResultRecord {
+                turn: Some(turn),
+                call_id: call_id.as_str().into(),
+                name: "bash".into(),
+                is_error: false,
+                text: format!("{i} {}\n", "z".repeat(900)).into(),
+                ..ToolResultRecord::default()
+            }))
             .await
             .expect("result");
     }
