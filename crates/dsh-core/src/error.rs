@@ -118,6 +118,30 @@ pub enum ErrorCode {
     SearchAborted,
     /// The search matched more than can be handled at once; narrow the pattern or the path. `as_str()`: `SEARCH_RAW_OUTPUT_OVERFLOW`.
     SearchRawOutputOverflow,
+    /// No terminal backend of the type asked for is registered (`terminal_open` knows the type `shell`). Nothing started; use a listed type. `as_str()`: `NO_BACKEND`.
+    NoBackend,
+    /// A second terminal backend was registered for a type that has one. `as_str()`: `DUPLICATE_BACKEND`.
+    DuplicateBackend,
+    /// The session (MCP connection) that would own a terminal is gone or ending; nothing started. `as_str()`: `OWNER_NOT_LIVE`.
+    OwnerNotLive,
+    /// A terminal of the same owner already has this name (or is being opened with it); pick another name or close that one. `as_str()`: `DUPLICATE_NAME`.
+    DuplicateName,
+    /// No terminal session has this id (it never existed, or was closed); `terminal_list` shows the open ones. `as_str()`: `NO_SESSION`.
+    NoSession,
+    /// The terminal session belongs to another owner (another MCP connection); it cannot be seen or touched from here. `as_str()`: `FOREIGN_SESSION`.
+    ForeignSession,
+    /// Input is already being sent to this terminal session; wait for that send to settle (or cancel it), then send again. `as_str()`: `SEND_ACTIVE`.
+    SendActive,
+    /// The terminal service is shutting down; nothing new starts. `as_str()`: `SERVICE_DISPOSING`.
+    ServiceDisposing,
+    /// The owner has as many terminal sessions open as allowed; close one with `terminal_close` first. `as_str()`: `TERMINAL_LIMIT`.
+    TerminalLimit,
+    /// The terminal session is being closed; it takes no more input or signals. `as_str()`: `TERMINAL_CLOSING`.
+    TerminalClosing,
+    /// The terminal session's shell has exited; open a new session. `as_str()`: `TERMINAL_EXITED`.
+    TerminalExited,
+    /// A terminal could not be started, read or cleaned up (the message says which, and the `source` why). `as_str()`: `TERMINAL_FAILED`.
+    TerminalFailed,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -168,6 +192,18 @@ impl ErrorCode {
         ErrorCode::SearchFailed,
         ErrorCode::SearchAborted,
         ErrorCode::SearchRawOutputOverflow,
+        ErrorCode::NoBackend,
+        ErrorCode::DuplicateBackend,
+        ErrorCode::OwnerNotLive,
+        ErrorCode::DuplicateName,
+        ErrorCode::NoSession,
+        ErrorCode::ForeignSession,
+        ErrorCode::SendActive,
+        ErrorCode::ServiceDisposing,
+        ErrorCode::TerminalLimit,
+        ErrorCode::TerminalClosing,
+        ErrorCode::TerminalExited,
+        ErrorCode::TerminalFailed,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -214,6 +250,18 @@ impl ErrorCode {
             ErrorCode::SearchFailed => "SEARCH_FAILED",
             ErrorCode::SearchAborted => "SEARCH_ABORTED",
             ErrorCode::SearchRawOutputOverflow => "SEARCH_RAW_OUTPUT_OVERFLOW",
+            ErrorCode::NoBackend => "NO_BACKEND",
+            ErrorCode::DuplicateBackend => "DUPLICATE_BACKEND",
+            ErrorCode::OwnerNotLive => "OWNER_NOT_LIVE",
+            ErrorCode::DuplicateName => "DUPLICATE_NAME",
+            ErrorCode::NoSession => "NO_SESSION",
+            ErrorCode::ForeignSession => "FOREIGN_SESSION",
+            ErrorCode::SendActive => "SEND_ACTIVE",
+            ErrorCode::ServiceDisposing => "SERVICE_DISPOSING",
+            ErrorCode::TerminalLimit => "TERMINAL_LIMIT",
+            ErrorCode::TerminalClosing => "TERMINAL_CLOSING",
+            ErrorCode::TerminalExited => "TERMINAL_EXITED",
+            ErrorCode::TerminalFailed => "TERMINAL_FAILED",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -407,6 +455,18 @@ mod tests {
                     ErrorCode::SearchRawOutputOverflow,
                     "SEARCH_RAW_OUTPUT_OVERFLOW"
                 ),
+                (ErrorCode::NoBackend, "NO_BACKEND"),
+                (ErrorCode::DuplicateBackend, "DUPLICATE_BACKEND"),
+                (ErrorCode::OwnerNotLive, "OWNER_NOT_LIVE"),
+                (ErrorCode::DuplicateName, "DUPLICATE_NAME"),
+                (ErrorCode::NoSession, "NO_SESSION"),
+                (ErrorCode::ForeignSession, "FOREIGN_SESSION"),
+                (ErrorCode::SendActive, "SEND_ACTIVE"),
+                (ErrorCode::ServiceDisposing, "SERVICE_DISPOSING"),
+                (ErrorCode::TerminalLimit, "TERMINAL_LIMIT"),
+                (ErrorCode::TerminalClosing, "TERMINAL_CLOSING"),
+                (ErrorCode::TerminalExited, "TERMINAL_EXITED"),
+                (ErrorCode::TerminalFailed, "TERMINAL_FAILED"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

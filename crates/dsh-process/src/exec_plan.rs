@@ -45,6 +45,9 @@ pub(crate) struct ExecPlan {
     /// The fds the restrictions need, renumbered by the reaper (at most
     /// [`MAX_CARRIED_FDS`]).
     pub(crate) carried: Vec<RawFd>,
+    /// Whether the leader's stdio is a terminal it must make its controlling terminal, as
+    /// the leader of a new session.
+    pub(crate) terminal: bool,
 }
 
 /// The most fds a command's sandbox restrictions may carry into the child.
@@ -109,6 +112,7 @@ impl ExecPlan {
             exec_errno: AtomicI32::new(0),
             restrictions: None,
             carried: Vec::new(),
+            terminal: false,
         })
     }
 }

@@ -62,7 +62,9 @@ mod clone3;
 mod control;
 pub mod env;
 mod exec_plan;
+pub mod foreground;
 mod local;
+pub mod pty;
 mod reaper;
 mod resolve;
 
@@ -78,7 +80,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use capture::{Capture, CaptureLimits, CollectedOutput, OutputRead, SpillInfo, StreamName};
 pub use env::{EnvAllow, EnvOverlay};
+pub use foreground::Foreground;
 pub use local::LocalSubprocess;
+pub use pty::{Pty, TerminalSize};
 
 /// The process seam: executable lookup and managed spawns of whole process trees.
 ///
@@ -214,6 +218,11 @@ pub struct SpawnSpec {
     /// the kernel kills whole when its first process dies) can do without, and start
     /// faster. Default: true.
     pub own_cgroup: bool,
+    /// Runs the command on a terminal of its own of this size: a new PTY whose terminal
+    /// side is its stdin, stdout, stderr and controlling terminal, in a session the
+    /// leader starts (see the [`pty`] module). `stdin`, `stdout` and `stderr` are then
+    /// not used; [`Process::take_terminal`] gives dsh's side. Default: none.
+    pub terminal: Option<TerminalSize>,
 }
 
 impl SpawnSpec {
@@ -234,6 +243,7 @@ impl SpawnSpec {
             cancel: None,
             restrictions: None,
             own_cgroup: true,
+            terminal: None,
         }
     }
 }
@@ -366,6 +376,7 @@ pub struct Process {
     stderr: Option<Box<dyn AsyncRead + Send + Sync + Unpin>>,
     stdout_capture: Option<Arc<Capture>>,
     stderr_capture: Option<Arc<Capture>>,
+    terminal: Option<Pty>,
 }
 
 impl Process {
@@ -385,7 +396,21 @@ impl Process {
             stderr,
             stdout_capture,
             stderr_capture,
+            terminal: None,
         }
+    }
+
+    /// The process with dsh's side of its terminal (for a provider's spawn with
+    /// [`SpawnSpec::terminal`]).
+    pub fn with_terminal(mut self, terminal: Pty) -> Process {
+        self.terminal = Some(terminal);
+        self
+    }
+
+    /// dsh's side of the command's terminal, for [`SpawnSpec::terminal`] (once).
+    /// Dropping it hangs the terminal up.
+    pub fn take_terminal(&mut self) -> Option<Pty> {
+        self.terminal.take()
     }
 
     /// The pid of the command's leader (the program `argv[0]` names).

@@ -33,6 +33,7 @@ use crate::capture::{self, Capture, CaptureLimits, StreamName};
 use crate::cgroup::CgroupRoot;
 use crate::control::{self, LocalControl, Monitor, Watchdog};
 use crate::exec_plan::ExecPlan;
+use crate::pty::{Pty, PtyPair};
 use crate::reaper::{self, ReaperFds};
 use crate::{
     env, resolve, EnvAllow, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
@@ -306,6 +307,11 @@ impl Subprocess for LocalSubprocess {
         } else {
             None
         };
+        let pty = match spec.terminal {
+            Some(size) => Some(PtyPair::open(size).map_err(pty_failed)?),
+            None => None,
+        };
+        plan.terminal = pty.is_some();
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
         plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
         let fds = ReaperFds {
@@ -317,15 +323,27 @@ impl Subprocess for LocalSubprocess {
         // std forks the reaper and sets up its stdio and cwd; the reaper never returns to
         // std (it starts the program itself), so std's own program, args and env are unused.
         let mut cmd = tokio::process::Command::new(&program);
-        cmd.current_dir(&spec.cwd)
-            .env_clear()
-            .stdin(match spec.stdin {
-                StdinMode::Ignore => Stdio::null(),
-                StdinMode::Inherit => Stdio::inherit(),
-                StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
-            })
-            .stdout(stdio_for(&spec.stdout))
-            .stderr(stdio_for(&spec.stderr));
+        cmd.current_dir(&spec.cwd).env_clear();
+        match &pty {
+            Some(pair) => {
+                let copy = || {
+                    pair.terminal
+                        .try_clone()
+                        .map(Stdio::from)
+                        .map_err(pty_failed)
+                };
+                cmd.stdin(copy()?).stdout(copy()?).stderr(copy()?);
+            }
+            None => {
+                cmd.stdin(match spec.stdin {
+                    StdinMode::Ignore => Stdio::null(),
+                    StdinMode::Inherit => Stdio::inherit(),
+                    StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
+                })
+                .stdout(stdio_for(&spec.stdout))
+                .stderr(stdio_for(&spec.stderr));
+            }
+        }
         // SAFETY: `reaper::enter` runs in the forked child before exec and uses only
         // async-signal-safe calls on fds that are open in the child (we keep them open in
         // the parent until spawn returns) and on memory prepared before the fork.
@@ -367,6 +385,11 @@ impl Subprocess for LocalSubprocess {
             .with_source(e)
         })?;
 
+        // The command holds the terminal side now; dsh keeps only its own.
+        let terminal = match pty {
+            Some(pair) => Some(Pty::from_pair(pair).map_err(pty_failed)?),
+            None => None,
+        };
         let stop = CancelToken::new();
         let mut wired = self.wire_output(&mut child, &spec, &stop);
         let (done_tx, done_rx) = watch::channel(None);
@@ -407,14 +430,18 @@ impl Subprocess for LocalSubprocess {
             }),
         };
         tokio::spawn(monitor.run(child));
-        Ok(Process::from_parts(
+        let process = Process::from_parts(
             control,
             wired.stdin,
             wired.raw_out,
             wired.raw_err,
             wired.out_cap,
             wired.err_cap,
-        ))
+        );
+        Ok(match terminal {
+            Some(t) => process.with_terminal(t),
+            None => process,
+        })
     }
 
     fn tree_mechanism(&self) -> TreeMechanism {
@@ -556,6 +583,15 @@ fn pipe_failed(e: rustix::io::Errno) -> HarnessError {
         "cannot create the pipes for a new process",
     )
     .with_source(io::Error::from(e))
+}
+
+fn pty_failed(e: io::Error) -> HarnessError {
+    HarnessError::new(
+        ErrorCode::ProcessSpawnFailed,
+        "cannot open a pseudo-terminal for the command; check that /dev/pts is mounted and \
+         /dev/ptmx is usable",
+    )
+    .with_source(e)
 }
 
 fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {

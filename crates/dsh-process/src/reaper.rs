@@ -13,7 +13,9 @@
 //!    **leader**, born in the command's cgroup if there is one (`clone3` with
 //!    `CLONE_INTO_CGROUP`, see the `clone3` module; where that is unavailable the leader
 //!    joins the cgroup itself before `execve`), asks for SIGKILL if
-//!    the reaper dies (`PR_SET_PDEATHSIG`), takes its own process group and `execve`s the
+//!    the reaper dies (`PR_SET_PDEATHSIG`), takes its own process group (or, on a
+//!    terminal, its own session with the terminal as controlling terminal), resets every
+//!    signal disposition and the signal mask, and `execve`s the
 //!    program prepared in the [`ExecPlan`]. An `execve` failure comes back as the errno
 //!    of `spawn`;
 //!    The leader itself writes its pid (and, if `execve` fails, the errno) on the status
@@ -48,7 +50,8 @@
 //! # Async-signal safety
 //! Everything here runs in the child of a multi-threaded process, between `fork` and
 //! `exec` (or instead of `exec`). It is limited to these async-signal-safe calls:
-//! `clone`, `clone3`, `execve`, `setsid`, `setpgid`, `prctl`, `sigaction`, `signal`, `sigprocmask`,
+//! `clone`, `clone3`, `execve`, `setsid`, `setpgid`, `ioctl` (`TIOCSCTTY`), `prctl`, `sigaction`
+//! (also as the raw `rt_sigaction`), `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`/`sigfillset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
 //! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
@@ -299,8 +302,8 @@ unsafe fn high_dup(fd: RawFd) -> io::Result<RawFd> {
 }
 
 /// Resets every signal the owner handles to the default, so neither the reaper nor the
-/// leader ever runs the owner's handlers (which write to the owner's fds). Ignored
-/// signals stay ignored, as across any `exec`.
+/// leader ever runs the owner's handlers (which write to the owner's fds). The leader
+/// then resets every disposition, ignored ones too (see [`leader_main`]).
 ///
 /// # Safety
 /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in, where
@@ -406,8 +409,38 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::getppid() != plan.reaper_pid {
             libc::_exit(127);
         }
-        // Its own group, so one kill(-leader) reaches every member that stays in it.
-        libc::setpgid(0, 0);
+        if plan.terminal {
+            // A new session whose controlling terminal is its stdio: the terminal's
+            // foreground group, job control and hangup work as in a login. Its group is
+            // its own, as below.
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                let errno = *libc::__errno_location();
+                write_record(plan.status_fd, STATUS_EXEC_FAILED, errno);
+                plan.exec_errno.store(errno.max(1), Ordering::SeqCst);
+                libc::_exit(127);
+            }
+        } else {
+            // Its own group, so one kill(-leader) reaches every member that stays in it.
+            libc::setpgid(0, 0);
+        }
+        // Default dispositions and an empty mask, whatever dsh inherited: a dsh started
+        // with SIGINT ignored (by `nohup`, or a shell's `&`) must not pass that on, or
+        // every interrupt of the command would silently do nothing. The handler table is
+        // the leader's own (no CLONE_SIGHAND). The raw system call, because the C
+        // library refuses its own real-time signals (32, 33), which an ignoring parent
+        // passes on like any other; SIGKILL and SIGSTOP refuse it, harmlessly. The
+        // kernel's `struct sigaction` with SIG_DFL, no flags, no restorer and an empty
+        // mask is all zeros on every architecture.
+        let dfl = [0u64; 4];
+        for sig in 1..=64 {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                dfl.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

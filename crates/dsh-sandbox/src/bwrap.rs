@@ -63,6 +63,15 @@ pub struct Layout {
     pub carves: Vec<Carve>,
 }
 
+/// Removes `--new-session` from a bwrap argv (before its `--`), for a command on a private
+/// terminal (see [`Sandbox::confine_on_terminal`](crate::Sandbox::confine_on_terminal)).
+pub fn keep_session(argv: &mut Vec<OsString>) {
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    if let Some(i) = argv[..end].iter().position(|a| a == "--new-session") {
+        argv.remove(i);
+    }
+}
+
 /// The bwrap argv for `argv` under `policy` (a confined mode).
 pub fn argv(
     program: &Path,
@@ -140,6 +149,25 @@ pub fn probe_argv(program: &Path) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_session_drops_only_the_runner_flag() {
+        let mut a: Vec<OsString> = [
+            "bwrap",
+            "--new-session",
+            "--unshare-pid",
+            "--",
+            "x",
+            "--new-session",
+        ]
+        .map(OsString::from)
+        .to_vec();
+        keep_session(&mut a);
+        assert_eq!(
+            a,
+            ["bwrap", "--unshare-pid", "--", "x", "--new-session"].map(OsString::from)
+        );
+    }
 
     /// The start every argv shares: the root, `/dev`, and `/proc` with its read-only parts.
     const PROC: &str = "bwrap --ro-bind / / --dev /dev --remount-ro /dev --proc /proc \

@@ -581,6 +581,21 @@ pub trait Sandbox: Send + Sync {
         policy: &SandboxPolicy,
     ) -> Result<Confinement, HarnessError>;
 
+    /// Confines `argv` under `policy` for a command on a private terminal dsh holds the
+    /// other side of (a PTY from `dsh-process`): as [`confine`](Self::confine), except
+    /// that the command stays in the session whose controlling terminal that PTY is, so
+    /// job control and the foreground group work. (A runner that starts a new session to
+    /// keep a command from pushing keystrokes into the caller's terminal need not: the
+    /// only terminal in reach is the command's own.)
+    ///
+    /// # Errors
+    /// As [`confine`](Self::confine).
+    fn confine_on_terminal(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError>;
+
     /// The private temp directory confined commands get as `TMPDIR` (writable under
     /// workspace-write), if one exists yet.
     fn temp_dir(&self) -> Option<PathBuf>;

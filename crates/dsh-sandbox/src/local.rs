@@ -749,6 +749,18 @@ impl Sandbox for LocalSandbox {
         })
     }
 
+    fn confine_on_terminal(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError> {
+        let mut c = self.confine(argv, policy)?;
+        if matches!(c.runner, Runner::Bwrap | Runner::Operator) {
+            crate::bwrap::keep_session(&mut c.argv);
+        }
+        Ok(c)
+    }
+
     fn temp_dir(&self) -> Option<PathBuf> {
         self.area
             .get()

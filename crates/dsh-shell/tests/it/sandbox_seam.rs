@@ -33,6 +33,14 @@ impl Recording {
 }
 
 impl Sandbox for Recording {
+    fn confine_on_terminal(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError> {
+        self.confine(argv, policy)
+    }
+
     fn confine(
         &self,
         argv: &[OsString],

@@ -1,0 +1,302 @@
+//! What a terminal's foreground process group is doing, as the kernel shows it in `/proc`.
+//!
+//! A program waiting for a person to type is blocked in a system call that reads the
+//! terminal: `read` on it, or `select`/`poll`/`epoll` with it among the descriptors to
+//! read. `/proc/<pid>/task/<tid>/syscall` names the call a blocked thread is in and its
+//! arguments; the descriptor sets they point at are read from `/proc/<pid>/mem`, an epoll
+//! instance's targets from `/proc/<pid>/fdinfo`. A descriptor "is the terminal" when it
+//! is the PTY's terminal side or `/dev/tty` (which, for a process of the terminal's
+//! session, is that same terminal), so a program that reads keys from `/dev/tty`, as
+//! `less` and `vim` do, counts as well as one reading stdin.
+//!
+//! The same pass sums the read system calls the group's processes have made
+//! (`/proc/<pid>/io`, `syscr`): a program that read its input and went back to waiting
+//! between two looks shows a larger count, which tells "answered and waits again" from
+//! "still waiting for the same input".
+//!
+//! # Limits
+//! Linux on x86_64 and aarch64 (elsewhere nothing is ever reported waiting). A process
+//! dsh may not trace (another user's, or one that made itself undumpable) shows nothing;
+//! a race with a process exiting mid-look counts as not waiting.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+/// What [`inspect`] found about a foreground process group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Foreground {
+    /// The group, as dsh sees it.
+    pub pgid: u32,
+    /// Whether a thread of the group is blocked reading the terminal.
+    pub input_waiting: bool,
+    /// The read system calls the group's processes have made so far (a count that only
+    /// grows while the same processes live).
+    pub reads: u64,
+}
+
+/// The PTY terminal side's device numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TerminalDevice {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
+}
+
+/// `/dev/tty`: the controlling terminal of whoever opened it.
+const DEV_TTY: (u32, u32) = (5, 0);
+
+/// The most descriptors looked at in one `select` set or `poll` array.
+const MAX_FDS: u64 = 1024;
+
+/// Looks at every process of group `pgid`. See the [module docs](self).
+pub(crate) fn inspect(pgid: u32, device: TerminalDevice) -> Foreground {
+    let mut found = Foreground {
+        pgid,
+        input_waiting: false,
+        reads: 0,
+    };
+    for pid in members(pgid) {
+        found.reads = found.reads.saturating_add(reads(pid).unwrap_or(0));
+        if !found.input_waiting {
+            found.input_waiting = waits_for_input(pid, device);
+        }
+    }
+    found
+}
+
+/// The pids whose process group is `pgid`.
+fn members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut buf = Vec::with_capacity(512);
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        buf.clear();
+        let ok =
+            fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read_to_end(&mut buf));
+        if ok.is_ok() && stat_pgrp(&buf) == Some(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The process group in a `/proc/<pid>/stat` line: the third field after the command
+/// name's closing parenthesis (the name may itself hold spaces and parentheses).
+fn stat_pgrp(stat: &[u8]) -> Option<u32> {
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // state, ppid, pgrp
+    rest.split_ascii_whitespace().nth(2)?.parse().ok()
+}
+
+/// `syscr` of `/proc/<pid>/io`.
+fn reads(pid: u32) -> Option<u64> {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscr:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether a thread of `pid` is blocked reading the terminal.
+fn waits_for_input(pid: u32, device: TerminalDevice) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let path = t.path().join("syscall");
+        fs::read_to_string(path)
+            .ok()
+            .and_then(|s| BlockedCall::parse(&s))
+            .is_some_and(|call| call.reads_terminal(pid, device))
+    })
+}
+
+/// A thread's blocked system call: its number and first arguments.
+#[derive(Debug, PartialEq, Eq)]
+struct BlockedCall {
+    nr: u64,
+    args: [u64; 3],
+}
+
+impl BlockedCall {
+    /// `nr arg0 … arg5 sp pc` (numbers decimal, the rest hex); `running` or `-1 sp pc`
+    /// (not in a system call) is `None`.
+    fn parse(s: &str) -> Option<BlockedCall> {
+        let mut it = s.split_ascii_whitespace();
+        let nr = it.next()?.parse::<u64>().ok()?;
+        let mut args = [0u64; 3];
+        for a in &mut args {
+            *a = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+        }
+        Some(BlockedCall { nr, args })
+    }
+
+    fn reads_terminal(&self, pid: u32, device: TerminalDevice) -> bool {
+        let [a0, a1, a2] = self.args;
+        let is_terminal = |fd: u64| fd_is_terminal(pid, fd, device);
+        match arch::call(self.nr) {
+            Some(Call::Read) => is_terminal(a0),
+            Some(Call::Select) => select_reads_terminal(pid, a0, a1, &is_terminal),
+            Some(Call::Poll) => poll_reads_terminal(pid, a0, a1, &is_terminal),
+            Some(Call::EpollWait) => a2 >= 1 && epoll_reads_terminal(pid, a0, &is_terminal),
+            None => false,
+        }
+    }
+}
+
+/// The calls that wait for input, whatever their number on this architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    /// `read`/`readv(fd, …)`.
+    Read,
+    /// `select`/`pselect6(nfds, readfds, …)`.
+    Select,
+    /// `poll`/`ppoll(fds, nfds, …)`.
+    Poll,
+    /// `epoll_wait`/`epoll_pwait`/`epoll_pwait2(epfd, events, maxevents, …)`.
+    EpollWait,
+}
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    use super::Call;
+
+    pub(super) fn call(nr: u64) -> Option<Call> {
+        Some(match nr {
+            0 | 19 => Call::Read,
+            23 | 270 => Call::Select,
+            7 | 271 => Call::Poll,
+            232 | 281 | 441 => Call::EpollWait,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    use super::Call;
+
+    pub(super) fn call(nr: u64) -> Option<Call> {
+        Some(match nr {
+            63 | 65 => Call::Read,
+            72 => Call::Select,
+            73 => Call::Poll,
+            22 | 441 => Call::EpollWait,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod arch {
+    use super::Call;
+
+    pub(super) fn call(_nr: u64) -> Option<Call> {
+        None
+    }
+}
+
+/// Whether `pid`'s descriptor `fd` is the terminal (or `/dev/tty`).
+fn fd_is_terminal(pid: u32, fd: u64, device: TerminalDevice) -> bool {
+    if fd > i32::MAX as u64 {
+        return false;
+    }
+    let Ok(md) = fs::metadata(format!("/proc/{pid}/fd/{fd}")) else {
+        return false;
+    };
+    let rdev = md.rdev();
+    let (maj, min) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    (maj, min) == (device.major, device.minor) || (maj, min) == DEV_TTY
+}
+
+/// Reads `len` bytes of `pid`'s memory at `addr`.
+fn peek(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+    let f = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, addr).ok()?;
+    Some(buf)
+}
+
+fn select_reads_terminal(
+    pid: u32,
+    nfds: u64,
+    readfds: u64,
+    is_terminal: &dyn Fn(u64) -> bool,
+) -> bool {
+    let nfds = nfds.min(MAX_FDS);
+    if nfds == 0 || readfds == 0 {
+        return false;
+    }
+    let Some(set) = peek(pid, readfds, nfds.div_ceil(8) as usize) else {
+        return false;
+    };
+    (0..nfds).any(|fd| set[(fd / 8) as usize] & (1 << (fd % 8)) != 0 && is_terminal(fd))
+}
+
+fn poll_reads_terminal(pid: u32, fds: u64, nfds: u64, is_terminal: &dyn Fn(u64) -> bool) -> bool {
+    let nfds = nfds.min(MAX_FDS);
+    if nfds == 0 || fds == 0 {
+        return false;
+    }
+    // struct pollfd { int fd; short events; short revents; }
+    let Some(raw) = peek(pid, fds, nfds as usize * 8) else {
+        return false;
+    };
+    raw.chunks_exact(8).any(|p| {
+        let fd = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+        let events = i16::from_ne_bytes([p[4], p[5]]);
+        fd >= 0 && events & libc::POLLIN != 0 && is_terminal(fd as u64)
+    })
+}
+
+fn epoll_reads_terminal(pid: u32, epfd: u64, is_terminal: &dyn Fn(u64) -> bool) -> bool {
+    let Ok(info) = fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")) else {
+        return false;
+    };
+    // `tfd:        0 events:       19 data: …`
+    info.lines().any(|l| {
+        let mut it = l.split_ascii_whitespace();
+        if it.next() != Some("tfd:") {
+            return false;
+        }
+        let fd = it.next().and_then(|v| v.parse::<u64>().ok());
+        let events = match (it.next(), it.next()) {
+            (Some("events:"), Some(v)) => u32::from_str_radix(v, 16).ok(),
+            _ => None,
+        };
+        matches!((fd, events), (Some(fd), Some(ev)) if ev & libc::EPOLLIN as u32 != 0 && is_terminal(fd))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_group_is_read_after_the_command_name() {
+        assert_eq!(stat_pgrp(b"12 (a) b) c) S 1 77 77 0"), Some(77));
+        assert_eq!(stat_pgrp(b"12 (sh) R 1"), None);
+    }
+
+    #[test]
+    fn a_blocked_call_is_parsed_and_running_is_not() {
+        assert_eq!(
+            BlockedCall::parse("0 0x0 0x7ffd1 0x1 0x0 0x0 0x0 0x7ffd0 0x7f00"),
+            Some(BlockedCall {
+                nr: 0,
+                args: [0, 0x7ffd1, 1]
+            })
+        );
+        assert_eq!(BlockedCall::parse("running"), None);
+        assert_eq!(BlockedCall::parse("-1 0x7ffd0 0x7f00"), None);
+    }
+}
