@@ -23,7 +23,7 @@ use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
-/// What [`inspect`] found about a foreground process group.
+/// What [`Pty::foreground`](crate::Pty::foreground) found about a foreground process group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Foreground {
     /// The group, as dsh sees it.

@@ -1,0 +1,640 @@
+//! [`Terminals`]: the owner-scoped registry of terminal sessions.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, SessionId};
+use dsh_sandbox::SandboxPolicy;
+
+use crate::session::{PtySession, SendRequest, SendResult};
+use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
+
+/// Who a terminal session belongs to: one MCP connection (one agent). Two `Owner`s are
+/// the same only if one is a clone of the other, even with the same session id: a
+/// reconnecting client is a new owner.
+#[derive(Clone)]
+pub struct Owner(Arc<OwnerInner>);
+
+struct OwnerInner {
+    session: SessionId,
+    disposed: AtomicBool,
+}
+
+impl Owner {
+    /// A new, live owner for `session`.
+    pub fn new(session: SessionId) -> Owner {
+        Owner(Arc::new(OwnerInner {
+            session,
+            disposed: AtomicBool::new(false),
+        }))
+    }
+
+    /// Its session.
+    pub fn session(&self) -> &SessionId {
+        &self.0.session
+    }
+
+    /// Whether it can still open sessions (it was not disposed of).
+    pub fn is_live(&self) -> bool {
+        !self.0.disposed.load(Ordering::SeqCst)
+    }
+
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("session", &self.0.session)
+            .field("live", &self.is_live())
+            .finish()
+    }
+}
+
+/// What `terminal_open` asks for.
+#[derive(Clone, Debug)]
+pub struct OpenRequest {
+    /// The backend type (`shell`).
+    pub kind: String,
+    /// A name unique among the owner's sessions.
+    pub name: Option<String>,
+    /// The working directory; default the policy's workspace root.
+    pub cwd: Option<PathBuf>,
+    /// The session's sandbox policy, resolved once, now: it holds for the session's life.
+    pub policy: SandboxPolicy,
+}
+
+/// What a backend gets to start a session.
+#[derive(Clone, Debug)]
+pub struct SpawnRequest {
+    /// The new session's id.
+    pub id: TerminalId,
+    /// The owner's session id (for the shell's environment).
+    pub owner_session: SessionId,
+    /// The working directory; default the policy's workspace root.
+    pub cwd: Option<PathBuf>,
+    /// The sandbox policy the shell runs under.
+    pub policy: SandboxPolicy,
+}
+
+/// Starts terminal sessions of one type.
+///
+/// # For implementors
+/// `spawn` returns a published-ready session and its startup output, or an error after
+/// closing whatever it started; it must give up promptly when `cancel` fires.
+#[async_trait]
+pub trait TerminalBackend: Send + Sync {
+    /// The type it starts (`shell`).
+    fn kind(&self) -> &str;
+
+    /// Starts a session.
+    ///
+    /// # Errors
+    /// The backend's: the sandbox's (`SANDBOX_UNAVAILABLE`), the subprocess seam's, or
+    /// `TERMINAL_FAILED` when the shell does not start.
+    async fn spawn(
+        &self,
+        request: SpawnRequest,
+        config: &TerminalConfig,
+        cancel: &CancelToken,
+    ) -> Result<(PtySession, String), HarnessError>;
+}
+
+/// A session as `terminal_list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Its id.
+    pub id: TerminalId,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// Its backend type.
+    pub kind: String,
+    /// The shell's pid, as dsh sees it.
+    pub pid: Option<u32>,
+    /// Running or exited.
+    pub status: SessionStatus,
+}
+
+/// A new session: its snapshot and what the shell printed at startup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// The session.
+    pub snapshot: Snapshot,
+    /// The startup output (`dsh> ` for the bash backend).
+    pub motd: String,
+}
+
+/// How a close ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// This call closed it.
+    Closed,
+    /// Another close was already under way; this call waited for it.
+    AlreadyClosing,
+}
+
+struct Entry {
+    id: TerminalId,
+    owner: Owner,
+    name: Option<String>,
+    kind: String,
+    session: Arc<PtySession>,
+    closing: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    sessions: Vec<Entry>,
+    /// Names of spawns not yet published: (owner key, name).
+    reserved: Vec<(usize, String)>,
+    /// Spawns not yet published: (owner key, their cancel token).
+    pending: Vec<(usize, u64, CancelToken)>,
+}
+
+/// The registry of terminal sessions (the seam `ctx.terminals`). See the [crate
+/// docs](crate).
+pub struct Terminals {
+    config: TerminalConfig,
+    backends: Mutex<HashMap<String, Arc<dyn TerminalBackend>>>,
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
+    next_pending: AtomicU64,
+    disposing: AtomicBool,
+}
+
+impl std::fmt::Debug for Terminals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminals")
+            .field("sessions", &self.lock().sessions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Terminals {
+    /// An empty registry.
+    ///
+    /// # Errors
+    /// `CONFIG_INVALID` from [`TerminalConfig::validate`].
+    pub fn new(config: TerminalConfig) -> Result<Terminals, HarnessError> {
+        config.validate()?;
+        Ok(Terminals {
+            config,
+            backends: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner::default()),
+            next_id: AtomicU64::new(1),
+            next_pending: AtomicU64::new(1),
+            disposing: AtomicBool::new(false),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TerminalConfig {
+        &self.config
+    }
+
+    /// Adds a backend.
+    ///
+    /// # Errors
+    /// `DUPLICATE_BACKEND` when its type has one; `INVALID_ARGUMENT` for an empty type.
+    pub fn register(&self, backend: Arc<dyn TerminalBackend>) -> Result<(), HarnessError> {
+        let kind = backend.kind().to_owned();
+        if kind.is_empty() {
+            return Err(HarnessError::invalid_argument(
+                "a terminal backend type must not be empty",
+            ));
+        }
+        let mut b = self.backends.lock().unwrap_or_else(|p| p.into_inner());
+        if b.contains_key(&kind) {
+            return Err(HarnessError::new(
+                ErrorCode::DuplicateBackend,
+                format!("a terminal backend of type {kind:?} is already registered"),
+            ));
+        }
+        b.insert(kind, backend);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a session for `owner`.
+    ///
+    /// # Errors
+    /// In this order: `SERVICE_DISPOSING`; `ABORTED` (cancelled before it started);
+    /// `OWNER_NOT_LIVE`; `NO_BACKEND`; `INVALID_ARGUMENT` (empty name); `DUPLICATE_NAME`;
+    /// `TERMINAL_LIMIT`; then the backend's. A session started but not published (the
+    /// call was cancelled, the owner or the service went away meanwhile) is closed.
+    pub async fn open(
+        &self,
+        owner: &Owner,
+        request: OpenRequest,
+        cancel: &CancelToken,
+    ) -> Result<Opened, HarnessError> {
+        if self.disposing.load(Ordering::SeqCst) {
+            return Err(disposing());
+        }
+        if let Some(reason) = cancel.reason() {
+            return Err(HarnessError::aborted_before_start("terminal_open", reason));
+        }
+        if !owner.is_live() {
+            return Err(not_live());
+        }
+        let backend = self
+            .backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&request.kind)
+            .cloned()
+            .ok_or_else(|| {
+                HarnessError::new(
+                    ErrorCode::NoBackend,
+                    format!(
+                        "no terminal backend of type {:?}; the type is \"shell\"",
+                        dsh_core::visible::visible(&request.kind)
+                    ),
+                )
+            })?;
+        if request.name.as_deref() == Some("") {
+            return Err(HarnessError::invalid_argument(
+                "a terminal session name must not be empty; omit it or give a name",
+            ));
+        }
+        let reservation = CancelToken::new();
+        let pending_id = self.next_pending.fetch_add(1, Ordering::Relaxed);
+        let id = {
+            let mut inner = self.lock();
+            let key = owner.key();
+            if let Some(name) = &request.name {
+                let taken = inner
+                    .sessions
+                    .iter()
+                    .any(|e| e.owner.key() == key && e.name.as_ref() == Some(name))
+                    || inner.reserved.iter().any(|(k, n)| *k == key && n == name);
+                if taken {
+                    return Err(HarnessError::new(
+                        ErrorCode::DuplicateName,
+                        format!(
+                            "a terminal session named {:?} is already open (or opening); pick \
+                             another name or close that one",
+                            dsh_core::visible::visible(name)
+                        ),
+                    ));
+                }
+            }
+            let open = inner
+                .sessions
+                .iter()
+                .filter(|e| e.owner.key() == key)
+                .count()
+                + inner.pending.iter().filter(|(k, _, _)| *k == key).count();
+            if open >= self.config.max_sessions {
+                return Err(HarnessError::new(
+                    ErrorCode::TerminalLimit,
+                    format!(
+                        "{open} terminal sessions are open, the most allowed; close one with \
+                         terminal_close first"
+                    ),
+                ));
+            }
+            if let Some(name) = &request.name {
+                inner.reserved.push((key, name.clone()));
+            }
+            inner.pending.push((key, pending_id, reservation.clone()));
+            TerminalId::new(format!(
+                "pty-{}",
+                self.next_id.fetch_add(1, Ordering::Relaxed)
+            ))
+        };
+        // Either the caller's cancel or the reservation's (owner or service disposal)
+        // stops the spawn.
+        let fused = CancelToken::new();
+        let spawned = {
+            let relay = async {
+                tokio::select! {
+                    _ = cancel.cancelled() => fused.cancel(cancel.reason().cloned().unwrap_or(CancelReason::ClientCancelled)),
+                    _ = reservation.cancelled() => fused.cancel(reservation.reason().cloned().unwrap_or(CancelReason::ClientGone)),
+                }
+                std::future::pending::<()>().await
+            };
+            let spawn = backend.spawn(
+                SpawnRequest {
+                    id: id.clone(),
+                    owner_session: owner.session().clone(),
+                    cwd: request.cwd.clone(),
+                    policy: request.policy.clone(),
+                },
+                &self.config,
+                &fused,
+            );
+            tokio::select! {
+                r = spawn => r,
+                _ = relay => unreachable!("the relay never ends"),
+            }
+        };
+        let key = owner.key();
+        let release = |inner: &mut Inner| {
+            inner.pending.retain(|(_, p, _)| *p != pending_id);
+            if let Some(name) = &request.name {
+                if let Some(i) = inner
+                    .reserved
+                    .iter()
+                    .position(|(k, n)| *k == key && n == name)
+                {
+                    inner.reserved.remove(i);
+                }
+            }
+        };
+        let (session, motd) = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                release(&mut self.lock());
+                return Err(self.abort_reason(cancel, &reservation).unwrap_or(e));
+            }
+        };
+        // Published only if nobody gave up meanwhile; else rolled back.
+        let refused = self.abort_reason(cancel, &reservation).or_else(|| {
+            if self.disposing.load(Ordering::SeqCst) {
+                Some(disposing())
+            } else if !owner.is_live() {
+                Some(not_live())
+            } else {
+                None
+            }
+        });
+        if let Some(e) = refused {
+            release(&mut self.lock());
+            let _ = session.close().await;
+            return Err(e);
+        }
+        let session = Arc::new(session);
+        let snapshot = Snapshot {
+            id: id.clone(),
+            name: request.name.clone(),
+            kind: request.kind.clone(),
+            pid: Some(session.pid()),
+            status: session.status(),
+        };
+        {
+            let mut inner = self.lock();
+            release(&mut inner);
+            inner.sessions.push(Entry {
+                id,
+                owner: owner.clone(),
+                name: request.name,
+                kind: request.kind,
+                session,
+                closing: false,
+            });
+        }
+        Ok(Opened { snapshot, motd })
+    }
+
+    fn abort_reason(
+        &self,
+        cancel: &CancelToken,
+        reservation: &CancelToken,
+    ) -> Option<HarnessError> {
+        if let Some(reason) = cancel.reason() {
+            return Some(HarnessError::aborted_before_start("terminal_open", reason));
+        }
+        // The reservation is cancelled only by disposal: of the service, or of the owner.
+        reservation.is_cancelled().then(|| {
+            if self.disposing.load(Ordering::SeqCst) {
+                disposing()
+            } else {
+                not_live()
+            }
+        })
+    }
+
+    /// The session `id` if `owner` owns it.
+    fn session(&self, owner: &Owner, id: &str) -> Result<Arc<PtySession>, HarnessError> {
+        let inner = self.lock();
+        let entry = inner
+            .sessions
+            .iter()
+            .find(|e| e.id.as_str() == id)
+            .ok_or_else(|| {
+                HarnessError::new(
+                    ErrorCode::NoSession,
+                    format!(
+                        "unknown PTY session {}; terminal_list shows the open ones",
+                        dsh_core::visible::visible(id)
+                    ),
+                )
+            })?;
+        if entry.owner.key() != owner.key() {
+            return Err(HarnessError::new(
+                ErrorCode::ForeignSession,
+                format!(
+                    "PTY session {} belongs to another agent (another connection); it cannot \
+                     be used from here",
+                    entry.id
+                ),
+            ));
+        }
+        Ok(entry.session.clone())
+    }
+
+    /// Types into session `id` and waits until it is ready (see [`PtySession::send`]).
+    ///
+    /// # Errors
+    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`PtySession::send`]'s.
+    pub async fn send(
+        &self,
+        owner: &Owner,
+        id: &str,
+        request: SendRequest,
+        cancel: &CancelToken,
+    ) -> Result<SendResult, HarnessError> {
+        let session = self.session(owner, id)?;
+        if request.timeout > self.config.max_timeout {
+            return Err(HarnessError::invalid_argument(format!(
+                "timeout_ms must be at most {}",
+                self.config.max_timeout.as_millis()
+            )));
+        }
+        session.send(request, cancel, false).await
+    }
+
+    /// A page of session `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).
+    ///
+    /// # Errors
+    /// `NO_SESSION`, `FOREIGN_SESSION`; `INVALID_ARGUMENT` for a zero `count`.
+    pub fn read(
+        &self,
+        owner: &Owner,
+        id: &str,
+        offset: u64,
+        count: u64,
+    ) -> Result<ReadPage, HarnessError> {
+        let session = self.session(owner, id)?;
+        if count == 0 {
+            return Err(HarnessError::invalid_argument("count must be at least 1"));
+        }
+        Ok(session.read(offset, count))
+    }
+
+    /// Sends `signal` to session `id`'s foreground group; returns the group.
+    ///
+    /// # Errors
+    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`PtySession::signal`]'s.
+    pub fn signal(
+        &self,
+        owner: &Owner,
+        id: &str,
+        signal: TerminalSignal,
+    ) -> Result<u32, HarnessError> {
+        self.session(owner, id)?.signal(signal.number())
+    }
+
+    /// Closes session `id` and forgets it once its tree is gone.
+    ///
+    /// # Errors
+    /// `NO_SESSION`, `FOREIGN_SESSION`; [`PtySession::close`]'s (the session then stays
+    /// listed, and a later close retries).
+    pub async fn close(&self, owner: &Owner, id: &str) -> Result<CloseOutcome, HarnessError> {
+        let session = self.session(owner, id)?;
+        let already = {
+            let mut inner = self.lock();
+            match inner.sessions.iter_mut().find(|e| e.id.as_str() == id) {
+                Some(e) => std::mem::replace(&mut e.closing, true),
+                None => true,
+            }
+        };
+        let result = session.close().await;
+        let mut inner = self.lock();
+        match result {
+            Ok(()) => {
+                inner.sessions.retain(|e| e.id.as_str() != id);
+                Ok(if already {
+                    CloseOutcome::AlreadyClosing
+                } else {
+                    CloseOutcome::Closed
+                })
+            }
+            Err(e) => {
+                if let Some(entry) = inner.sessions.iter_mut().find(|e| e.id.as_str() == id) {
+                    entry.closing = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `owner`'s sessions, oldest first.
+    pub fn list(&self, owner: &Owner) -> Vec<Snapshot> {
+        self.lock()
+            .sessions
+            .iter()
+            .filter(|e| e.owner.key() == owner.key())
+            .map(|e| Snapshot {
+                id: e.id.clone(),
+                name: e.name.clone(),
+                kind: e.kind.clone(),
+                pid: Some(e.session.pid()),
+                status: e.session.status(),
+            })
+            .collect()
+    }
+
+    /// Whether `owner` has sessions open or being opened.
+    pub fn has_owner_activity(&self, owner: &Owner) -> bool {
+        let inner = self.lock();
+        let key = owner.key();
+        inner.sessions.iter().any(|e| e.owner.key() == key)
+            || inner.pending.iter().any(|(k, _, _)| *k == key)
+    }
+
+    /// Ends `owner`: it opens nothing more; its pending opens are abandoned; its sessions
+    /// are closed, all at once, and forgotten. Returns once every tree is gone.
+    ///
+    /// # Errors
+    /// `TERMINAL_FAILED` naming how many sessions could not be closed (they stay listed).
+    pub async fn dispose_owner(&self, owner: &Owner) -> Result<(), HarnessError> {
+        owner.0.disposed.store(true, Ordering::SeqCst);
+        let key = owner.key();
+        self.end(|k| k == key, "the owner is disposed").await
+    }
+
+    /// Ends the service: nothing opens any more; every pending open is abandoned and
+    /// every session closed. Returns once every tree is gone.
+    ///
+    /// # Errors
+    /// As [`dispose_owner`](Self::dispose_owner).
+    pub async fn dispose(&self) -> Result<(), HarnessError> {
+        self.disposing.store(true, Ordering::SeqCst);
+        self.end(|_| true, "the terminal service is disposed").await
+    }
+
+    async fn end(&self, whose: impl Fn(usize) -> bool, reason: &str) -> Result<(), HarnessError> {
+        let sessions: Vec<(TerminalId, Arc<PtySession>)> = {
+            let mut inner = self.lock();
+            for (k, _, token) in &inner.pending {
+                if whose(*k) {
+                    token.cancel(reason);
+                }
+            }
+            inner
+                .sessions
+                .iter_mut()
+                .filter(|e| whose(e.owner.key()))
+                .map(|e| {
+                    e.closing = true;
+                    (e.id.clone(), e.session.clone())
+                })
+                .collect()
+        };
+        // All at once: each close waits out its own grace.
+        let mut closing = tokio::task::JoinSet::new();
+        for (i, (_, s)) in sessions.iter().enumerate() {
+            let s = s.clone();
+            closing.spawn(async move { (i, s.close().await) });
+        }
+        // A close that panicked stays a failure.
+        let mut results: Vec<Result<(), HarnessError>> = sessions
+            .iter()
+            .map(|_| Err(HarnessError::internal("closing the session did not finish")))
+            .collect();
+        while let Some(joined) = closing.join_next().await {
+            if let Ok((i, r)) = joined {
+                results[i] = r;
+            }
+        }
+        let mut failed = 0;
+        let mut inner = self.lock();
+        for ((id, _), r) in sessions.iter().zip(results) {
+            match r {
+                Ok(()) => inner.sessions.retain(|e| &e.id != id),
+                Err(_) => failed += 1,
+            }
+        }
+        if failed > 0 {
+            return Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                format!("failed to close {failed} PTY session(s)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn disposing() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::ServiceDisposing,
+        "the terminal service is shutting down; nothing new starts",
+    )
+}
+
+fn not_live() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::OwnerNotLive,
+        "the connection that would own this terminal is gone or ending",
+    )
+}

@@ -1,0 +1,644 @@
+//! One terminal session: a program on a PTY, its output, and sends that know when the
+//! program is waiting for input.
+//!
+//! # Readiness
+//! A send writes its text and then looks at the terminal every poll interval until one
+//! of these holds (the first wins):
+//! 1. `session_exit`: the program that leads the session has exited, or the session is
+//!    being closed.
+//! 2. `stdin_read`, prompt tier: the shell printed its prompt marker after the write,
+//!    then exactly its prompt (`dsh> `), one poll interval of quiet has passed, and the
+//!    shell's own group holds the terminal again.
+//! 3. `stdin_read`, kernel tier: from `exact_probe_after` on, the foreground group is
+//!    blocked reading the terminal, and that is news since the write: another group than
+//!    before, or the same one after it was seen not waiting, or after it made more read
+//!    system calls than before the write (it read the input and waits again: a REPL
+//!    answering `x = 41` within one poll interval).
+//! 4. `inferred_idle`: no output for `idle_silence` (plus `handoff_grace` once a marker
+//!    was seen while a child held the terminal).
+//! 5. `timeout`: the send's deadline passed, whatever the output.
+//!
+//! A cancelled send gets a real SIGINT sent to the foreground group (never a `\x03`
+//! byte), and then settles as above, usually on the prompt coming back.
+//!
+//! # Memory
+//! The scrollback, a send's output and the screen are each bounded (see
+//! [`TerminalConfig`]); a program printing without end costs CPU, not memory.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dsh_core::{CancelToken, ErrorCode, HarnessError};
+use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
+use tokio::time::Instant;
+
+use crate::sanitizer::Sanitizer;
+use crate::screen::Screen;
+use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
+use crate::{SessionStatus, TerminalConfig, WaitReason};
+
+/// The prompt the bash backend sets, which the prompt tier waits for.
+pub const PROMPT: &str = "dsh> ";
+
+/// What a send writes and how long it may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// The text to type.
+    pub text: String,
+    /// Whether to press Enter after it (`\r`).
+    pub submit: bool,
+    /// The send's deadline, from its start.
+    pub timeout: Duration,
+}
+
+/// How a send settled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendResult {
+    /// What the program printed since the send began (its tail, within
+    /// `max_read_bytes`), or, while a full-screen program has the alternate screen, the
+    /// screen as a person sees it.
+    pub viewport: String,
+    /// Why the send settled.
+    pub wait: WaitReason,
+    /// The session at that moment.
+    pub status: SessionStatus,
+    /// Whether output was dropped (from the send's output or the scrollback).
+    pub truncated: bool,
+}
+
+/// The state the reader task and the sends share.
+struct State {
+    scrollback: Scrollback,
+    sanitizer: Sanitizer,
+    screen: Screen,
+    /// An incomplete UTF-8 sequence from the end of the last read.
+    carry: Vec<u8>,
+    /// The active send's view of the output, if a send is active.
+    op: Option<OpOutput>,
+    last_output: Instant,
+    /// The first failure reading the terminal.
+    transport_error: Option<String>,
+}
+
+/// What the active send has seen since its evidence was last reset.
+#[derive(Default)]
+struct OpOutput {
+    text: String,
+    dropped: bool,
+    /// A prompt marker arrived since the write.
+    marker: bool,
+    /// The text since the latest marker (its first few bytes).
+    tail: String,
+    /// Any output at all since the write.
+    any: bool,
+}
+
+impl OpOutput {
+    fn push(&mut self, text: &str, marker_at: Option<usize>, max: usize) {
+        if !text.is_empty() {
+            self.any = true;
+        }
+        let mut rest = text;
+        while let Some(p) = rest.find('\r') {
+            self.text.push_str(&rest[..p]);
+            let line_start = self.text.rfind('\n').map_or(0, |n| n + 1);
+            self.text.truncate(line_start);
+            rest = &rest[p + 1..];
+        }
+        self.text.push_str(rest);
+        if self.text.len() > max {
+            let cut = crate::scrollback::ceil_boundary(&self.text, self.text.len() - max);
+            self.text.drain(..cut);
+            self.dropped = true;
+        }
+        match marker_at {
+            Some(at) => {
+                self.marker = true;
+                self.tail.clear();
+                push_capped(&mut self.tail, &text[at..]);
+            }
+            None if self.marker => push_capped(&mut self.tail, text),
+            None => {}
+        }
+    }
+}
+
+/// Appends to a prompt tail, keeping only enough to tell whether it is exactly the
+/// prompt.
+fn push_capped(tail: &mut String, s: &str) {
+    const KEEP: usize = 64;
+    if tail.len() < KEEP {
+        let take = floor_boundary(s, KEEP - tail.len());
+        tail.push_str(&s[..take]);
+    }
+}
+
+/// One terminal session. See the [module docs](self).
+pub struct PtySession {
+    pty: Arc<Pty>,
+    control: Arc<dyn ProcessControl>,
+    /// Owns the tree: dropping the session kills it.
+    _process: Process,
+    state: Arc<Mutex<State>>,
+    send_slot: tokio::sync::Mutex<()>,
+    closing: AtomicBool,
+    closed: tokio::sync::OnceCell<Result<(), String>>,
+    shell_pgid: Mutex<Option<u32>>,
+    config: TerminalConfig,
+    reader: tokio::task::JoinHandle<()>,
+    /// What the sandbox needs kept until the tree is gone (placeholders of missing
+    /// protected paths).
+    _confinement: Option<dsh_sandbox::Confinement>,
+}
+
+impl std::fmt::Debug for PtySession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtySession")
+            .field("pid", &self.control.pid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PtySession {
+    /// A session for `process`, which was spawned on a terminal (its
+    /// [`take_terminal`](Process::take_terminal) must still hold it).
+    ///
+    /// # Errors
+    /// `INTERNAL` when the process has no terminal.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the output is read by a task).
+    pub fn start(mut process: Process, config: TerminalConfig) -> Result<PtySession, HarnessError> {
+        let pty = Arc::new(process.take_terminal().ok_or_else(|| {
+            HarnessError::internal("a terminal session needs a process on a terminal")
+        })?);
+        let state = Arc::new(Mutex::new(State {
+            scrollback: Scrollback::new(config.scrollback_lines, config.scrollback_max_bytes),
+            sanitizer: Sanitizer::new(config.max_read_bytes),
+            screen: Screen::new(config.rows, config.cols),
+            carry: Vec::new(),
+            // The startup send's output: everything from the first byte.
+            op: Some(OpOutput::default()),
+            last_output: Instant::now(),
+            transport_error: None,
+        }));
+        let reader = tokio::spawn(read_output(
+            pty.clone(),
+            state.clone(),
+            config.max_read_bytes,
+        ));
+        Ok(PtySession {
+            control: process.control(),
+            pty,
+            _process: process,
+            state,
+            send_slot: tokio::sync::Mutex::new(()),
+            closing: AtomicBool::new(false),
+            closed: tokio::sync::OnceCell::new(),
+            shell_pgid: Mutex::new(None),
+            config,
+            reader,
+            _confinement: None,
+        })
+    }
+
+    /// The session, keeping `confinement` (the sandbox's wrapping of its shell) alive as
+    /// long as itself.
+    pub fn holding(mut self, confinement: Option<dsh_sandbox::Confinement>) -> PtySession {
+        self._confinement = confinement;
+        self
+    }
+
+    /// The session leader's pid (as dsh sees it).
+    pub fn pid(&self) -> u32 {
+        self.control.pid()
+    }
+
+    /// Running, or how the session's leader ended.
+    pub fn status(&self) -> SessionStatus {
+        status_of(
+            self.control.outcome(),
+            self.lock().transport_error.is_some(),
+        )
+    }
+
+    /// Whether the session is closing or closed.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Types `request.text` and waits until the program is ready for more (see the
+    /// [module docs](self)). Cancelling `cancel` interrupts the foreground program with
+    /// SIGINT; the send then settles as usual.
+    ///
+    /// `startup` is for the first send of a backend's startup: it sees everything the
+    /// shell printed since it started, and silence counts only once some output arrived.
+    ///
+    /// # Errors
+    /// `TERMINAL_CLOSING`, `TERMINAL_EXITED`, `SEND_ACTIVE` (another send is active),
+    /// `ABORTED` (cancelled before anything was written), `TERMINAL_FAILED` (the terminal
+    /// could not be written or signalled).
+    pub async fn send(
+        &self,
+        request: SendRequest,
+        cancel: &CancelToken,
+        startup: bool,
+    ) -> Result<SendResult, HarnessError> {
+        if self.is_closing() {
+            return Err(closing_error());
+        }
+        if self.control.outcome().is_some() {
+            return Err(HarnessError::new(
+                ErrorCode::TerminalExited,
+                "the terminal session has exited; open a new one with terminal_open",
+            ));
+        }
+        let Ok(_slot) = self.send_slot.try_lock() else {
+            return Err(HarnessError::new(
+                ErrorCode::SendActive,
+                "another send to this terminal session is still active; wait for it to settle, \
+                 or cancel it, then send again",
+            ));
+        };
+        if cancel.is_cancelled() {
+            return Err(HarnessError::new(
+                ErrorCode::Aborted,
+                "terminal send aborted before write: nothing was typed",
+            ));
+        }
+        let start = Instant::now();
+        let deadline = start + request.timeout;
+        // The startup send counts everything the shell printed since it started; a later
+        // send only what follows its write.
+        if !startup {
+            self.reset_evidence();
+        }
+        let initial = self.inspect().await;
+        if cancel.is_cancelled() {
+            self.lock().op = None;
+            return Err(HarnessError::new(
+                ErrorCode::Aborted,
+                "terminal send aborted before write: nothing was typed",
+            ));
+        }
+        // Evidence from before the write boundary never counts.
+        if !startup {
+            self.reset_evidence();
+        }
+        let mut bytes = request.text.into_bytes();
+        if request.submit {
+            bytes.push(b'\r');
+        }
+        if !bytes.is_empty() {
+            match tokio::time::timeout_at(deadline, self.pty.write_all(&bytes)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.lock().op = None;
+                    return Err(HarnessError::new(
+                        ErrorCode::TerminalFailed,
+                        "the input could not be written to the terminal",
+                    )
+                    .with_source(e));
+                }
+                // The program did not take the input before the deadline.
+                Err(_) => return Ok(self.settle(WaitReason::Timeout)),
+            }
+        }
+        let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
+        let mut interrupted = false;
+        let poll = self.config.poll_interval;
+        let mut next = Instant::now() + poll;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.min(deadline)) => {}
+                _ = cancel.cancelled(), if !interrupted => {
+                    interrupted = true;
+                    self.interrupt()?;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(self.settle(WaitReason::Timeout));
+            }
+            if now < next {
+                continue;
+            }
+            next = now + poll;
+            if self.is_closing() || self.control.outcome().is_some() {
+                return Ok(self.settle(WaitReason::SessionExit));
+            }
+            let fg = self.inspect().await;
+            let (marker, tail_is_prompt, idle, any) = {
+                let st = self.lock();
+                let op = st.op.as_ref();
+                (
+                    op.is_some_and(|o| o.marker),
+                    op.is_some_and(|o| o.tail == PROMPT),
+                    now.saturating_duration_since(st.last_output),
+                    op.is_some_and(|o| o.any),
+                )
+            };
+            let shell = {
+                let mut shell = self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
+                if shell.is_none() && marker {
+                    *shell = fg.map(|f| f.pgid);
+                }
+                *shell
+            };
+            if marker && tail_is_prompt && idle >= poll && fg.is_some_and(|f| Some(f.pgid) == shell)
+            {
+                return Ok(self.settle(WaitReason::StdinRead));
+            }
+            if let Some(f) = fg {
+                let same = initial.is_some_and(|i| i.pgid == f.pgid);
+                if same && !f.input_waiting {
+                    left_wait = true;
+                }
+                let news = !same || left_wait || initial.is_some_and(|i| f.reads > i.reads);
+                if now - start >= self.config.exact_probe_after
+                    && f.input_waiting
+                    && news
+                    && (!startup || any)
+                {
+                    return Ok(self.settle(WaitReason::StdinRead));
+                }
+            }
+            let silence = self.config.idle_silence
+                + if marker {
+                    self.config.handoff_grace
+                } else {
+                    Duration::ZERO
+                };
+            if idle >= silence && (!startup || any) {
+                return Ok(self.settle(WaitReason::InferredIdle));
+            }
+        }
+    }
+
+    /// The foreground group and what it does, looked up off the async threads.
+    async fn inspect(&self) -> Option<Foreground> {
+        let pty = self.pty.clone();
+        tokio::task::spawn_blocking(move || pty.foreground())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    fn reset_evidence(&self) {
+        let mut st = self.lock();
+        st.last_output = Instant::now();
+        match &mut st.op {
+            Some(op) => {
+                op.marker = false;
+                op.tail.clear();
+                op.any = false;
+            }
+            None => st.op = Some(OpOutput::default()),
+        }
+    }
+
+    fn interrupt(&self) -> Result<(), HarnessError> {
+        match self.pty.signal_foreground(libc::SIGINT) {
+            Ok(_) => Ok(()),
+            // Nobody holds the terminal: the session is ending; the send settles on that.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                "the interrupt (SIGINT) could not be sent to the terminal's foreground group",
+            )
+            .with_source(e)),
+        }
+    }
+
+    fn settle(&self, wait: WaitReason) -> SendResult {
+        let mut st = self.lock();
+        let op = st.op.take().unwrap_or_default();
+        let viewport = if st.screen.alternate() {
+            st.screen.contents()
+        } else {
+            op.text
+        };
+        SendResult {
+            viewport,
+            wait,
+            status: status_of(self.control.outcome(), st.transport_error.is_some()),
+            truncated: op.dropped || st.scrollback.truncated(),
+        }
+    }
+
+    /// A page of the scrollback: `count` lines ending `offset` lines before the newest.
+    pub fn read(&self, offset: u64, count: u64) -> ReadPage {
+        self.lock()
+            .scrollback
+            .page(offset, count, self.config.max_read_bytes)
+    }
+
+    /// Sends `signal` to the foreground group; returns the group.
+    ///
+    /// # Errors
+    /// `TERMINAL_CLOSING`; `INVALID_ARGUMENT` for SIGKILL aimed at the shell's own group
+    /// (close the session instead); `TERMINAL_FAILED` when no foreground group can be
+    /// found or the signal cannot be sent.
+    pub fn signal(&self, signal: i32) -> Result<u32, HarnessError> {
+        if self.is_closing() {
+            return Err(closing_error());
+        }
+        let pgid = self.pty.foreground_group().ok_or_else(|| {
+            HarnessError::new(
+                ErrorCode::TerminalFailed,
+                format!(
+                    "cannot resolve the foreground process group of terminal {}",
+                    self.pid()
+                ),
+            )
+        })?;
+        let shell = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
+        if signal == libc::SIGKILL && (shell == Some(pgid) || pgid == self.pid()) {
+            return Err(HarnessError::invalid_argument(
+                "SIGKILL would kill the terminal's shell itself; close the session with \
+                 terminal_close instead",
+            ));
+        }
+        // SAFETY: kill(2) on a process group; no memory involved.
+        if unsafe { libc::kill(-(pgid as i32), signal) } != 0 {
+            return Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                format!("the signal could not be sent to process group {pgid}"),
+            )
+            .with_source(std::io::Error::last_os_error()));
+        }
+        Ok(pgid)
+    }
+
+    /// Closes the session: no more sends or signals; the session gets the hangup a
+    /// vanished terminal gives, then SIGTERM and, after the grace, SIGKILL to its whole
+    /// tree; returns once the tree is gone. A second call waits for the first.
+    ///
+    /// # Errors
+    /// `TERMINAL_FAILED` when the tree could not be ended.
+    pub async fn close(&self) -> Result<(), HarnessError> {
+        self.closing.store(true, Ordering::SeqCst);
+        let done = self
+            .closed
+            .get_or_init(|| async {
+                // What a terminal window closing does: SIGHUP to the foreground group and
+                // to the session's leader.
+                if let Some(pgid) = self.pty.foreground_group() {
+                    // SAFETY: kill(2) on a process group.
+                    unsafe { libc::kill(-(pgid as i32), libc::SIGHUP) };
+                }
+                if self.control.outcome().is_none() {
+                    // SAFETY: kill(2) on the leader, whose pid its reaper keeps reserved
+                    // until the tree is gone.
+                    unsafe { libc::kill(self.pid() as i32, libc::SIGHUP) };
+                }
+                self.control.terminate();
+                let bound = self.config.dispose_grace + Duration::from_secs(5);
+                match tokio::time::timeout(bound, self.control.wait_for_exit()).await {
+                    Ok(()) => {
+                        self.reader.abort();
+                        Ok(())
+                    }
+                    Err(_) => {
+                        self.control.signal_kill();
+                        Err("the process tree did not end".to_owned())
+                    }
+                }
+            })
+            .await;
+        done.clone().map_err(|why| {
+            HarnessError::new(
+                ErrorCode::TerminalFailed,
+                format!("PTY cleanup failed ({why})"),
+            )
+        })
+    }
+
+    /// The startup output: what a send of nothing shows once the shell is ready.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); `TERMINAL_FAILED` when the shell exits during startup or
+    /// does not become ready before `timeout`.
+    pub async fn initialize(
+        &self,
+        timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<String, HarnessError> {
+        // Startup is abandoned on cancel, not interrupted.
+        let never = CancelToken::new();
+        let first = self.send(
+            SendRequest {
+                text: String::new(),
+                submit: false,
+                timeout,
+            },
+            &never,
+            true,
+        );
+        let r = tokio::select! {
+            r = first => r?,
+            _ = cancel.cancelled() => {
+                let reason = cancel.reason().cloned().unwrap_or(dsh_core::CancelReason::ClientCancelled);
+                return Err(HarnessError::aborted_before_start("terminal_open", &reason));
+            }
+        };
+        match r.wait {
+            WaitReason::SessionExit => Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                format!(
+                    "the terminal's shell exited during startup: {}",
+                    r.viewport.trim()
+                ),
+            )),
+            WaitReason::Timeout => Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                "the terminal's shell did not reach readiness before the startup timeout",
+            )),
+            _ => Ok(r.viewport),
+        }
+    }
+}
+
+impl Drop for PtySession {
+    fn drop(&mut self) {
+        self.reader.abort();
+        // The Process dropped with us SIGKILLs the tree.
+    }
+}
+
+fn closing_error() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::TerminalClosing,
+        "the terminal session is closing; it takes no more input or signals",
+    )
+}
+
+fn status_of(outcome: Option<Outcome>, failed: bool) -> SessionStatus {
+    match outcome {
+        Some(Outcome::Exited(code)) => SessionStatus::Exited {
+            code: Some(code),
+            signal: None,
+        },
+        Some(Outcome::Signaled(s)) => SessionStatus::Exited {
+            code: None,
+            signal: Some(s.name()),
+        },
+        Some(Outcome::Lost) => SessionStatus::Exited {
+            code: None,
+            signal: None,
+        },
+        None if failed => SessionStatus::Exited {
+            code: None,
+            signal: None,
+        },
+        None => SessionStatus::Running,
+    }
+}
+
+/// The reader task: every byte the program prints goes to the screen, the scrollback and
+/// the active send.
+async fn read_output(pty: Arc<Pty>, state: Arc<Mutex<State>>, max_read: usize) {
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match pty.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => {
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                st.transport_error.get_or_insert_with(|| e.to_string());
+                0
+            }
+        };
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        if n == 0 {
+            let tail = std::mem::take(&mut st.carry);
+            let mut text = dsh_core::utf8::decode_lossy(&tail);
+            let mut s = st.sanitizer.push(&text);
+            let flushed = st.sanitizer.flush();
+            s.text.push_str(&flushed.text);
+            text = s.text;
+            st.scrollback.push(&text);
+            if let Some(op) = &mut st.op {
+                op.push(&text, None, max_read);
+            }
+            return;
+        }
+        st.screen.process(&buf[..n]);
+        let mut bytes = std::mem::take(&mut st.carry);
+        bytes.extend_from_slice(&buf[..n]);
+        let whole = dsh_core::utf8::complete_prefix_len(&bytes);
+        st.carry = bytes.split_off(whole);
+        let text = dsh_core::utf8::decode_lossy(&bytes);
+        let s = st.sanitizer.push(&text);
+        st.scrollback.push(&s.text);
+        if let Some(op) = &mut st.op {
+            op.push(&s.text, s.marker_at, max_read);
+        }
+        // Any bytes count as output (a spinner redrawn with escapes alone too).
+        st.last_output = Instant::now();
+    }
+}

@@ -1,0 +1,468 @@
+//! Terminal sessions with real bash, real programs and real PTYs: readiness tiers,
+//! persistence, cancel, close, ownership, limits, the screen, the sandbox.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::{CancelReason, CancelToken, ErrorCode, SessionId};
+use dsh_process::LocalSubprocess;
+use dsh_sandbox::{LocalSandbox, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy};
+use dsh_terminal::{
+    BashBackend, CloseOutcome, OpenRequest, Owner, SendRequest, SendResult, SessionStatus,
+    TerminalConfig, TerminalSignal, Terminals, WaitReason,
+};
+
+/// Short silence and deadline, so the slow tiers are quick to reach in tests.
+fn config() -> TerminalConfig {
+    TerminalConfig {
+        idle_silence: Duration::from_millis(700),
+        ..TerminalConfig::default()
+    }
+}
+
+fn service(config: TerminalConfig, sandbox: Option<Arc<dyn Sandbox>>) -> Terminals {
+    let t = Terminals::new(config).expect("config");
+    t.register(Arc::new(BashBackend::new(
+        Arc::new(LocalSubprocess::new()),
+        sandbox,
+    )))
+    .expect("backend");
+    t
+}
+
+fn open_request(ws: &Path, mode: SandboxMode) -> OpenRequest {
+    OpenRequest {
+        kind: "shell".into(),
+        name: None,
+        cwd: None,
+        policy: SandboxPolicy::for_workspace(mode, ws),
+    }
+}
+
+async fn send(t: &Terminals, owner: &Owner, id: &str, text: &str) -> SendResult {
+    send_with(t, owner, id, text, Duration::from_secs(20)).await
+}
+
+async fn send_with(
+    t: &Terminals,
+    owner: &Owner,
+    id: &str,
+    text: &str,
+    timeout: Duration,
+) -> SendResult {
+    t.send(
+        owner,
+        id,
+        SendRequest {
+            text: text.into(),
+            submit: true,
+            timeout,
+        },
+        &CancelToken::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("send {text:?}: {e}"))
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for our purpose; /proc/<pid>/stat says which.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
+            state != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_shell_keeps_its_state_between_sends_and_settles_on_its_prompt() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let opened = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open");
+    assert_eq!(opened.snapshot.id.as_str(), "pty-1");
+    assert_eq!(opened.motd, "dsh> ");
+    assert_eq!(opened.snapshot.status, SessionStatus::Running);
+    let id = opened.snapshot.id.as_str().to_owned();
+
+    let r = send(&t, &owner, &id, "echo hi").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    assert!(r.viewport.contains("\nhi\n"), "{r:?}");
+    let r = send(&t, &owner, &id, "cd /tmp && export V=1").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, &id, "pwd; echo V=$V; echo $DSH_PTY_SESSION_ID").await;
+    assert!(r.viewport.contains("/tmp\nV=1\npty-1\n"), "{r:?}");
+    // A PS1 the model changes heals at the next prompt.
+    let r = send(&t, &owner, &id, "PS1='x$ '").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+
+    // A second session does not see the first one's variable.
+    let other = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open");
+    assert_eq!(other.snapshot.id.as_str(), "pty-2");
+    let r = send(&t, &owner, other.snapshot.id.as_str(), "echo V=$V.").await;
+    assert!(r.viewport.contains("V=.\n"), "{r:?}");
+    let page = t.read(&owner, &id, 0, 500).expect("read");
+    assert!(page.text.contains("V=1"), "{page:?}");
+    assert_eq!(t.list(&owner).len(), 2);
+    t.dispose_owner(&owner).await.expect("dispose");
+    assert!(t.list(&owner).is_empty());
+}
+
+#[tokio::test]
+async fn programs_waiting_for_input_settle_stdin_read_from_the_kernel() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    // python3 -i: the same group answers and waits again within one poll interval.
+    let r = send(&t, &owner, id, "python3 -i -q").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, id, "x = 41").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, id, "print(x + 1)").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    assert!(r.viewport.contains("42"), "{r:?}");
+    let r = send(&t, &owner, id, "exit()").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    // `read v` in bash (a builtin: the shell's own group reads).
+    let r = send(&t, &owner, id, "read v").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, id, "answer").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, id, "echo got=$v").await;
+    assert!(r.viewport.contains("got=answer"), "{r:?}");
+    // `cat` echoes a line and waits for the next.
+    let r = send(&t, &owner, id, "cat").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send(&t, &owner, id, "ping").await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    assert!(r.viewport.contains("ping"), "{r:?}");
+    t.dispose().await.expect("dispose");
+}
+
+#[tokio::test]
+async fn silence_settles_inferred_idle_and_endless_output_settles_timeout() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    let r = send(&t, &owner, id, "echo started; sleep 30").await;
+    assert_eq!(r.wait, WaitReason::InferredIdle, "{r:?}");
+    assert!(r.viewport.contains("started"), "{r:?}");
+    // Cancel: a real SIGINT to the foreground group brings the prompt back.
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.cancel(CancelReason::ClientCancelled);
+    });
+    let r = t
+        .send(
+            &owner,
+            id,
+            SendRequest {
+                text: String::new(),
+                submit: true,
+                timeout: Duration::from_secs(20),
+            },
+            &cancel,
+        )
+        .await
+        .expect("send");
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    let r = send_with(
+        &t,
+        &owner,
+        id,
+        "while :; do echo tick; sleep 0.1; done",
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert_eq!(r.wait, WaitReason::Timeout, "{r:?}");
+    assert!(r.viewport.contains("tick"), "{r:?}");
+    assert_eq!(
+        t.signal(&owner, id, TerminalSignal::Int)
+            .map(|_| ())
+            .err()
+            .map(|e| e.code()),
+        None
+    );
+    // After the interrupt the shell holds the terminal: SIGKILL to it is refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e2 = t
+        .signal(&owner, id, TerminalSignal::Kill)
+        .expect_err("shell");
+    assert_eq!(e2.code(), ErrorCode::InvalidArgument, "{e2}");
+    t.dispose().await.expect("dispose");
+}
+
+#[tokio::test]
+async fn close_ends_the_whole_tree_daemons_and_term_ignorers_included() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    let r = send(
+        &t,
+        &owner,
+        id,
+        "setsid sh -c 'echo D=$$; exec sleep 1000' & (trap '' TERM HUP; exec sleep 1001) & \
+         echo T=$!; sleep 0.3",
+    )
+    .await;
+    let pid = |k: &str| -> u32 {
+        r.viewport
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{k}: {r:?}"))
+    };
+    let (daemon, stubborn) = (pid("D="), pid("T="));
+    assert!(
+        alive(daemon) && alive(stubborn),
+        "{daemon} {stubborn}: {r:?}"
+    );
+    assert_eq!(
+        t.close(&owner, id).await.expect("close"),
+        CloseOutcome::Closed
+    );
+    assert!(!alive(daemon), "the setsid daemon survived");
+    assert!(!alive(stubborn), "the TERM-ignoring child survived");
+    let e = t.read(&owner, id, 0, 10).expect_err("closed");
+    assert_eq!(e.code(), ErrorCode::NoSession);
+}
+
+#[tokio::test]
+async fn another_owner_can_neither_see_nor_touch_a_session_and_the_limit_holds() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(
+        TerminalConfig {
+            max_sessions: 2,
+            ..config()
+        },
+        None,
+    );
+    let a = Owner::new(SessionId::new("a"));
+    let b = Owner::new(SessionId::new("b"));
+    let open = |o: &Owner| {
+        let req = open_request(ws.path(), SandboxMode::DangerFullAccess);
+        let o = o.clone();
+        let t = &t;
+        async move { t.open(&o, req, &CancelToken::new()).await }
+    };
+    let id = open(&a).await.expect("open").snapshot.id;
+    let id = id.as_str();
+    assert_eq!(
+        t.read(&b, id, 0, 1).expect_err("foreign").code(),
+        ErrorCode::ForeignSession
+    );
+    assert_eq!(
+        t.signal(&b, id, TerminalSignal::Int)
+            .expect_err("foreign")
+            .code(),
+        ErrorCode::ForeignSession
+    );
+    assert_eq!(
+        t.close(&b, id).await.expect_err("foreign").code(),
+        ErrorCode::ForeignSession
+    );
+    assert!(t.list(&b).is_empty());
+    assert_eq!(
+        t.read(&a, "pty-99", 0, 1).expect_err("unknown").code(),
+        ErrorCode::NoSession
+    );
+    open(&a).await.expect("second");
+    let e = open(&a).await.expect_err("third");
+    assert_eq!(e.code(), ErrorCode::TerminalLimit);
+    assert!(e.message().contains("terminal_close"), "{}", e.message());
+    // Another owner has its own allowance.
+    open(&b).await.expect("b's first");
+    let mut named = open_request(ws.path(), SandboxMode::DangerFullAccess);
+    named.name = Some("dev".into());
+    t.open(&b, named.clone(), &CancelToken::new())
+        .await
+        .expect("named");
+    t.close(&b, t.list(&b)[0].id.as_str()).await.expect("close");
+    let e = t
+        .open(&b, named, &CancelToken::new())
+        .await
+        .expect_err("dup");
+    assert_eq!(e.code(), ErrorCode::DuplicateName);
+    let mut bad = open_request(ws.path(), SandboxMode::DangerFullAccess);
+    bad.kind = "pwsh".into();
+    assert_eq!(
+        t.open(&b, bad, &CancelToken::new())
+            .await
+            .expect_err("type")
+            .code(),
+        ErrorCode::NoBackend
+    );
+    t.dispose_owner(&a).await.expect("dispose a");
+    assert_eq!(
+        open(&a).await.expect_err("disposed").code(),
+        ErrorCode::OwnerNotLive
+    );
+    t.dispose().await.expect("dispose");
+    assert_eq!(
+        open(&b).await.expect_err("disposing").code(),
+        ErrorCode::ServiceDisposing
+    );
+}
+
+#[tokio::test]
+async fn a_full_screen_program_is_shown_as_its_screen() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    // Enter the alternate screen, draw at given positions, then read stdin.
+    let r = send(
+        &t,
+        &owner,
+        id,
+        r"printf '\033[?1049h\033[2J\033[3;5HMENU\033[5;5H> one\033[6;7Htwo'; read choice",
+    )
+    .await;
+    assert_eq!(r.wait, WaitReason::StdinRead, "{r:?}");
+    assert_eq!(r.viewport, "\n\n    MENU\n\n    > one\n      two", "{r:?}");
+    assert!(!r.viewport.contains('\u{1b}'));
+    t.dispose().await.expect("dispose");
+}
+
+/// Each runner that works here, forced; `DSH_REQUIRE_BWRAP` / `DSH_REQUIRE_LANDLOCK` make
+/// a missing one a failure.
+fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
+    let mut out = Vec::new();
+    for runner in [Runner::Landlock, Runner::Bwrap] {
+        let sandbox = LocalSandbox::new().force_runner(runner);
+        let status = sandbox
+            .runners()
+            .into_iter()
+            .find(|s| s.runner == runner)
+            .map(|s| s.available);
+        match status {
+            Some(Ok(_)) => out.push((runner, Arc::new(sandbox))),
+            Some(Err(why)) => {
+                let required = match runner {
+                    Runner::Bwrap => "DSH_REQUIRE_BWRAP",
+                    _ => "DSH_REQUIRE_LANDLOCK",
+                };
+                assert!(
+                    std::env::var_os(required).is_none(),
+                    "{required} is set but {runner} is unusable: {why}"
+                );
+                println!("skipping {runner}: {why}");
+            }
+            None => println!("skipping {runner}: not a runner of this platform"),
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_read_only_terminal_cannot_write_and_keeps_job_control() {
+    for (runner, sandbox) in sandboxes() {
+        let ws = tempfile::tempdir().expect("ws");
+        let t = service(config(), Some(sandbox));
+        let owner = Owner::new(SessionId::new("s1"));
+        let mut req = open_request(ws.path(), SandboxMode::ReadOnly);
+        req.policy = req.policy.with_on_partial(OnPartial::Accept);
+        let id = t
+            .open(&owner, req, &CancelToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{runner}: open: {e}"))
+            .snapshot
+            .id;
+        let id = id.as_str();
+        let r = send(&t, &owner, id, "touch x; echo rc=$?").await;
+        assert!(r.viewport.contains("rc=1"), "{runner}: {r:?}");
+        assert!(!ws.path().join("x").exists(), "{runner}");
+        // Job control works inside the sandbox: a foreground child is interrupted.
+        let r = send(&t, &owner, id, "cat").await;
+        assert_eq!(r.wait, WaitReason::StdinRead, "{runner}: {r:?}");
+        let pg = t.signal(&owner, id, TerminalSignal::Int).expect("SIGINT");
+        assert!(
+            pg > 1,
+            "{runner}: a host pgid, not one from inside a namespace: {pg}"
+        );
+        let r = send(&t, &owner, id, "echo back").await;
+        assert!(r.viewport.contains("back"), "{runner}: {r:?}");
+        assert!(!r.viewport.contains("no job control"), "{runner}: {r:?}");
+        t.dispose().await.expect("dispose");
+    }
+}
+
+#[tokio::test]
+async fn a_confined_session_without_a_sandbox_is_refused() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let e = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::ReadOnly),
+            &CancelToken::new(),
+        )
+        .await
+        .expect_err("no sandbox");
+    assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
+    assert!(t.list(&owner).is_empty());
+}
