@@ -104,7 +104,11 @@ impl DshServer {
         self.slots.close();
         self.desk.cancel_all();
         if let Some((world, _)) = self.opened() {
+            let terminals = world.clone();
             tokio::spawn(async move { world.subprocess().kill_all().await });
+            // Terminals get the hangup a vanished terminal gives, and their trees are
+            // killed after the grace.
+            tokio::spawn(async move { terminals.end_terminals().await });
         }
     }
 

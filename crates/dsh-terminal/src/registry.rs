@@ -144,6 +144,7 @@ struct Entry {
     name: Option<String>,
     kind: String,
     session: Arc<PtySession>,
+    policy: SandboxPolicy,
     closing: bool,
 }
 
@@ -389,6 +390,7 @@ impl Terminals {
                 name: request.name,
                 kind: request.kind,
                 session,
+                policy: request.policy,
                 closing: false,
             });
         }
@@ -440,6 +442,23 @@ impl Terminals {
             ));
         }
         Ok(entry.session.clone())
+    }
+
+    /// The sandbox policy session `id` runs under (resolved when it opened).
+    ///
+    /// # Errors
+    /// `NO_SESSION`, `FOREIGN_SESSION`.
+    pub fn policy(&self, owner: &Owner, id: &str) -> Result<SandboxPolicy, HarnessError> {
+        self.session(owner, id)?;
+        let inner = self.lock();
+        inner
+            .sessions
+            .iter()
+            .find(|e| e.id.as_str() == id)
+            .map(|e| e.policy.clone())
+            .ok_or_else(|| {
+                HarnessError::new(ErrorCode::NoSession, format!("unknown PTY session {id}"))
+            })
     }
 
     /// Types into session `id` and waits until it is ready (see [`PtySession::send`]).

@@ -38,6 +38,18 @@ use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
 use crate::{SessionStatus, TerminalConfig, WaitReason};
 
+/// How long a send waits for the slot of a cancelled send still settling.
+const INTERRUPT_WAIT: Duration = Duration::from_secs(2);
+
+/// Clears a flag when dropped (a send's end, however it ends).
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The prompt the bash backend sets, which the prompt tier waits for.
 pub const PROMPT: &str = "dsh> ";
 
@@ -142,6 +154,8 @@ pub struct PtySession {
     _process: Process,
     state: Arc<Mutex<State>>,
     send_slot: tokio::sync::Mutex<()>,
+    /// The active send was cancelled and waits for the interrupted program.
+    interrupting: AtomicBool,
     closing: AtomicBool,
     closed: tokio::sync::OnceCell<Result<(), String>>,
     shell_pgid: Mutex<Option<u32>>,
@@ -194,6 +208,7 @@ impl PtySession {
             _process: process,
             state,
             send_slot: tokio::sync::Mutex::new(()),
+            interrupting: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             closed: tokio::sync::OnceCell::new(),
             shell_pgid: Mutex::new(None),
@@ -258,13 +273,25 @@ impl PtySession {
                 "the terminal session has exited; open a new one with terminal_open",
             ));
         }
-        let Ok(_slot) = self.send_slot.try_lock() else {
+        let slot = match self.send_slot.try_lock() {
+            Ok(slot) => Some(slot),
+            // A cancelled send is only waiting for its program to come back from the
+            // interrupt: its successor waits a moment instead of being refused.
+            Err(_) if self.interrupting.load(Ordering::SeqCst) => {
+                tokio::time::timeout(INTERRUPT_WAIT, self.send_slot.lock())
+                    .await
+                    .ok()
+            }
+            Err(_) => None,
+        };
+        let Some(_slot) = slot else {
             return Err(HarnessError::new(
                 ErrorCode::SendActive,
                 "another send to this terminal session is still active; wait for it to settle, \
                  or cancel it, then send again",
             ));
         };
+        let _interrupting = ClearOnDrop(&self.interrupting);
         if cancel.is_cancelled() {
             return Err(HarnessError::new(
                 ErrorCode::Aborted,
@@ -318,6 +345,7 @@ impl PtySession {
                 _ = tokio::time::sleep_until(next.min(deadline)) => {}
                 _ = cancel.cancelled(), if !interrupted => {
                     interrupted = true;
+                    self.interrupting.store(true, Ordering::SeqCst);
                     self.interrupt()?;
                 }
             }

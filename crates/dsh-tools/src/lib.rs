@@ -51,6 +51,7 @@ mod policy;
 pub mod policy_service;
 pub mod preset;
 pub mod search;
+pub mod terminal;
 mod world;
 
 pub use policy_service::{AfterCommand, PolicyService};

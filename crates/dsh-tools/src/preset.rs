@@ -28,7 +28,12 @@ use crate::bash::BashTool;
 use crate::files::{EditTool, ReadTool, WriteTool};
 use crate::image::ReadImageTool;
 use crate::search::{GlobTool, GrepTool};
+use crate::terminal::{
+    TerminalCloseTool, TerminalListTool, TerminalOpenTool, TerminalReadTool, TerminalSendTool,
+    TerminalSignalTool,
+};
 use crate::{PolicyService, WorldBuilder};
+use dsh_terminal::{BashBackend, TerminalConfig, Terminals};
 
 /// A named World (see the [module docs](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +90,8 @@ pub struct WorldConfig {
     pub shell: ShellConfig,
     /// The state directory commands see as `DSH_HOME`. Default: none.
     pub state_dir: Option<PathBuf>,
+    /// The terminal sessions' sizes, limits and readiness timings.
+    pub terminal: TerminalConfig,
 }
 
 impl WorldConfig {
@@ -103,6 +110,7 @@ impl WorldConfig {
             approval: ApprovalPolicy::Ask,
             shell: ShellConfig::default(),
             state_dir: None,
+            terminal: TerminalConfig::default(),
         }
     }
 
@@ -143,7 +151,7 @@ impl WorldConfig {
 impl WorldBuilder {
     /// Installs `preset`'s provider for every seam that has none yet, from `config`, with
     /// `sessions` as the session log, and registers every built-in tool (`bash`, `read`,
-    /// `write`, `edit`, `glob`, `grep`, `read_image`). A seam given a provider before
+    /// `write`, `edit`, `glob`, `grep`, `read_image`, and the six terminal tools). A seam given a provider before
     /// keeps it: the preset's shell and filesystem are then made over that provider.
     ///
     /// # Errors
@@ -211,6 +219,17 @@ impl WorldBuilder {
         if self.shell_env.is_none() {
             self = self.shell_env(Arc::new(ShellEnv::new(config.state_dir.clone())))?;
         }
+        if self.terminals.is_none() {
+            // Terminals spawn through a provider of their own: ending a connection's
+            // one-shot commands at once (kill_all) leaves its terminals their hangup and
+            // grace, which `World::end_terminals` gives them.
+            let terminals = Terminals::new(config.terminal.clone())?;
+            terminals.register(Arc::new(BashBackend::new(
+                Arc::new(config.subprocess()?),
+                self.sandbox.clone(),
+            )))?;
+            self = self.terminals(Arc::new(terminals))?;
+        }
         self = self
             .approval(Arc::new(ApprovalService::new(config.approval)))?
             .sessions(sessions)?;
@@ -222,8 +241,14 @@ impl WorldBuilder {
 }
 
 /// Every built-in tool, once.
-fn builtin_tools() -> [Arc<dyn crate::Tool>; 7] {
+fn builtin_tools() -> [Arc<dyn crate::Tool>; 13] {
     [
+        Arc::new(TerminalOpenTool),
+        Arc::new(TerminalSendTool),
+        Arc::new(TerminalReadTool),
+        Arc::new(TerminalSignalTool),
+        Arc::new(TerminalCloseTool),
+        Arc::new(TerminalListTool),
         Arc::new(BashTool),
         Arc::new(ReadTool),
         Arc::new(WriteTool),

@@ -14,6 +14,7 @@ use dsh_fs::observations::{Observation, Observations};
 use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::Shell;
 use dsh_store::session::{Session, SessionLog};
+use dsh_terminal::{Owner, Terminals};
 use serde_json::Value;
 
 use crate::{Guard, PostExecute, PreExecute, Tool};
@@ -29,6 +30,9 @@ pub struct World {
     pub(crate) sessions: Arc<SessionLog>,
     pub(crate) shell_env: Arc<ShellEnv>,
     pub(crate) fs: Option<Arc<dyn FileSystem>>,
+    pub(crate) terminals: Option<Arc<Terminals>>,
+    /// The terminal owner of each session (and of calls without one).
+    pub(crate) owners: std::sync::Mutex<std::collections::HashMap<Option<SessionId>, Owner>>,
     /// What each session last saw of each file: the read-before-edit memory.
     pub(crate) observations: std::sync::Mutex<Observations>,
     pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
@@ -94,6 +98,66 @@ impl World {
         self.fs.as_ref()
     }
 
+    /// The terminal registry, when the world has one.
+    pub fn terminals(&self) -> Option<&Arc<Terminals>> {
+        self.terminals.as_ref()
+    }
+
+    /// The owner of `session`'s terminals (one per session for this world's life; calls
+    /// without a session share one).
+    pub fn terminal_owner(&self, session: Option<&SessionId>) -> Owner {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        owners
+            .entry(session.cloned())
+            .or_insert_with(|| {
+                Owner::new(session.cloned().unwrap_or_else(|| SessionId::new("none")))
+            })
+            .clone()
+    }
+
+    /// Closes every terminal of this world (the hangup, then SIGTERM and SIGKILL after
+    /// the grace to each tree); returns once every tree is gone. Nothing opens after it.
+    ///
+    /// # Errors
+    /// `TERMINAL_FAILED` naming how many sessions could not be closed.
+    pub async fn end_terminals(&self) -> Result<(), HarnessError> {
+        match &self.terminals {
+            Some(t) => t.dispose().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sets `session`'s sandbox mode (one `sandbox/mode` event), unless the session has
+    /// terminals open or opening and the mode would change: a terminal keeps the policy
+    /// it opened with, so the session's mode may not move away from it.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` when terminals hold the mode; the journal's errors.
+    pub async fn set_mode(
+        &self,
+        session: &Session,
+        mode: dsh_sandbox::SandboxMode,
+    ) -> Result<(), HarnessError> {
+        let current = self
+            .policy
+            .override_of(session)
+            .await
+            .unwrap_or(self.policy.default_mode());
+        if current == mode {
+            return Ok(());
+        }
+        if let Some(t) = &self.terminals {
+            if t.has_owner_activity(&self.terminal_owner(Some(session.id()))) {
+                return Err(HarnessError::invalid_argument(format!(
+                    "the sandbox mode cannot change from \"{current}\" to \"{mode}\" while \
+                     persistent terminal sessions are open or being created; wait for them and \
+                     close them (terminal_close), then change the mode"
+                )));
+            }
+        }
+        self.policy.set_mode(session, mode).await
+    }
+
     fn observations(&self) -> std::sync::MutexGuard<'_, Observations> {
         self.observations
             .lock()
@@ -153,6 +217,7 @@ pub struct WorldBuilder {
     sessions: Option<Arc<SessionLog>>,
     pub(crate) shell_env: Option<Arc<ShellEnv>>,
     pub(crate) fs: Option<Arc<dyn FileSystem>>,
+    pub(crate) terminals: Option<Arc<Terminals>>,
     tools: BTreeMap<String, Arc<dyn Tool>>,
     pre: Vec<Arc<dyn PreExecute>>,
     post: Vec<Arc<dyn PostExecute>>,
@@ -248,6 +313,15 @@ impl WorldBuilder {
         Ok(self)
     }
 
+    /// Installs the terminal registry.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn terminals(mut self, p: Arc<Terminals>) -> Result<Self, HarnessError> {
+        install(&mut self.terminals, p, "terminals")?;
+        Ok(self)
+    }
+
     /// Registers a tool.
     ///
     /// # Errors
@@ -300,6 +374,8 @@ impl WorldBuilder {
                 .shell_env
                 .unwrap_or_else(|| Arc::new(ShellEnv::new(None))),
             fs: self.fs,
+            terminals: self.terminals,
+            owners: std::sync::Mutex::new(std::collections::HashMap::new()),
             observations: std::sync::Mutex::new(Observations::default()),
             tools: self.tools,
             pre: self.pre,

@@ -667,6 +667,7 @@ impl Config {
             approval: self.approval.value,
             shell,
             state_dir,
+            terminal: dsh_terminal::TerminalConfig::default(),
         }
     }
 

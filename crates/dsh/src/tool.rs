@@ -155,10 +155,8 @@ pub(crate) async fn apply_flags(
     approval: Option<ApprovalPolicy>,
 ) -> Result<(), HarnessError> {
     if let Some(mode) = mode {
-        let current = world.policy().override_of(session).await;
-        if current.unwrap_or(world.policy().default_mode()) != mode {
-            world.policy().set_mode(session, mode).await?;
-        }
+        // Logged only when it changes the mode; refused while terminals hold it.
+        world.set_mode(session, mode).await?;
     }
     if let Some(policy) = approval {
         world.approval().set_policy(session, policy).await?;

@@ -162,6 +162,12 @@ fn tools_are_listed_with_schemas_and_honest_annotations() {
             "grep",
             "read",
             "read_image",
+            "terminal_close",
+            "terminal_list",
+            "terminal_open",
+            "terminal_read",
+            "terminal_send",
+            "terminal_signal",
             "write"
         ]
     );
@@ -654,4 +660,138 @@ fn memory_stays_flat_over_twenty_thousand_calls() {
         rss[0],
         rss[1]
     );
+}
+
+/// The pid after `key=` in a tool result's text.
+fn pid_after(r: &Value, key: &str) -> u32 {
+    text(r)
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key}: {r}"))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn terminals_keep_state_answer_cancel_and_die_with_the_connection() {
+    let mut c = Client::start();
+    let r = c.call("terminal_open", json!({"type": "shell", "name": "dev"}));
+    assert_eq!(
+        text(&r),
+        "started terminal session pty-1 (dev) [type: shell]\ndsh> ",
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["sessionId"], "pty-1",
+        "{r}"
+    );
+    let r = c.call(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "cd /tmp && export V=1"}),
+    );
+    assert!(
+        text(&r).ends_with("[wait: stdin_read]\n[session: running]"),
+        "{r}"
+    );
+    let r = c.call(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "pwd; echo V=$V"}),
+    );
+    assert!(text(&r).contains("/tmp\nV=1\n"), "{r}");
+    // The default mode is read-only: a terminal cannot write where bash cannot.
+    let r = c.call(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": format!("touch {}/x; echo rc=$?", c.ws.display())}),
+    );
+    assert!(text(&r).contains("rc=1"), "{r}");
+    assert!(!c.ws.join("x").exists());
+    let r = c.call("terminal_list", json!({}));
+    assert!(
+        text(&r).starts_with("pty-1 (dev) [shell] running pid="),
+        "{r}"
+    );
+    let r = c.call("terminal_read", json!({"sessionId": "pty-1", "count": 3}));
+    assert!(text(&r).contains("[lines: 0-3 of "), "{r}");
+    // Bad input: coded errors, nothing hangs.
+    for (args, code) in [
+        (json!({"sessionId": "pty-9", "text": "x"}), "NO_SESSION"),
+        (json!({"sessionId": "", "text": "x"}), "INVALID_ARGS"),
+        (
+            json!({"sessionId": "pty-1", "text": "a\u{0}b"}),
+            "INVALID_ARGS",
+        ),
+        (
+            json!({"sessionId": "pty-1", "text": "x".repeat(10 << 20)}),
+            "INVALID_ARGS",
+        ),
+    ] {
+        let r = c.call("terminal_send", args);
+        assert_eq!(
+            r["result"]["structuredContent"]["error"]["code"], code,
+            "{r}"
+        );
+    }
+    let r = c.call(
+        "terminal_signal",
+        json!({"sessionId": "pty-1", "signal": "SIGFOO"}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"], "INVALID_ARGS",
+        "{r}"
+    );
+
+    // MCP cancellation of a send interrupts the program with a real SIGINT; the shell
+    // lives on.
+    c.send(&json!({"jsonrpc": "2.0", "id": 91, "method": "tools/call",
+        "params": {"name": "terminal_send", "arguments": {"sessionId": "pty-1", "text": "sleep 100"}}}));
+    assert!(within_5s(|| alive_with("sleep 100")), "the send started");
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 91}}));
+    assert!(
+        within_5s(|| !alive_with("sleep 100")),
+        "the interrupt ended it"
+    );
+    let r = c.call(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "echo alive"}),
+    );
+    assert!(text(&r).contains("alive\n"), "{r}");
+
+    // A daemon and a TERM-ignoring child, then the client goes away: every tree is gone
+    // soon after.
+    let r = c.call(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text":
+            "setsid sh -c 'echo D=$$; exec sleep 1000' & (trap '' TERM HUP; exec sleep 1001) & echo T=$!; sleep 0.3"}),
+    );
+    let (daemon, stubborn) = (pid_after(&r, "D="), pid_after(&r, "T="));
+    assert!(pid_alive(daemon) && pid_alive(stubborn), "{r}");
+    let r = c.call("terminal_open", json!({"type": "shell"}));
+    assert!(
+        text(&r).starts_with("started terminal session pty-2 [type: shell]"),
+        "{r}"
+    );
+    drop(c.stdin);
+    let gone_within = |ms: u64| {
+        (0..ms / 10).any(|_| {
+            let gone = !pid_alive(daemon) && !pid_alive(stubborn);
+            if !gone {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            gone
+        })
+    };
+    assert!(
+        gone_within(1500),
+        "the terminal trees outlived the connection"
+    );
+    c.child.wait().expect("dsh mcp exits");
 }

@@ -101,6 +101,12 @@ async fn a_preset_keeps_a_provider_given_first_and_refuses_a_second_session_log(
             "grep",
             "read",
             "read_image",
+            "terminal_close",
+            "terminal_list",
+            "terminal_open",
+            "terminal_read",
+            "terminal_send",
+            "terminal_signal",
             "write"
         ]
     );

@@ -1,0 +1,707 @@
+//! The six terminal tools over [`dsh_terminal::Terminals`]: `terminal_open`,
+//! `terminal_send`, `terminal_read`, `terminal_signal`, `terminal_close`,
+//! `terminal_list`.
+//!
+//! Every session belongs to the session (MCP connection) that opened it; another cannot
+//! see or touch it. A terminal runs under the sandbox policy its session had when it
+//! opened, for its whole life (read-only by default: a terminal cannot write where
+//! `bash` cannot), and the session's mode cannot change while it has terminals open.
+//! Results are bounded to [`MAX_RESULT_BYTES`]: a send or read keeps the tail of its
+//! output and its status lines, and says `[output truncated]`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::{ErrorCode, HarnessError};
+use dsh_terminal::{
+    CloseOutcome, OpenRequest, ReadPage, SendRequest, SendResult, Snapshot, TerminalSignal,
+    Terminals,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::bounds::{self, Bound, Bounded};
+use crate::escalation::Subject;
+use crate::{invalid_args, parse_args, CallContext, Tool, ToolHints, ToolOutput, World};
+
+/// The most bytes of one terminal tool result: 256 KiB.
+pub const MAX_RESULT_BYTES: usize = 256 << 10;
+
+/// The most bytes one `terminal_send` may type: 64 KiB, more than a person pastes;
+/// write a file with `write` and run it instead.
+pub const TEXT_MAX_BYTES: usize = 64 << 10;
+
+/// The marker a bounded result ends with.
+const TRUNCATED: &str = "\n[output truncated]";
+
+const SESSION_ID_BOUND: Bound = Bound {
+    arg: "sessionId",
+    max: 64,
+    advice: "pass an id terminal_open returned (pty-1, …)",
+};
+
+/// The registry and the caller's owner, or why there is none.
+fn terminals<'a>(
+    ctx: &'a CallContext<'_>,
+) -> Result<(&'a std::sync::Arc<Terminals>, dsh_terminal::Owner), HarnessError> {
+    let t = ctx.world.terminals().ok_or_else(|| {
+        HarnessError::new(
+            ErrorCode::UnknownTool,
+            "this world has no terminals; use the bash tool",
+        )
+    })?;
+    Ok((t, ctx.world.terminal_owner(ctx.session.map(|s| s.id()))))
+}
+
+fn session_id(id: &str) -> Result<&str, HarnessError> {
+    if id.trim().is_empty() {
+        return Err(invalid_args(
+            "sessionId must be a non-empty string (pty-1, …)",
+        ));
+    }
+    Ok(id)
+}
+
+/// `text` bounded to `cap` bytes: the tail of `body`, then `suffix` whole (and the
+/// truncation marker when anything was cut or `truncated` says output was dropped
+/// upstream). If `suffix` and the marker alone exceed the cap, their tail.
+fn bounded(body: &str, suffix: &str, truncated: bool, cap: usize) -> String {
+    let marker = if truncated { TRUNCATED } else { "" };
+    if body.len() + suffix.len() + marker.len() <= cap {
+        return format!("{body}{suffix}{marker}");
+    }
+    let tail_of = |s: &str, n: usize| {
+        let from = s.len().saturating_sub(n);
+        let mut from = from;
+        while !s.is_char_boundary(from) {
+            from += 1;
+        }
+        s[from..].to_owned()
+    };
+    let fixed = suffix.len() + TRUNCATED.len();
+    if fixed >= cap {
+        return tail_of(&format!("{suffix}{TRUNCATED}"), cap);
+    }
+    format!("{}{suffix}{TRUNCATED}", tail_of(body, cap - fixed))
+}
+
+/// `running` / `exited …` as the status line shows it.
+fn snapshot_line(s: &Snapshot) -> String {
+    let mut line = s.id.to_string();
+    if let Some(n) = &s.name {
+        line.push_str(&format!(" ({})", dsh_core::visible::visible(n)));
+    }
+    line.push_str(&format!(" [{}] {}", s.kind, s.status));
+    if let Some(pid) = s.pid {
+        line.push_str(&format!(" pid={pid}"));
+    }
+    line
+}
+
+fn snapshot_json(s: &Snapshot) -> Value {
+    let mut v = json!({
+        "sessionId": s.id.as_str(),
+        "type": s.kind,
+        "status": s.status.to_string(),
+    });
+    if let Some(n) = &s.name {
+        v["name"] = json!(n);
+    }
+    if let Some(pid) = s.pid {
+        v["pid"] = json!(pid);
+    }
+    v
+}
+
+/// The `terminal_open` tool.
+#[derive(Debug, Default)]
+pub struct TerminalOpenTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct OpenArgs {
+    /// The terminal type: `shell` (bash).
+    #[serde(rename = "type")]
+    kind: String,
+    /// A name for the session, unique among yours.
+    name: Option<String>,
+    /// The working directory (default: the workspace); a relative one resolves against
+    /// the workspace.
+    cwd: Option<String>,
+}
+
+impl Bounded for OpenArgs {
+    const BOUNDS: &'static [Bound] = &[
+        Bound {
+            arg: "type",
+            max: 64,
+            advice: "use \"shell\"",
+        },
+        Bound {
+            arg: "name",
+            max: 256,
+            advice: "use a short name",
+        },
+        Bound {
+            arg: "cwd",
+            max: bounds::PATH_MAX_BYTES,
+            advice: "use a shorter path",
+        },
+    ];
+}
+
+#[async_trait]
+impl Tool for TerminalOpenTool {
+    fn name(&self) -> &str {
+        "terminal_open"
+    }
+
+    fn title(&self) -> &str {
+        "Open terminal"
+    }
+
+    fn description(&self, world: &World) -> String {
+        let mut d = String::from(
+            "Open a persistent terminal session (type \"shell\": bash on a PTY) for \
+             interactive programs and state kept between sends (REPLs, debuggers, prompts, \
+             `cd` and `export`). Prefer the one-shot bash and file tools otherwise. Returns \
+             the session id (pty-1, …); close sessions you no longer need with \
+             terminal_close.",
+        );
+        if world.confines() {
+            d.push_str(
+                " The session runs in the sandbox mode the session has now, for its whole life.",
+            );
+        }
+        d
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        crate::args_schema::<OpenArgs>()
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("sessionId", json!({"type": "string"})),
+                ("name", json!({"type": "string"})),
+                ("type", json!({"type": "string"})),
+                ("pid", json!({"type": "integer"})),
+                ("status", json!({"type": "string"})),
+            ],
+            &["sessionId", "type", "status"],
+        )
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: OpenArgs = parse_args(args)?;
+        if a.kind.is_empty() {
+            return Err(invalid_args("type must be a non-empty string (\"shell\")"));
+        }
+        let (t, owner) = terminals(ctx)?;
+        let policy = crate::policy::call_policy(
+            ctx,
+            None,
+            None,
+            Subject::Command,
+            "terminal_open",
+            self.action(args),
+        )
+        .await?;
+        let cwd = a.cwd.as_deref().map(|c| {
+            let p = PathBuf::from(c);
+            if p.is_absolute() {
+                p
+            } else {
+                policy.workspace_root.join(p)
+            }
+        });
+        let opened = t
+            .open(
+                &owner,
+                OpenRequest {
+                    kind: a.kind,
+                    name: a.name,
+                    cwd,
+                    policy,
+                },
+                ctx.cancel,
+            )
+            .await?;
+        let s = &opened.snapshot;
+        let mut head = format!("started terminal session {}", s.id);
+        if let Some(n) = &s.name {
+            head.push_str(&format!(" ({})", dsh_core::visible::visible(n)));
+        }
+        head.push_str(&format!(" [type: {}]\n", s.kind));
+        let motd = if opened.motd.is_empty() {
+            "(no startup output)"
+        } else {
+            opened.motd.as_str()
+        };
+        let text = if head.len() + motd.len() <= MAX_RESULT_BYTES {
+            format!("{head}{motd}")
+        } else {
+            format!(
+                "{head}{}",
+                bounded(motd, "", true, MAX_RESULT_BYTES - head.len())
+            )
+        };
+        Ok(ToolOutput {
+            text,
+            meta: Some(snapshot_json(s)),
+            image: None,
+        })
+    }
+}
+
+/// The `terminal_send` tool.
+#[derive(Debug, Default)]
+pub struct TerminalSendTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SendArgs {
+    /// The session (pty-1, …).
+    session_id: String,
+    /// What to type. Control characters are sent as they are (`\u0004` is Ctrl-D, `\u001b`
+    /// Escape); to interrupt, use terminal_signal or cancel the call.
+    text: String,
+    /// Press Enter after the text (default true).
+    submit: Option<bool>,
+    /// How long to wait for the program to be ready, in milliseconds (default 30000, at
+    /// most 600000).
+    #[serde(rename = "timeout_ms")]
+    timeout_ms: Option<u64>,
+}
+
+impl Bounded for SendArgs {
+    const BOUNDS: &'static [Bound] = &[
+        SESSION_ID_BOUND,
+        Bound {
+            arg: "text",
+            max: TEXT_MAX_BYTES,
+            advice: "write longer input to a file with write, and have the program read it",
+        },
+    ];
+}
+
+fn render_send(r: &SendResult) -> String {
+    let body = if r.viewport.is_empty() {
+        "(no new output)"
+    } else {
+        r.viewport.as_str()
+    };
+    let suffix = format!("\n[wait: {}]\n[session: {}]", r.wait.as_str(), r.status);
+    bounded(body, &suffix, r.truncated, MAX_RESULT_BYTES)
+}
+
+#[async_trait]
+impl Tool for TerminalSendTool {
+    fn name(&self) -> &str {
+        "terminal_send"
+    }
+
+    fn title(&self) -> &str {
+        "Send to terminal"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Type text into a terminal session (Enter pressed unless submit is false) and wait \
+         until the program is ready for more. The result ends with [wait: stdin_read] (it \
+         waits for input), [wait: inferred_idle] (quiet for a while: it may still be \
+         working), [wait: timeout] or [wait: session_exit], then [session: …]. \
+         inferred_idle and timeout do not prove the command ended: read again or send an \
+         empty text to wait more. Cancelling the call interrupts the program (SIGINT)."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        crate::args_schema::<SendArgs>()
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("sessionId", json!({"type": "string"})),
+                (
+                    "wait",
+                    json!({"type": "string", "enum": ["stdin_read", "inferred_idle", "timeout", "session_exit"]}),
+                ),
+                ("status", json!({"type": "string"})),
+                ("truncated", json!({"type": "boolean"})),
+            ],
+            &["sessionId", "wait", "status", "truncated"],
+        )
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: SendArgs = parse_args(args)?;
+        let id = session_id(&a.session_id)?;
+        if a.text.contains('\0') {
+            return Err(invalid_args(
+                "text must not contain NUL characters; to interrupt use terminal_signal",
+            ));
+        }
+        let (t, owner) = terminals(ctx)?;
+        let max = t.config().max_timeout;
+        let timeout = match a.timeout_ms {
+            Some(0) => return Err(invalid_args("timeout_ms must be at least 1")),
+            Some(ms) if Duration::from_millis(ms) > max => {
+                return Err(invalid_args(format!(
+                    "timeout_ms must be at most {}",
+                    max.as_millis()
+                )))
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => t.config().timeout,
+        };
+        let policy = t.policy(&owner, id)?;
+        let r = t
+            .send(
+                &owner,
+                id,
+                SendRequest {
+                    text: a.text,
+                    submit: a.submit.unwrap_or(true),
+                    timeout,
+                },
+                ctx.cancel,
+            )
+            .await?;
+        if ctx.cancel.is_cancelled() {
+            return Err(HarnessError::new(
+                ErrorCode::Aborted,
+                "terminal send aborted: the program was interrupted (SIGINT)",
+            ));
+        }
+        let mut text = render_send(&r);
+        // What a command in a workspace-write terminal made that the host's tools would
+        // run is set aside and protected, as after a bash call.
+        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
+            text.push('\n');
+            text.push_str(&line);
+        }
+        Ok(ToolOutput {
+            text,
+            meta: Some(json!({
+                "sessionId": id,
+                "wait": r.wait.as_str(),
+                "status": r.status.to_string(),
+                "truncated": r.truncated,
+            })),
+            image: None,
+        })
+    }
+}
+
+/// The `terminal_read` tool.
+#[derive(Debug, Default)]
+pub struct TerminalReadTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ReadArgs {
+    /// The session (pty-1, …).
+    session_id: String,
+    /// Lines to skip back from the newest (default 0: the page ends at the newest line).
+    offset: Option<u64>,
+    /// Lines to show (default 500).
+    count: Option<u64>,
+}
+
+impl Bounded for ReadArgs {
+    const BOUNDS: &'static [Bound] = &[SESSION_ID_BOUND];
+}
+
+fn render_read(p: &ReadPage) -> String {
+    let body = if p.text.is_empty() {
+        "(no retained output)"
+    } else {
+        p.text.as_str()
+    };
+    let suffix = format!(
+        "\n[lines: {}-{} of {}]",
+        p.line_begin, p.line_end, p.total_lines
+    );
+    bounded(body, &suffix, p.truncated, MAX_RESULT_BYTES)
+}
+
+#[async_trait]
+impl Tool for TerminalReadTool {
+    fn name(&self) -> &str {
+        "terminal_read"
+    }
+
+    fn title(&self) -> &str {
+        "Read terminal"
+    }
+
+    fn hints(&self) -> ToolHints {
+        ToolHints::READ_ONLY
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Read a terminal session's retained output (the newest 10 000 lines at most): \
+         count lines ending offset lines before the newest."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        crate::args_schema::<ReadArgs>()
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("totalLines", json!({"type": "integer"})),
+                ("lineBegin", json!({"type": "integer"})),
+                ("lineEnd", json!({"type": "integer"})),
+                ("truncated", json!({"type": "boolean"})),
+            ],
+            &["totalLines", "lineBegin", "lineEnd", "truncated"],
+        )
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: ReadArgs = parse_args(args)?;
+        let id = session_id(&a.session_id)?;
+        let count = a.count.unwrap_or(500);
+        if count == 0 {
+            return Err(invalid_args("count must be at least 1"));
+        }
+        let (t, owner) = terminals(ctx)?;
+        let p = t.read(&owner, id, a.offset.unwrap_or(0), count)?;
+        Ok(ToolOutput {
+            text: render_read(&p),
+            meta: Some(json!({
+                "totalLines": p.total_lines,
+                "lineBegin": p.line_begin,
+                "lineEnd": p.line_end,
+                "truncated": p.truncated,
+            })),
+            image: None,
+        })
+    }
+}
+
+/// The `terminal_signal` tool.
+#[derive(Debug, Default)]
+pub struct TerminalSignalTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SignalArgs {
+    /// The session (pty-1, …).
+    session_id: String,
+    /// SIGINT, SIGTERM, SIGKILL, SIGTSTP or SIGHUP.
+    signal: String,
+}
+
+impl Bounded for SignalArgs {
+    const BOUNDS: &'static [Bound] = &[
+        SESSION_ID_BOUND,
+        Bound {
+            arg: "signal",
+            max: 16,
+            advice: "use SIGINT, SIGTERM, SIGKILL, SIGTSTP or SIGHUP",
+        },
+    ];
+}
+
+#[async_trait]
+impl Tool for TerminalSignalTool {
+    fn name(&self) -> &str {
+        "terminal_signal"
+    }
+
+    fn title(&self) -> &str {
+        "Signal terminal"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Send a signal (SIGINT, SIGTERM, SIGKILL, SIGTSTP, SIGHUP) to the program in the \
+         foreground of a terminal session. SIGKILL is refused for the shell itself: close \
+         the session instead."
+            .into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        let mut s = crate::args_schema::<SignalArgs>();
+        s["properties"]["signal"]["enum"] = json!(TerminalSignal::ALL.map(TerminalSignal::as_str));
+        s
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("signal", json!({"type": "string"})),
+                ("targetPgid", json!({"type": "integer"})),
+            ],
+            &["signal", "targetPgid"],
+        )
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: SignalArgs = parse_args(args)?;
+        let id = session_id(&a.session_id)?;
+        let signal =
+            TerminalSignal::parse(&a.signal).map_err(|e| invalid_args(e.message().to_owned()))?;
+        let (t, owner) = terminals(ctx)?;
+        let pgid = t.signal(&owner, id, signal)?;
+        Ok(ToolOutput {
+            text: format!(
+                "delivered {} to foreground process group {pgid}",
+                signal.as_str()
+            ),
+            meta: Some(json!({"signal": signal.as_str(), "targetPgid": pgid})),
+            image: None,
+        })
+    }
+}
+
+/// The `terminal_close` tool.
+#[derive(Debug, Default)]
+pub struct TerminalCloseTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct CloseArgs {
+    /// The session (pty-1, …).
+    session_id: String,
+}
+
+impl Bounded for CloseArgs {
+    const BOUNDS: &'static [Bound] = &[SESSION_ID_BOUND];
+}
+
+#[async_trait]
+impl Tool for TerminalCloseTool {
+    fn name(&self) -> &str {
+        "terminal_close"
+    }
+
+    fn title(&self) -> &str {
+        "Close terminal"
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "Close a terminal session: its shell and everything started in it end.".into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        crate::args_schema::<CloseArgs>()
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(
+            &[
+                ("sessionId", json!({"type": "string"})),
+                (
+                    "outcome",
+                    json!({"type": "string", "enum": ["closed", "already-closing"]}),
+                ),
+            ],
+            &["sessionId", "outcome"],
+        )
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let a: CloseArgs = parse_args(args)?;
+        let id = session_id(&a.session_id)?;
+        let (t, owner) = terminals(ctx)?;
+        let (text, outcome) = match t.close(&owner, id).await? {
+            CloseOutcome::Closed => (format!("closed terminal session {id}"), "closed"),
+            CloseOutcome::AlreadyClosing => (
+                format!("terminal session {id} was already closing"),
+                "already-closing",
+            ),
+        };
+        Ok(ToolOutput {
+            text,
+            meta: Some(json!({"sessionId": id, "outcome": outcome})),
+            image: None,
+        })
+    }
+}
+
+/// The `terminal_list` tool.
+#[derive(Debug, Default)]
+pub struct TerminalListTool;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ListArgs {}
+
+impl Bounded for ListArgs {
+    const BOUNDS: &'static [Bound] = &[];
+}
+
+#[async_trait]
+impl Tool for TerminalListTool {
+    fn name(&self) -> &str {
+        "terminal_list"
+    }
+
+    fn title(&self) -> &str {
+        "List terminal sessions"
+    }
+
+    fn hints(&self) -> ToolHints {
+        ToolHints::READ_ONLY
+    }
+
+    fn description(&self, _world: &World) -> String {
+        "List your open terminal sessions: id, name, type, status and pid.".into()
+    }
+
+    fn parameters(&self, _world: &World) -> Value {
+        crate::args_schema::<ListArgs>()
+    }
+
+    fn output_schema(&self) -> Value {
+        crate::object_schema(&[("sessions", json!({"type": "array"}))], &["sessions"])
+    }
+
+    async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
+        let _: ListArgs = parse_args(args)?;
+        let (t, owner) = terminals(ctx)?;
+        let list = t.list(&owner);
+        let text = if list.is_empty() {
+            "(no terminal sessions)".to_owned()
+        } else {
+            let lines: Vec<String> = list.iter().map(snapshot_line).collect();
+            let all = lines.join("\n");
+            if all.len() > MAX_RESULT_BYTES {
+                bounded(&all, "", true, MAX_RESULT_BYTES)
+            } else {
+                all
+            }
+        };
+        Ok(ToolOutput {
+            text,
+            meta: Some(json!({"sessions": list.iter().map(snapshot_json).collect::<Vec<_>>()})),
+            image: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_result_keeps_the_tail_and_the_status_lines() {
+        assert_eq!(bounded("abc", "\n[x]", false, 100), "abc\n[x]");
+        assert_eq!(
+            bounded("abc", "\n[x]", true, 100),
+            "abc\n[x]\n[output truncated]"
+        );
+        let cut = bounded(&"é".repeat(100), "\n[x]", false, 30);
+        assert!(cut.len() <= 30, "{cut}");
+        assert!(cut.ends_with("\n[x]\n[output truncated]"), "{cut}");
+        assert!(cut.starts_with('é'), "{cut}");
+        let tiny = bounded("abc", "\n[wait: timeout]", false, 10);
+        assert_eq!(tiny, "truncated]");
+    }
+}
