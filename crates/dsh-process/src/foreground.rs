@@ -14,10 +14,18 @@
 //! between two looks shows a larger count, which tells "answered and waits again" from
 //! "still waiting for the same input".
 //!
+//! The programs looked at may be hostile, so a look is bounded: at most
+//! [`MAX_MEMBERS`] processes, [`MAX_THREADS`] threads each, [`MAX_FDINFO_BYTES`] of an
+//! epoll's target list and [`MAX_FD_CHECKS`] descriptor checks; a descriptor is checked
+//! only when its link names something under `/dev/` (a device: never a FUSE file, whose
+//! `stat` could block). Only processes of the terminal's own session are looked at.
+//!
 //! # Limits
 //! Linux on x86_64 and aarch64 (elsewhere nothing is ever reported waiting). A process
 //! dsh may not trace (another user's, or one that made itself undumpable) shows nothing;
-//! a race with a process exiting mid-look counts as not waiting.
+//! a race with a process exiting mid-look counts as not waiting. Reading a process's
+//! memory can still wait on a mapping of a stalled FUSE file: callers bound the look in
+//! time as well.
 
 use std::fs;
 use std::io::Read;
@@ -47,55 +55,152 @@ const DEV_TTY: (u32, u32) = (5, 0);
 
 /// The most descriptors looked at in one `select` set or `poll` array.
 const MAX_FDS: u64 = 1024;
+/// The most processes of a group one look examines.
+pub const MAX_MEMBERS: usize = 256;
+/// The most threads of a process one look examines.
+pub const MAX_THREADS: usize = 64;
+/// The most bytes of an epoll instance's `fdinfo` one look reads.
+pub const MAX_FDINFO_BYTES: u64 = 64 << 10;
+/// The most descriptors one look checks for being the terminal.
+pub const MAX_FD_CHECKS: usize = 256;
 
-/// Looks at every process of group `pgid`. See the [module docs](self).
-pub(crate) fn inspect(pgid: u32, device: TerminalDevice) -> Foreground {
+/// Looks at the processes of group `pgid` in session `session`. See the [module
+/// docs](self).
+pub(crate) fn inspect(pgid: u32, session: u32, device: TerminalDevice) -> Foreground {
     let mut found = Foreground {
         pgid,
         input_waiting: false,
         reads: 0,
     };
-    for pid in members(pgid) {
+    let look = Look {
+        device,
+        checks: std::cell::Cell::new(0),
+    };
+    let group = members(session, |_, pgrp| pgrp == pgid);
+    for pid in group.into_iter().take(MAX_MEMBERS) {
         found.reads = found.reads.saturating_add(reads(pid).unwrap_or(0));
         if !found.input_waiting {
-            found.input_waiting = waits_for_input(pid, device);
+            found.input_waiting = waits_for_input(pid, &look);
         }
     }
     found
 }
 
-/// The pids whose process group is `pgid`.
-fn members(pgid: u32) -> Vec<u32> {
+/// One look's budget of descriptor checks.
+struct Look {
+    device: TerminalDevice,
+    checks: std::cell::Cell<usize>,
+}
+
+/// The pids of session `session` for which `pick(pid, pgrp)` holds.
+fn members(session: u32, pick: impl Fn(u32, u32) -> bool) -> Vec<u32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut out = Vec::new();
     let mut buf = Vec::with_capacity(512);
     for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        buf.clear();
-        let ok =
-            fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read_to_end(&mut buf));
-        if ok.is_ok() && stat_pgrp(&buf) == Some(pgid) {
+        let Some((pgrp, sid)) = group_and_session(pid, &mut buf) else {
+            continue;
+        };
+        if sid == session && pick(pid, pgrp) {
             out.push(pid);
         }
     }
     out
 }
 
-/// The process group in a `/proc/<pid>/stat` line: the third field after the command
-/// name's closing parenthesis (the name may itself hold spaces and parentheses).
-fn stat_pgrp(stat: &[u8]) -> Option<u32> {
+/// The process group and session of `pid`, from `/proc/<pid>/stat` (read into `buf`).
+fn group_and_session(pid: u32, buf: &mut Vec<u8>) -> Option<(u32, u32)> {
+    buf.clear();
+    fs::File::open(format!("/proc/{pid}/stat"))
+        .and_then(|mut f| f.read_to_end(buf))
+        .ok()?;
+    stat_group_and_session(buf)
+}
+
+/// The process group and session in a `/proc/<pid>/stat` line: the third and fourth
+/// fields after the command name's closing parenthesis (the name may itself hold spaces
+/// and parentheses).
+fn stat_group_and_session(stat: &[u8]) -> Option<(u32, u32)> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    // state, ppid, pgrp
-    rest.split_ascii_whitespace().nth(2)?.parse().ok()
+    // state, ppid, pgrp, session
+    let mut it = rest.split_ascii_whitespace().skip(2);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Sends `signal` to every process of session `session` for which `pick(pid, pgrp)`
+/// holds; returns how many. `leader` is a pidfd of the session's leader, whose pid is the
+/// session id: while the leader is unreaped (its reaper keeps it so until the whole tree
+/// is gone), no other process can have that session. Each process is pinned with a
+/// pidfd, its session read again, and only then, if the leader is still unreaped,
+/// signalled: a pid that died and was reused meanwhile is never reached, nor is anything
+/// outside the session.
+///
+/// # Errors
+/// `Unsupported` without `pidfd_open` (Linux before 5.3).
+pub(crate) fn signal_in_session(
+    session: u32,
+    leader: &std::os::fd::OwnedFd,
+    pick: impl Fn(u32, u32) -> bool,
+    signal: i32,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let unreaped = || {
+        // SAFETY: pidfd_send_signal(2) of signal 0 (a check) on our own pidfd.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                leader.as_raw_fd(),
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    };
+    let mut buf = Vec::with_capacity(512);
+    let mut sent = 0;
+    for pid in members(session, &pick) {
+        // SAFETY: pidfd_open(2) with no flags; the result is an fd we own, or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "pidfd_open needs Linux 5.3",
+                ));
+            }
+            // Gone meanwhile.
+            continue;
+        }
+        let fd = fd as libc::c_int;
+        let still = group_and_session(pid, &mut buf)
+            .is_some_and(|(pgrp, sid)| sid == session && pick(pid, pgrp));
+        if still && unreaped() {
+            // SAFETY: pidfd_send_signal(2) on the pidfd just opened; no siginfo.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd,
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+            if r == 0 {
+                sent += 1;
+            }
+        }
+        // SAFETY: closing the pidfd opened above.
+        unsafe { libc::close(fd) };
+    }
+    Ok(sent)
 }
 
 /// `syscr` of `/proc/<pid>/io`.
@@ -107,16 +212,16 @@ fn reads(pid: u32) -> Option<u64> {
 }
 
 /// Whether a thread of `pid` is blocked reading the terminal.
-fn waits_for_input(pid: u32, device: TerminalDevice) -> bool {
+fn waits_for_input(pid: u32, look: &Look) -> bool {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
-    tasks.flatten().any(|t| {
+    tasks.flatten().take(MAX_THREADS).any(|t| {
         let path = t.path().join("syscall");
         fs::read_to_string(path)
             .ok()
             .and_then(|s| BlockedCall::parse(&s))
-            .is_some_and(|call| call.reads_terminal(pid, device))
+            .is_some_and(|call| call.reads_terminal(pid, look))
     })
 }
 
@@ -140,9 +245,9 @@ impl BlockedCall {
         Some(BlockedCall { nr, args })
     }
 
-    fn reads_terminal(&self, pid: u32, device: TerminalDevice) -> bool {
+    fn reads_terminal(&self, pid: u32, look: &Look) -> bool {
         let [a0, a1, a2] = self.args;
-        let is_terminal = |fd: u64| fd_is_terminal(pid, fd, device);
+        let is_terminal = |fd: u64| fd_is_terminal(pid, fd, look);
         match arch::call(self.nr) {
             Some(Call::Read) => is_terminal(a0),
             Some(Call::Select) => select_reads_terminal(pid, a0, a1, &is_terminal),
@@ -205,12 +310,21 @@ mod arch {
     }
 }
 
-/// Whether `pid`'s descriptor `fd` is the terminal (or `/dev/tty`).
-fn fd_is_terminal(pid: u32, fd: u64, device: TerminalDevice) -> bool {
-    if fd > i32::MAX as u64 {
+/// Whether `pid`'s descriptor `fd` is the terminal (or `/dev/tty`), within the look's
+/// budget of checks.
+fn fd_is_terminal(pid: u32, fd: u64, look: &Look) -> bool {
+    if fd > i32::MAX as u64 || look.checks.get() >= MAX_FD_CHECKS {
         return false;
     }
-    let Ok(md) = fs::metadata(format!("/proc/{pid}/fd/{fd}")) else {
+    look.checks.set(look.checks.get() + 1);
+    let link = format!("/proc/{pid}/fd/{fd}");
+    // Only a device is stat'ed: a file on a stalled FUSE mount could hold the stat.
+    match fs::read_link(&link) {
+        Ok(target) if target.starts_with("/dev/") => {}
+        _ => return false,
+    }
+    let device = look.device;
+    let Ok(md) = fs::metadata(&link) else {
         return false;
     };
     let rdev = md.rdev();
@@ -259,9 +373,12 @@ fn poll_reads_terminal(pid: u32, fds: u64, nfds: u64, is_terminal: &dyn Fn(u64) 
 }
 
 fn epoll_reads_terminal(pid: u32, epfd: u64, is_terminal: &dyn Fn(u64) -> bool) -> bool {
-    let Ok(info) = fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")) else {
+    let mut info = String::new();
+    let read = fs::File::open(format!("/proc/{pid}/fdinfo/{epfd}"))
+        .and_then(|f| f.take(MAX_FDINFO_BYTES).read_to_string(&mut info));
+    if read.is_err() {
         return false;
-    };
+    }
     // `tfd:        0 events:       19 data: …`
     info.lines().any(|l| {
         let mut it = l.split_ascii_whitespace();
@@ -277,14 +394,32 @@ fn epoll_reads_terminal(pid: u32, epfd: u64, is_terminal: &dyn Fn(u64) -> bool) 
     })
 }
 
+/// A pidfd of `pid`.
+///
+/// # Errors
+/// `pidfd_open`'s (`Unsupported` for Linux before 5.3).
+pub(crate) fn pidfd(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open(2) with no flags; the result is an fd we own, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_group_is_read_after_the_command_name() {
-        assert_eq!(stat_pgrp(b"12 (a) b) c) S 1 77 77 0"), Some(77));
-        assert_eq!(stat_pgrp(b"12 (sh) R 1"), None);
+    fn the_group_and_session_are_read_after_the_command_name() {
+        assert_eq!(
+            stat_group_and_session(b"12 (a) b) c) S 1 77 70 0"),
+            Some((77, 70))
+        );
+        assert_eq!(stat_group_and_session(b"12 (sh) R 1 5"), None);
     }
 
     #[test]

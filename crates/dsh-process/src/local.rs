@@ -387,7 +387,8 @@ impl Subprocess for LocalSubprocess {
 
         // The command holds the terminal side now; dsh keeps only its own.
         let terminal = match pty {
-            Some(pair) => Some(Pty::from_pair(pair).map_err(pty_failed)?),
+            // The leader started a session of its own: its pid is the session id.
+            Some(pair) => Some(Pty::from_pair(pair, pid).map_err(pty_failed)?),
             None => None,
         };
         let stop = CancelToken::new();

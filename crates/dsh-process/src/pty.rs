@@ -36,6 +36,13 @@ pub struct TerminalSize {
 pub struct Pty {
     master: AsyncFd<OwnedFd>,
     device: TerminalDevice,
+    /// The terminal's session: the leader's pid, which its reaper keeps allocated until
+    /// the whole tree is gone.
+    session: u32,
+    /// A pidfd of the leader: while it is unreaped, the session id is ours. `None` when
+    /// the leader was gone before dsh could open one (or without pidfds, before Linux
+    /// 5.3): then no signal but the keyboard's three is sent.
+    leader: Option<OwnedFd>,
 }
 
 /// A new PTY pair: dsh's side, and the terminal side the command gets as its stdio.
@@ -62,19 +69,26 @@ impl PtyPair {
 impl Pty {
     /// dsh's side of `pair`, made non-blocking and registered with the runtime; dsh's
     /// copy of the terminal side is closed (the command holds its own).
-    pub(crate) fn from_pair(pair: PtyPair) -> io::Result<Pty> {
+    pub(crate) fn from_pair(pair: PtyPair, session: u32) -> io::Result<Pty> {
         let st = fstat(&pair.terminal)?;
         let device = TerminalDevice {
             major: major(st.st_rdev),
             minor: minor(st.st_rdev),
         };
         drop(pair.terminal);
+        // The leader is unreaped now (its reaper keeps it so until the tree is gone).
+        let leader = foreground::pidfd(session).ok();
         rustix::io::ioctl_fionbio(&pair.master, true)?;
         // SAFETY: an OwnedFd is open and keeps its number until the AsyncFd drops it.
         let master = unsafe {
             AsyncFd::register_with_interest(pair.master, Interest::READABLE | Interest::WRITABLE)
         }?;
-        Ok(Pty { master, device })
+        Ok(Pty {
+            master,
+            device,
+            session,
+            leader,
+        })
     }
 
     /// Reads what the command wrote; `Ok(0)` once every process has closed the terminal
@@ -161,27 +175,75 @@ impl Pty {
 
     /// The foreground group and what the kernel says it is doing: whether one of its
     /// threads is blocked reading this terminal, and how many reads its processes have
-    /// made (see [`Foreground`]). `None` when the group is unknown.
+    /// made (see [`Foreground`]). `None` when the group is unknown. The look is bounded
+    /// (see the [`foreground`](crate::foreground) module) but blocking: call it off the
+    /// async threads.
     pub fn foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;
-        Some(foreground::inspect(pgid, self.device))
+        Some(foreground::inspect(pgid, self.session, self.device))
     }
 
-    /// Sends `signal` to the foreground process group.
+    /// The terminal's session id (its leader's pid).
+    pub fn session(&self) -> u32 {
+        self.session
+    }
+
+    /// Sends `signal` to the foreground process group; returns the group.
+    ///
+    /// SIGINT, SIGQUIT and SIGTSTP go as the keyboard sends them: the kernel signals the
+    /// group the terminal holds (`TIOCSIG`), never a number that may meanwhile name
+    /// another group. Any other signal goes to each process of that group in this
+    /// terminal's session, each one pinned by a pidfd and checked again before it is
+    /// signalled, so nothing outside the session is ever reached.
     ///
     /// # Errors
-    /// `NotFound` when there is no foreground group; else `kill`'s.
+    /// `NotFound` when there is no foreground group; else the `ioctl`'s or the
+    /// signal's.
     pub fn signal_foreground(&self, signal: i32) -> io::Result<u32> {
         let pgid = self
             .foreground_group()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no foreground group"))?;
-        let pgid_i =
-            i32::try_from(pgid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: kill(2) on a process group; no memory is involved.
-        if unsafe { libc::kill(-pgid_i, signal) } != 0 {
-            return Err(io::Error::last_os_error());
+        if matches!(signal, libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP) {
+            let sig = signal as libc::c_int;
+            // SAFETY: ioctl(2) on our own master fd; TIOCSIG takes the signal number.
+            let r = unsafe {
+                libc::ioctl(
+                    self.master.get_ref().as_raw_fd(),
+                    libc::TIOCSIG,
+                    sig as libc::c_ulong,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(pgid);
+        }
+        if let Some(leader) = &self.leader {
+            foreground::signal_in_session(self.session, leader, |_, pgrp| pgrp == pgid, signal)?;
         }
         Ok(pgid)
+    }
+
+    /// What a terminal hanging up sends: SIGHUP to the session's leader and to its
+    /// foreground group (each process pinned and checked as in
+    /// [`signal_foreground`](Self::signal_foreground)). Dropping the `Pty` is the
+    /// kernel's own hangup.
+    ///
+    /// # Errors
+    /// The signals'.
+    pub fn hang_up(&self) -> io::Result<()> {
+        let Some(leader) = &self.leader else {
+            return Ok(());
+        };
+        let fg = self.foreground_group();
+        let session = self.session;
+        foreground::signal_in_session(
+            session,
+            leader,
+            |pid, pgrp| pid == session || Some(pgrp) == fg,
+            libc::SIGHUP,
+        )?;
+        Ok(())
     }
 
     /// The raw fd of dsh's side, for diagnostics.

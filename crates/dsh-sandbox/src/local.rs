@@ -421,6 +421,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let program = if self.forced == Some(Runner::Bwrap) {
             self.bwrap_program_path()
@@ -428,7 +429,7 @@ impl LocalSandbox {
             self.bwrap_path()
         }
         .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
-        self.bwrap_shape(&program, argv, policy, area)
+        self.bwrap_shape(&program, argv, policy, area, terminal)
     }
 
     /// bubblewrap's argv for `program` (without carve-outs) and the child's part: the
@@ -439,6 +440,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let mut inherit = Vec::new();
         let mut seccomp_fd = None;
@@ -450,6 +452,7 @@ impl LocalSandbox {
             keyrings: true,
             host_ipc: false,
             set_id_and_leases: true,
+            terminal_ioctls: terminal,
         };
         if let Some(program) = seccomp::program(denials) {
             inherit.push((
@@ -485,6 +488,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let Some((command, _)) = &self.operator else {
             return Err(sandbox_unavailable(
@@ -493,7 +497,8 @@ impl LocalSandbox {
                 None,
             ));
         };
-        let (bwrap_argv, restrictions) = self.bwrap_shape(Path::new(""), argv, policy, area)?;
+        let (bwrap_argv, restrictions) =
+            self.bwrap_shape(Path::new(""), argv, policy, area, terminal)?;
         let mut out = command.clone();
         out.extend(bwrap_argv.into_iter().skip(1));
         Ok((out, restrictions))
@@ -564,6 +569,7 @@ impl LocalSandbox {
         policy: &SandboxPolicy,
         area: Option<&Area>,
         denied: &[PathBuf],
+        terminal: bool,
     ) -> Result<ChildRestrictions, HarnessError> {
         let abi = self
             .landlock_abi()
@@ -604,6 +610,7 @@ impl LocalSandbox {
                 keyrings: true,
                 host_ipc: true,
                 set_id_and_leases: true,
+                terminal_ioctls: terminal,
             })
             .map(Vec::into_boxed_slice),
             inherit: Vec::new(),
@@ -616,6 +623,40 @@ impl Sandbox for LocalSandbox {
         &self,
         argv: &[OsString],
         policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError> {
+        self.confine_for(argv, policy, false)
+    }
+
+    fn confine_on_terminal(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+    ) -> Result<Confinement, HarnessError> {
+        // The terminal is the command's controlling terminal: the filter refuses the
+        // ioctls that reach past its own input (TIOCSTI, line disciplines, the console),
+        // as bubblewrap's manual asks of anyone dropping `--new-session`.
+        let mut c = self.confine_for(argv, policy, true)?;
+        if matches!(c.runner, Runner::Bwrap | Runner::Operator) {
+            crate::bwrap::keep_session(&mut c.argv);
+        }
+        Ok(c)
+    }
+
+    fn temp_dir(&self) -> Option<PathBuf> {
+        self.area
+            .get()
+            .and_then(|a| a.as_ref().ok())
+            .map(|a| a.temp.clone())
+    }
+}
+
+impl LocalSandbox {
+    /// [`Sandbox::confine`], for a command on a private terminal when `terminal`.
+    fn confine_for(
+        &self,
+        argv: &[OsString],
+        policy: &SandboxPolicy,
+        terminal: bool,
     ) -> Result<Confinement, HarnessError> {
         if !policy.mode.is_confined() {
             return Err(HarnessError::invalid_argument(
@@ -672,14 +713,14 @@ impl Sandbox for LocalSandbox {
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, temp_area, &denied)?),
+                Some(self.confine_landlock(policy, temp_area, &denied, terminal)?),
                 None,
             ),
             Runner::Bwrap | Runner::Operator => {
                 let (mut a, r) = if runner == Runner::Bwrap {
-                    self.confine_bwrap(argv, policy, temp_area)?
+                    self.confine_bwrap(argv, policy, temp_area, terminal)?
                 } else {
-                    self.confine_operator(argv, policy, temp_area)?
+                    self.confine_operator(argv, policy, temp_area, terminal)?
                 };
                 let mut held = None;
                 if let Some(area) = temp_area {
@@ -747,25 +788,6 @@ impl Sandbox for LocalSandbox {
             runner_failure_rules: self.failure_rules(runner),
             placeholders,
         })
-    }
-
-    fn confine_on_terminal(
-        &self,
-        argv: &[OsString],
-        policy: &SandboxPolicy,
-    ) -> Result<Confinement, HarnessError> {
-        let mut c = self.confine(argv, policy)?;
-        if matches!(c.runner, Runner::Bwrap | Runner::Operator) {
-            crate::bwrap::keep_session(&mut c.argv);
-        }
-        Ok(c)
-    }
-
-    fn temp_dir(&self) -> Option<PathBuf> {
-        self.area
-            .get()
-            .and_then(|a| a.as_ref().ok())
-            .map(|a| a.temp.clone())
     }
 }
 

@@ -81,6 +81,10 @@ pub struct Denials {
     /// either (a command of a root dsh would plant a setuid-root binary), and file leases
     /// (`F_SETLEASE` lets a command stall the writers of a file it can open).
     pub set_id_and_leases: bool,
+    /// The terminal ioctls that reach past a command's own input, for a command whose
+    /// controlling terminal is a private PTY: `TIOCSTI` (push input), `TIOCSETD` (line
+    /// disciplines, a long line of kernel bugs), `TIOCLINUX` and `TIOCCONS` (the console).
+    pub terminal_ioctls: bool,
 }
 
 /// A syscall allowed only when its argument passes a test.
@@ -88,17 +92,29 @@ pub struct Denials {
 enum ArgCheck {
     /// Denied when `arg & mask != 0`.
     NoBits { arg: u32, mask: u32 },
-    /// Denied when `arg` is one of `values` (unused slots are `u32::MAX`).
-    NotOneOf { arg: u32, values: [u32; 4] },
+    /// Denied when `arg` is one of `values`.
+    NotOneOf { arg: u32, values: &'static [u32] },
 }
 
 /// `S_ISUID | S_ISGID`.
 const SET_ID_BITS: u32 = 0o6000;
 /// `F_SETLEASE`.
 const F_SETLEASE: u32 = 1024;
-/// `FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR` and `FS_IOC32_SETFLAGS` (`chattr`, `xfs_io`);
-/// the last slot is unused.
-const INODE_FLAG_IOCTLS: [u32; 4] = [0x4008_6602, 0x401c_5820, 0x4004_6602, u32::MAX];
+/// `FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR` and `FS_IOC32_SETFLAGS` (`chattr`, `xfs_io`).
+const INODE_FLAG_IOCTLS: &[u32] = &[0x4008_6602, 0x401c_5820, 0x4004_6602];
+/// `TIOCSTI`, `TIOCSETD`, `TIOCLINUX`, `TIOCCONS` (the same numbers on x86_64 and
+/// aarch64: asm-generic).
+const TERMINAL_IOCTLS: &[u32] = &[0x5412, 0x5423, 0x541C, 0x541D];
+/// Both lists, for a read-only command on a terminal.
+const INODE_FLAG_AND_TERMINAL_IOCTLS: &[u32] = &[
+    0x4008_6602,
+    0x401c_5820,
+    0x4004_6602,
+    0x5412,
+    0x5423,
+    0x541C,
+    0x541D,
+];
 /// `file_setattr` (Linux 6.17): inode flags by path.
 const SYS_FILE_SETATTR: u32 = 469;
 
@@ -126,13 +142,16 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
         denied.extend(METADATA_PATH_ONLY);
         denied.extend(IO_URING);
         denied.push(SYS_FILE_SETATTR);
-        checks.push((
-            nr(libc::SYS_ioctl),
-            ArgCheck::NotOneOf {
-                arg: 1,
-                values: INODE_FLAG_IOCTLS,
-            },
-        ));
+    }
+    // One check per syscall (the first jump to a check wins): the ioctl lists combined.
+    let ioctls = match (denials.metadata, denials.terminal_ioctls) {
+        (true, true) => Some(INODE_FLAG_AND_TERMINAL_IOCTLS),
+        (true, false) => Some(INODE_FLAG_IOCTLS),
+        (false, true) => Some(TERMINAL_IOCTLS),
+        (false, false) => None,
+    };
+    if let Some(values) = ioctls {
+        checks.push((nr(libc::SYS_ioctl), ArgCheck::NotOneOf { arg: 1, values }));
     }
     if denials.keyrings {
         denied.extend(KEYRINGS);
@@ -154,7 +173,7 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
             nr(libc::SYS_fcntl),
             ArgCheck::NotOneOf {
                 arg: 1,
-                values: [F_SETLEASE, u32::MAX, u32::MAX, u32::MAX],
+                values: &[F_SETLEASE],
             },
         ));
     }
@@ -180,7 +199,7 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
             }
             ArgCheck::NotOneOf { arg, values } => {
                 p.load(OFF_ARG0_LO + 8 * arg);
-                for v in values.iter().filter(|v| **v != u32::MAX) {
+                for v in values {
                     p.jump_if(*v, Label::Deny);
                 }
                 p.ret(SECCOMP_RET_ALLOW);
@@ -440,6 +459,7 @@ mod tests {
         keyrings: false,
         host_ipc: false,
         set_id_and_leases: false,
+        terminal_ioctls: false,
     };
 
     #[test]
@@ -491,6 +511,7 @@ mod tests {
             keyrings: true,
             host_ipc: true,
             set_id_and_leases: true,
+            terminal_ioctls: true,
         }) else {
             return;
         };
@@ -533,6 +554,46 @@ mod tests {
         );
         // Another ABI is denied whatever was asked.
         assert_eq!(run(&none, nr(libc::SYS_read), 0x4000_0003, 0, 0), deny);
+    }
+
+    #[test]
+    fn terminal_ioctls_are_denied_with_and_without_the_inode_flag_ones() {
+        let arch = AUDIT_ARCH.expect("supported");
+        let deny = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let ioctl = nr(libc::SYS_ioctl);
+        for metadata in [false, true] {
+            let Some(p) = program(Denials {
+                metadata,
+                terminal_ioctls: true,
+                ..Denials::default()
+            }) else {
+                return;
+            };
+            for req in [
+                libc::TIOCSTI,
+                libc::TIOCSETD,
+                libc::TIOCLINUX,
+                libc::TIOCCONS,
+            ] {
+                assert_eq!(
+                    run_args(&p, ioctl, arch, [0, req as u32, 0, 0]),
+                    deny,
+                    "{req:#x}"
+                );
+            }
+            // Job control and sizes stay allowed.
+            for req in [libc::TIOCSPGRP, libc::TIOCGWINSZ, libc::TCGETS] {
+                assert_eq!(
+                    run_args(&p, ioctl, arch, [0, req as u32, 0, 0]),
+                    SECCOMP_RET_ALLOW,
+                    "{req:#x}"
+                );
+            }
+            assert_eq!(
+                run_args(&p, ioctl, arch, [3, 0x4008_6602, 0, 0]),
+                if metadata { deny } else { SECCOMP_RET_ALLOW }
+            );
+        }
     }
 
     #[test]

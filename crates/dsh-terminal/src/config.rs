@@ -4,13 +4,16 @@ use std::time::Duration;
 
 use dsh_core::HarnessError;
 
+/// The most rows or columns of a terminal.
+pub const MAX_SIDE: u16 = 1000;
+
 /// How terminal sessions are sized, bounded and judged ready. Every field has the
 /// reference's default; [`TerminalConfig::validate`] refuses a value that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TerminalConfig {
-    /// Rows of a new terminal. Default 40.
+    /// Rows of a new terminal, at most [`MAX_SIDE`]. Default 40.
     pub rows: u16,
-    /// Columns of a new terminal. Default 160.
+    /// Columns of a new terminal, at most [`MAX_SIDE`]. Default 160.
     pub cols: u16,
     /// Lines a session keeps. Default 10 000.
     pub scrollback_lines: usize,
@@ -74,6 +77,12 @@ impl TerminalConfig {
         };
         if self.rows == 0 || self.cols == 0 {
             return bad("rows/cols", "must be at least 1");
+        }
+        if self.rows > MAX_SIDE || self.cols > MAX_SIDE {
+            return bad(
+                "rows/cols",
+                "must be at most 1000 (the screen is kept in memory)",
+            );
         }
         for (field, n) in [
             ("scrollback_lines", self.scrollback_lines),

@@ -3,12 +3,16 @@
 //!
 //! A [`Sanitizer`] takes decoded text in chunks, as it arrives, and keeps what a sequence
 //! split across chunks needs. It removes:
-//! - OSC sequences (`ESC ]` … BEL or `ESC \`): window titles and the like. One whose
+//! - OSC sequences (`ESC ]` … BEL or `ESC \`): window titles and the like (DCS, SOS,
+//!   PM and APC strings, `ESC P`/`X`/`^`/`_` …, are removed the same way). One whose
 //!   content starts with `133;D;` is the shell's prompt marker (the bash backend's
 //!   `PROMPT_COMMAND` prints it before each prompt): its position is reported.
 //! - CSI sequences (`ESC [` … a byte in `0x40..=0x7E`): colours, cursor moves.
 //! - Every other escape sequence (`ESC 7`, `ESC ( B`: intermediates, then one final
 //!   character), and BEL.
+//!
+//! - Every other control character but tab and line feed: C0 (backspace, shift-in, …),
+//!   DEL, and C1 (U+0080-U+009F, where `U+009B` would start a CSI on some terminals).
 //!
 //! CR LF becomes LF, also when split across chunks. A lone CR is kept as `\r`: it means
 //! "back to the start of the line", and the consumers ([`Scrollback`](crate::Scrollback)
@@ -121,7 +125,13 @@ impl Sanitizer {
                         .iter()
                         .position(|b| matches!(b, 0x1b | b'\r' | 0x07))
                         .map_or(bytes.len(), |p| i + p);
-                    out.text.push_str(&input[i..end]);
+                    // Other control characters (C0 but tab and line feed, DEL, the C1
+                    // range U+0080-U+009F) are for a terminal, not for a reader.
+                    out.text.extend(
+                        input[i..end]
+                            .chars()
+                            .filter(|c| !c.is_control() || matches!(c, '\n' | '\t')),
+                    );
                     i = end;
                 }
             }
@@ -151,12 +161,14 @@ impl Sanitizer {
                 self.hold(&input[i..], None);
                 None
             }
-            Some(b']') => {
+            // OSC, and the other string sequences (DCS, SOS, PM, APC), which end the
+            // same way.
+            Some(&kind @ (b']' | b'P' | b'X' | b'^' | b'_')) => {
                 let body = i + 2;
                 match osc_end(&bytes[body..]) {
                     Some((len, term)) => {
                         let content = &input[body..body + len];
-                        if content.starts_with(MARKER_PREFIX) {
+                        if kind == b']' && content.starts_with(MARKER_PREFIX) {
                             out.marker_at = Some(out.text.len());
                         }
                         Some(body + len + term)
@@ -313,6 +325,21 @@ mod tests {
         assert_eq!(s.push("\x1b]0;0123456789").text, "");
         s.flush();
         assert_eq!(s.push("d").text, "d");
+    }
+
+    #[test]
+    fn dcs_and_apc_strings_are_removed_whole() {
+        let mut s = Sanitizer::new(1024);
+        assert_eq!(s.push("a\x1bP1$qm\x1b\\b\x1b_hidden\x07c").text, "abc");
+    }
+
+    #[test]
+    fn other_control_characters_are_dropped_but_tab_and_line_feed() {
+        let mut s = Sanitizer::new(1024);
+        assert_eq!(
+            s.push("a\x08b\x0ec\x7fd\u{9b}31me\tf\n").text,
+            "abcd31me\tf\n"
+        );
     }
 
     #[test]

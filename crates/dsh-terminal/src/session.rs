@@ -38,6 +38,9 @@ use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
 use crate::{SessionStatus, TerminalConfig, WaitReason};
 
+/// The longest a send waits for one look at the foreground group.
+const INSPECT_LIMIT: Duration = Duration::from_millis(500);
+
 /// How long a send waits for the slot of a cancelled send still settling.
 const INTERRUPT_WAIT: Duration = Duration::from_secs(2);
 
@@ -156,6 +159,8 @@ pub struct PtySession {
     send_slot: tokio::sync::Mutex<()>,
     /// The active send was cancelled and waits for the interrupted program.
     interrupting: AtomicBool,
+    /// A look at the foreground group is running.
+    inspecting: Arc<AtomicBool>,
     closing: AtomicBool,
     closed: tokio::sync::OnceCell<Result<(), String>>,
     shell_pgid: Mutex<Option<u32>>,
@@ -209,6 +214,7 @@ impl PtySession {
             state,
             send_slot: tokio::sync::Mutex::new(()),
             interrupting: AtomicBool::new(false),
+            inspecting: Arc::new(AtomicBool::new(false)),
             closing: AtomicBool::new(false),
             closed: tokio::sync::OnceCell::new(),
             shell_pgid: Mutex::new(None),
@@ -321,8 +327,15 @@ impl PtySession {
         if request.submit {
             bytes.push(b'\r');
         }
+        let mut interrupted = false;
         if !bytes.is_empty() {
-            match tokio::time::timeout_at(deadline, self.pty.write_all(&bytes)).await {
+            // A program that does not read holds the write: the deadline or a cancel ends
+            // it (the rest of the text is then not typed).
+            let written = tokio::select! {
+                w = tokio::time::timeout_at(deadline, self.pty.write_all(&bytes)) => w,
+                _ = cancel.cancelled() => Ok(Ok(())),
+            };
+            match written {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     self.lock().op = None;
@@ -335,9 +348,13 @@ impl PtySession {
                 // The program did not take the input before the deadline.
                 Err(_) => return Ok(self.settle(WaitReason::Timeout)),
             }
+            if cancel.is_cancelled() {
+                interrupted = true;
+                self.interrupting.store(true, Ordering::SeqCst);
+                self.interrupt()?;
+            }
         }
         let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
-        let mut interrupted = false;
         let poll = self.config.poll_interval;
         let mut next = Instant::now() + poll;
         loop {
@@ -408,12 +425,23 @@ impl PtySession {
         }
     }
 
-    /// The foreground group and what it does, looked up off the async threads.
+    /// The foreground group and what it does, looked up off the async threads, within
+    /// [`INSPECT_LIMIT`]. One look at a time: while a look is still running (a hostile
+    /// program can make one slow), the group is unknown.
     async fn inspect(&self) -> Option<Foreground> {
-        let pty = self.pty.clone();
-        tokio::task::spawn_blocking(move || pty.foreground())
+        if self.inspecting.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let (pty, flag) = (self.pty.clone(), self.inspecting.clone());
+        let look = tokio::task::spawn_blocking(move || {
+            let found = pty.foreground();
+            flag.store(false, Ordering::SeqCst);
+            found
+        });
+        tokio::time::timeout(INSPECT_LIMIT, look)
             .await
             .ok()
+            .and_then(Result::ok)
             .flatten()
     }
 
@@ -492,15 +520,19 @@ impl PtySession {
                  terminal_close instead",
             ));
         }
-        // SAFETY: kill(2) on a process group; no memory involved.
-        if unsafe { libc::kill(-(pgid as i32), signal) } != 0 {
+        if self.control.is_tree_gone() {
             return Err(HarnessError::new(
+                ErrorCode::TerminalExited,
+                "the terminal session has exited; open a new one with terminal_open",
+            ));
+        }
+        self.pty.signal_foreground(signal).map_err(|e| {
+            HarnessError::new(
                 ErrorCode::TerminalFailed,
                 format!("the signal could not be sent to process group {pgid}"),
             )
-            .with_source(std::io::Error::last_os_error()));
-        }
-        Ok(pgid)
+            .with_source(e)
+        })
     }
 
     /// Closes the session: no more sends or signals; the session gets the hangup a
@@ -515,16 +547,8 @@ impl PtySession {
             .closed
             .get_or_init(|| async {
                 // What a terminal window closing does: SIGHUP to the foreground group and
-                // to the session's leader.
-                if let Some(pgid) = self.pty.foreground_group() {
-                    // SAFETY: kill(2) on a process group.
-                    unsafe { libc::kill(-(pgid as i32), libc::SIGHUP) };
-                }
-                if self.control.outcome().is_none() {
-                    // SAFETY: kill(2) on the leader, whose pid its reaper keeps reserved
-                    // until the tree is gone.
-                    unsafe { libc::kill(self.pid() as i32, libc::SIGHUP) };
-                }
+                // to the session's leader (never to a number that may have been reused).
+                let _ = self.pty.hang_up();
                 self.control.terminate();
                 let bound = self.config.dispose_grace + Duration::from_secs(5);
                 match tokio::time::timeout(bound, self.control.wait_for_exit()).await {
@@ -641,32 +665,37 @@ async fn read_output(pty: Arc<Pty>, state: Arc<Mutex<State>>, max_read: usize) {
                 0
             }
         };
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         if n == 0 {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             let tail = std::mem::take(&mut st.carry);
-            let mut text = dsh_core::utf8::decode_lossy(&tail);
-            let mut s = st.sanitizer.push(&text);
-            let flushed = st.sanitizer.flush();
-            s.text.push_str(&flushed.text);
-            text = s.text;
-            st.scrollback.push(&text);
+            let mut s = st.sanitizer.push(&dsh_core::utf8::decode_lossy(&tail));
+            s.text.push_str(&st.sanitizer.flush().text);
+            st.scrollback.push(&s.text);
             if let Some(op) = &mut st.op {
-                op.push(&text, None, max_read);
+                op.push(&s.text, None, max_read);
             }
             return;
         }
-        st.screen.process(&buf[..n]);
-        let mut bytes = std::mem::take(&mut st.carry);
-        bytes.extend_from_slice(&buf[..n]);
-        let whole = dsh_core::utf8::complete_prefix_len(&bytes);
-        st.carry = bytes.split_off(whole);
-        let text = dsh_core::utf8::decode_lossy(&bytes);
-        let s = st.sanitizer.push(&text);
-        st.scrollback.push(&s.text);
-        if let Some(op) = &mut st.op {
-            op.push(&s.text, s.marker_at, max_read);
-        }
-        // Any bytes count as output (a spinner redrawn with escapes alone too).
-        st.last_output = Instant::now();
+        take_output(&state, &buf[..n], max_read);
+        // A program printing without pause must not starve the sends that watch it.
+        tokio::task::yield_now().await;
     }
+}
+
+/// Adds `bytes` of output to the screen, the scrollback and the active send.
+fn take_output(state: &Mutex<State>, bytes: &[u8], max_read: usize) {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    st.screen.process(bytes);
+    let mut whole = std::mem::take(&mut st.carry);
+    whole.extend_from_slice(bytes);
+    let complete = dsh_core::utf8::complete_prefix_len(&whole);
+    st.carry = whole.split_off(complete);
+    let text = dsh_core::utf8::decode_lossy(&whole);
+    let s = st.sanitizer.push(&text);
+    st.scrollback.push(&s.text);
+    if let Some(op) = &mut st.op {
+        op.push(&s.text, s.marker_at, max_read);
+    }
+    // Any bytes count as output (a spinner redrawn with escapes alone too).
+    st.last_output = Instant::now();
 }

@@ -466,3 +466,99 @@ async fn a_confined_session_without_a_sandbox_is_refused() {
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
     assert!(t.list(&owner).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_sessions_answer_at_once_and_the_sixty_fifth_is_refused() {
+    let ws = tempfile::tempdir().expect("ws");
+    let t = Arc::new(service(config(), None));
+    let owner = Owner::new(SessionId::new("s1"));
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (t, owner) = (t.clone(), owner.clone());
+        let req = open_request(ws.path(), SandboxMode::DangerFullAccess);
+        opening.spawn(async move { t.open(&owner, req, &CancelToken::new()).await });
+    }
+    let mut ids = Vec::new();
+    while let Some(r) = opening.join_next().await {
+        ids.push(r.expect("task").expect("open").snapshot.id);
+    }
+    let e = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect_err("the 65th");
+    assert_eq!(e.code(), ErrorCode::TerminalLimit);
+    let mut sending = tokio::task::JoinSet::new();
+    for id in ids.clone() {
+        let (t, owner) = (t.clone(), owner.clone());
+        sending.spawn(async move {
+            let r = send(&t, &owner, id.as_str(), "echo I am $DSH_PTY_SESSION_ID").await;
+            (id, r)
+        });
+    }
+    while let Some(joined) = sending.join_next().await {
+        let (id, r) = joined.expect("task");
+        assert!(r.viewport.contains(&format!("I am {id}")), "{id}: {r:?}");
+    }
+    let pids: Vec<u32> = t.list(&owner).iter().filter_map(|s| s.pid).collect();
+    assert_eq!(pids.len(), 64);
+    t.dispose().await.expect("dispose");
+    assert!(pids.iter().all(|p| !alive(*p)), "a shell outlived dispose");
+}
+
+/// This process's resident memory, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test]
+async fn a_program_printing_a_gigabyte_costs_bounded_memory_and_never_hangs() {
+    let ws = tempfile::tempdir().expect("ws");
+    let cfg = config();
+    let t = service(cfg.clone(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    let before = rss_kib();
+    let r = send_with(
+        &t,
+        &owner,
+        id,
+        // An unterminated OSC first: neither the sanitizer nor the screen may keep its
+        // body (regression: helper-22 grew dsh to 1 GB through the emulator's OSC buffer).
+        "printf '\\033]0;'; head -c 100000000 /dev/zero | tr '\\0' x; printf '\\007'; \
+         yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 1073741824",
+        Duration::from_secs(6),
+    )
+    .await;
+    assert!(
+        r.viewport.len() <= cfg.max_read_bytes,
+        "{}",
+        r.viewport.len()
+    );
+    assert!(r.truncated, "{:?}", r.wait);
+    let page = t.read(&owner, id, 0, 1_000_000).expect("read");
+    assert!(page.text.len() <= cfg.max_read_bytes);
+    assert!(page.truncated);
+    let grown = rss_kib().saturating_sub(before);
+    // Scrollback (4 MiB), a send's output (256 KiB), the screen: far below this.
+    assert!(grown < 32 << 10, "dsh grew by {grown} KiB");
+    t.close(&owner, id).await.expect("close");
+}
