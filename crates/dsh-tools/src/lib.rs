@@ -42,6 +42,7 @@ use dsh_store::session::Session;
 use serde_json::Value;
 
 pub mod bash;
+pub mod bash_persistent;
 pub mod bounds;
 pub mod escalation;
 pub mod files;
@@ -55,7 +56,7 @@ pub mod terminal;
 mod world;
 
 pub use policy_service::{AfterCommand, PolicyService};
-pub use preset::{Preset, WorldConfig};
+pub use preset::{BashMode, Preset, WorldConfig};
 pub use world::{World, WorldBuilder};
 
 /// One call as a model makes it.

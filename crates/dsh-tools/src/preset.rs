@@ -25,6 +25,7 @@ use dsh_shell::ShellConfig;
 use dsh_store::session::SessionLog;
 
 use crate::bash::BashTool;
+use crate::bash_persistent::PersistentBashTool;
 use crate::files::{EditTool, ReadTool, WriteTool};
 use crate::image::ReadImageTool;
 use crate::search::{GlobTool, GrepTool};
@@ -92,6 +93,45 @@ pub struct WorldConfig {
     pub state_dir: Option<PathBuf>,
     /// The terminal sessions' sizes, limits and readiness timings.
     pub terminal: TerminalConfig,
+    /// Whether `bash` runs each command in a fresh shell or in one shell per session.
+    /// Default: one-shot.
+    pub bash: BashMode,
+}
+
+/// How the `bash` tool runs commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BashMode {
+    /// Each command in a fresh `bash -c` (the default).
+    #[default]
+    OneShot,
+    /// One shell per session on a terminal: `cd` and `export` carry over
+    /// ([`PersistentBashTool`]).
+    Persistent,
+}
+
+impl BashMode {
+    /// `one-shot` or `persistent`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BashMode::OneShot => "one-shot",
+            BashMode::Persistent => "persistent",
+        }
+    }
+}
+
+impl std::str::FromStr for BashMode {
+    type Err = HarnessError;
+
+    fn from_str(s: &str) -> Result<BashMode, HarnessError> {
+        match s {
+            "one-shot" => Ok(BashMode::OneShot),
+            "persistent" => Ok(BashMode::Persistent),
+            other => Err(HarnessError::invalid_argument(format!(
+                "unknown bash mode {:?}: use \"one-shot\" or \"persistent\"",
+                dsh_core::visible::visible(other)
+            ))),
+        }
+    }
 }
 
 impl WorldConfig {
@@ -111,6 +151,7 @@ impl WorldConfig {
             shell: ShellConfig::default(),
             state_dir: None,
             terminal: TerminalConfig::default(),
+            bash: BashMode::OneShot,
         }
     }
 
@@ -233,6 +274,11 @@ impl WorldBuilder {
         self = self
             .approval(Arc::new(ApprovalService::new(config.approval)))?
             .sessions(sessions)?;
+        let bash: Arc<dyn crate::Tool> = match config.bash {
+            BashMode::OneShot => Arc::new(BashTool),
+            BashMode::Persistent => Arc::new(PersistentBashTool::default()),
+        };
+        self = self.tool(bash)?;
         for tool in builtin_tools() {
             self = self.tool(tool)?;
         }
@@ -240,8 +286,8 @@ impl WorldBuilder {
     }
 }
 
-/// Every built-in tool, once.
-fn builtin_tools() -> [Arc<dyn crate::Tool>; 13] {
+/// Every built-in tool but `bash`, once.
+fn builtin_tools() -> [Arc<dyn crate::Tool>; 12] {
     [
         Arc::new(TerminalOpenTool),
         Arc::new(TerminalSendTool),
@@ -249,7 +295,6 @@ fn builtin_tools() -> [Arc<dyn crate::Tool>; 13] {
         Arc::new(TerminalSignalTool),
         Arc::new(TerminalCloseTool),
         Arc::new(TerminalListTool),
-        Arc::new(BashTool),
         Arc::new(ReadTool),
         Arc::new(WriteTool),
         Arc::new(EditTool),

@@ -18,6 +18,7 @@
 //! | `protected` | list of paths | more protected paths (relative: in the workspace root) |
 //! | `deny_read` | list of paths | more paths confined commands and the file tools may not read (`~/` allowed; `*` in the last component) |
 //! | `env_allow` | list of names | environment variables let through the credential scrub |
+//! | `bash` | `one-shot`, `persistent` | each `bash` call in a fresh shell, or one shell per session whose `cd` and `export` carry over (default one-shot; either may come from a workspace: it changes no sandbox) |
 //! | `trusted_workspaces` | list of directories | user config only: workspaces whose own config may widen the sandbox |
 //!
 //! **The trust rule.** The workspace's file travels with the repository, so unless the
@@ -35,7 +36,7 @@ use dsh_approval::ApprovalPolicy;
 use dsh_core::{HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_sandbox::{Network, OnPartial, Runner, SandboxMode};
 use dsh_shell::ShellConfig;
-use dsh_tools::WorldConfig;
+use dsh_tools::{BashMode, WorldConfig};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toml::Spanned;
@@ -113,6 +114,8 @@ pub struct Flags {
     pub allow_partial: bool,
     /// `--protect`, added to the configured paths.
     pub protected: Vec<PathBuf>,
+    /// `--bash`.
+    pub bash: Option<BashMode>,
 }
 
 /// The configuration in force for one workspace, each value with its source.
@@ -134,6 +137,7 @@ pub struct Config {
     pub max_output_bytes: Set<u64>,
     pub max_spill_bytes: Set<u64>,
     pub allow_partial: Set<bool>,
+    pub bash: Set<BashMode>,
     /// Added by each source in turn: absolute, or relative to the workspace root.
     pub protected: Vec<Set<PathBuf>>,
     /// Added by each source in turn: absolute patterns.
@@ -156,6 +160,7 @@ struct File {
     max_output_bytes: Option<Spanned<i64>>,
     max_spill_bytes: Option<Spanned<i64>>,
     allow_partial: Option<Spanned<bool>>,
+    bash: Option<Spanned<String>>,
     protected: Option<Spanned<Vec<String>>>,
     deny_read: Option<Spanned<Vec<String>>>,
     env_allow: Option<Spanned<Vec<String>>>,
@@ -163,7 +168,7 @@ struct File {
 }
 
 const KEYS: &str = "mode, network, writable_roots, approval, runner, timeout_ms, \
-                    max_timeout_ms, max_output_bytes, max_spill_bytes, allow_partial, \
+                    max_timeout_ms, max_output_bytes, max_spill_bytes, allow_partial, bash, \
                     protected, deny_read, env_allow and trusted_workspaces";
 
 /// The user's config file, where dsh looks for it.
@@ -246,6 +251,7 @@ impl Config {
             max_output_bytes: Set::default(shell.max_output_bytes as u64),
             max_spill_bytes: Set::default(shell.max_spill_bytes),
             allow_partial: Set::default(false),
+            bash: Set::default(BashMode::OneShot),
             protected: Vec::new(),
             deny_read: Vec::new(),
             env_allow: Vec::new(),
@@ -426,6 +432,11 @@ impl Layer {
                 ));
             }
             self.set(&mut config.approval, policy);
+        }
+        if let Some(v) = &f.bash {
+            // Either mode runs under the same sandbox: no trust needed.
+            let mode: BashMode = self.parsed("bash", v)?;
+            self.set(&mut config.bash, mode);
         }
         if let Some(v) = &f.runner {
             let runner: Runner = self.parsed("runner", v)?;
@@ -615,6 +626,9 @@ impl Config {
         if let Some(r) = flags.runner {
             self.runner = Set::flag(Some(r));
         }
+        if let Some(b) = flags.bash {
+            self.bash = Set::flag(b);
+        }
         if flags.allow_partial {
             self.allow_partial = Set::flag(true);
         }
@@ -668,6 +682,7 @@ impl Config {
             shell,
             state_dir,
             terminal: dsh_terminal::TerminalConfig::default(),
+            bash: self.bash.value,
         }
     }
 
@@ -720,6 +735,7 @@ impl Config {
                 "max_output_bytes": one(json!(self.max_output_bytes.value), &self.max_output_bytes.from),
                 "max_spill_bytes": one(json!(self.max_spill_bytes.value), &self.max_spill_bytes.from),
                 "allow_partial": one(json!(self.allow_partial.value), &self.allow_partial.from),
+                "bash": one(json!(self.bash.value.as_str()), &self.bash.from),
                 "protected": list(&self.protected, |p| p.display().to_string()),
                 "deny_read": list(&self.deny_read, |p| p.display().to_string()),
                 "env_allow": list(&self.env_allow, Clone::clone),
@@ -893,6 +909,21 @@ mod tests {
         assert_eq!(c.approval.value, ApprovalPolicy::Never);
         assert_eq!(c.max_output_bytes.value, 1000);
         assert_eq!(c.timeout_ms.value, 900_000);
+    }
+
+    #[test]
+    fn the_bash_mode_comes_from_any_file_and_a_bad_one_is_named() {
+        let c = load_with("", "bash = \"persistent\"\n").expect("untrusted may set it");
+        assert_eq!(c.bash.value, BashMode::Persistent);
+        assert_eq!(c.bash.from.name(), "workspace");
+        assert_eq!(c.world_config(None).bash, BashMode::Persistent);
+        let e = load_with("", "\nbash = \"forever\"\n").expect_err("bad");
+        assert!(
+            e.message().contains("config.toml:2: bash:"),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().contains("persistent"), "{}", e.message());
     }
 
     #[test]

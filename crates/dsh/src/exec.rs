@@ -100,6 +100,7 @@ impl ExecArgs {
             runner: self.runner,
             allow_partial: self.allow_partial,
             protected: self.protect.clone(),
+            bash: None,
         }
     }
 }

@@ -30,6 +30,10 @@ pub struct McpArgs {
     /// The session's approval policy (ask or never).
     #[arg(long, value_name = "ask|never", value_parser = crate::tool::parse_flag::<ApprovalPolicy>)]
     approval: Option<ApprovalPolicy>,
+    /// How `bash` runs commands: one-shot (each in a fresh shell, the default) or
+    /// persistent (one shell per session: `cd` and `export` carry over).
+    #[arg(long, value_name = "one-shot|persistent", value_parser = crate::tool::parse_flag::<dsh_tools::BashMode>)]
+    bash: Option<dsh_tools::BashMode>,
     /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
@@ -54,6 +58,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
     let flags = crate::config::Flags {
         network: args.network,
         allow_partial: args.allow_partial,
+        bash: args.bash,
         ..crate::config::Flags::default()
     };
     let opener: Opener = Arc::new(move |cwd: PathBuf| {

@@ -30,12 +30,17 @@ impl Client {
     /// A client that declares `capabilities`, of a server given its workspace with `-C`
     /// when `explicit`, else started in it.
     fn start_in(capabilities: Value, explicit: bool) -> Client {
+        Client::start_full(capabilities, explicit, &[])
+    }
+
+    /// As [`start_in`](Self::start_in), with `extra` arguments to `dsh mcp`.
+    fn start_full(capabilities: Value, explicit: bool, extra: &[&str]) -> Client {
         let dirs = tempfile::tempdir().expect("tempdir");
         let root = std::fs::canonicalize(dirs.path()).expect("canonical");
         let ws = root.join("ws");
         std::fs::create_dir(&ws).expect("ws");
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
-        command.arg("mcp").current_dir(&ws);
+        command.arg("mcp").args(extra).current_dir(&ws);
         if explicit {
             command.args(["-C", ws.to_str().expect("utf-8")]);
         }
@@ -793,5 +798,31 @@ fn terminals_keep_state_answer_cancel_and_die_with_the_connection() {
         gone_within(1500),
         "the terminal trees outlived the connection"
     );
+    c.child.wait().expect("dsh mcp exits");
+}
+
+#[test]
+fn persistent_bash_keeps_cd_and_export_under_the_sandbox() {
+    let mut c = Client::start_full(json!({}), true, &["--bash", "persistent"]);
+    let r = c.call(
+        "bash",
+        json!({"command": "cd /tmp && export V=1", "description": "x"}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let r = c.call(
+        "bash",
+        json!({"command": "pwd; echo V=$V; false", "description": "x"}),
+    );
+    assert_eq!(text(&r), "/tmp\nV=1\n[exit code: 1]", "{r}");
+    // Read-only, as the one-shot tool: the write is refused and nothing appears.
+    let r = c.call(
+        "bash",
+        json!({"command": format!("touch {}/x", c.ws.display()), "description": "x"}),
+    );
+    assert!(text(&r).contains("[exit code: 1]"), "{r}");
+    assert!(!c.ws.join("x").exists());
+    let r = c.call("terminal_list", json!({}));
+    assert!(text(&r).starts_with("pty-1 (bash) [shell] running"), "{r}");
+    drop(c.stdin);
     c.child.wait().expect("dsh mcp exits");
 }

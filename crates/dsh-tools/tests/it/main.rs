@@ -4,6 +4,7 @@ mod approval_action;
 mod bounds;
 mod files;
 mod panics;
+mod persistent_bash;
 mod pipeline;
 mod policy_service;
 mod presets;

@@ -1,0 +1,89 @@
+//! `bash = "persistent"`: one shell per session on a terminal, real bash.
+
+use std::sync::Arc;
+
+use dsh_core::CancelToken;
+use dsh_sandbox::SandboxMode;
+use dsh_store::session::SessionLog;
+use dsh_store::SqliteStorage;
+use dsh_tools::{BashMode, Preset, World, WorldBuilder, WorldConfig};
+use serde_json::json;
+
+use crate::support::call;
+
+async fn world(ws: &std::path::Path) -> (World, Arc<dsh_store::session::Session>, Arc<SessionLog>) {
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(ws).await.expect("session");
+    let mut config = WorldConfig::new(ws).with_mode(SandboxMode::DangerFullAccess);
+    config.bash = BashMode::Persistent;
+    let world = WorldBuilder::new()
+        .preset(Preset::Local, &config, sessions.clone())
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    (world, session, sessions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cd_and_export_carry_over_and_exit_codes_show_as_one_shot_bash_shows_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, sessions) = world(&ws).await;
+    let run = |command: &str| {
+        let c = call("bash", json!({"command": command, "description": "t"}));
+        let (w, s) = (&world, session.clone());
+        async move { w.call(Some(&s), c, CancelToken::new()).await }
+    };
+    let r = run("cd /tmp && export V=1").await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.text, "(no output)");
+    let r = run("pwd; echo V=$V").await;
+    assert_eq!(r.text, "/tmp\nV=1\n", "{r:?}");
+    let r = run("echo 'multi\nline'; false").await;
+    assert_eq!(r.text, "multi\nline\n[exit code: 1]", "{r:?}");
+    // A long output keeps its end.
+    let r = run("seq 1 20000").await;
+    assert!(
+        r.text.starts_with("<response clipped>"),
+        "{}",
+        &r.text[..100]
+    );
+    assert!(
+        r.text.ends_with("\n20000\n"),
+        "{}",
+        &r.text[r.text.len() - 50..]
+    );
+    // `exit` resets: the next call starts afresh in the workspace.
+    let r = run("echo bye; exit 9").await;
+    assert!(r.text.contains("bye\n[shell exited: code 9]"), "{r:?}");
+    assert!(
+        r.text.contains("next bash call starts from the workspace"),
+        "{r:?}"
+    );
+    assert!(!r.text.contains("[exit code: 9]"), "{r:?}");
+    let r = run("pwd; echo V=$V.").await;
+    assert_eq!(r.text, format!("{}\nV=.\n", ws.display()), "{r:?}");
+    // A timeout resets too, and says what was printed.
+    let c = call(
+        "bash",
+        json!({"command": "echo partial; sleep 30", "description": "t", "timeout_ms": 1500}),
+    );
+    let r = world.call(Some(&session), c, CancelToken::new()).await;
+    assert!(
+        r.text.starts_with("Your command timed out after 2 seconds"),
+        "{r:?}"
+    );
+    assert!(r.text.contains("partial"), "{r:?}");
+    assert!(
+        r.text.contains("next bash call starts from the workspace"),
+        "{r:?}"
+    );
+    // Another session has its own shell.
+    let other = sessions.create(&ws).await.expect("session");
+    let r = run("export W=2").await;
+    assert!(!r.is_error, "{r:?}");
+    let c = call("bash", json!({"command": "echo W=$W.", "description": "t"}));
+    let r = world.call(Some(&other), c, CancelToken::new()).await;
+    assert_eq!(r.text, "W=.\n", "{r:?}");
+    world.end_terminals().await.expect("end");
+}
