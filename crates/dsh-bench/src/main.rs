@@ -30,7 +30,7 @@
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo;
 //! when it is set, `dsh-spawn-floor` is taken from beside the bench binary if it is there);
 //! `DSH_BENCH_RUNS` sets N (default 300); `DSH_BENCH_ONLY` runs only the named groups
-//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`, `protect`).
+//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`, `protect`, `terminal`).
 #![forbid(unsafe_code)]
 
 mod capture;
@@ -39,6 +39,7 @@ mod mcp;
 mod measure;
 mod protect;
 mod spawn;
+mod terminal;
 mod tool;
 
 /// One figure: what dsh measured beside its baseline, the ratio, and its target.
@@ -91,6 +92,9 @@ fn main() {
     }
     if wanted("files") {
         figures.extend(rt.block_on(files::files_at_scale()));
+    }
+    if wanted("terminal") {
+        figures.extend(rt.block_on(terminal::terminal_figures(runs)));
     }
     if wanted("protect") {
         figures.extend(rt.block_on(protect::protection_walk(&dsh, runs)));

@@ -153,8 +153,23 @@ pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
 /// policy, interleaved, in this process.
 /// A World with the `bash`, `read`, `edit` and `grep` tools in sandbox `mode`, the session
 /// log in SQLite, and an open turn; the temp dir holding its workspace goes with it.
-pub(crate) async fn bench_world(
+pub(crate) async fn bench_world(mode: SandboxMode) -> Option<BenchWorld> {
+    bench_world_with(mode, |_| {}).await
+}
+
+/// A bench World: its temp dir, workspace, World, session and shell.
+pub(crate) type BenchWorld = (
+    tempfile::TempDir,
+    PathBuf,
+    dsh_tools::World,
+    Arc<dsh_store::session::Session>,
+    Arc<dyn Shell>,
+);
+
+/// As [`bench_world`], with `adjust` applied to the configuration first.
+pub(crate) async fn bench_world_with(
     mode: SandboxMode,
+    adjust: impl FnOnce(&mut dsh_tools::WorldConfig),
 ) -> Option<(
     tempfile::TempDir,
     PathBuf,
@@ -176,7 +191,8 @@ pub(crate) async fn bench_world(
         let sessions = Arc::new(SessionLog::new(storage).await?);
         let session = sessions.create(&ws).await?;
         session.begin_turn().await?;
-        let config = WorldConfig::new(&ws).with_mode(mode);
+        let mut config = WorldConfig::new(&ws).with_mode(mode);
+        adjust(&mut config);
         let world = WorldBuilder::new()
             .preset(Preset::Sandboxed, &config, sessions)?
             .build()?;

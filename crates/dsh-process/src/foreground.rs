@@ -92,26 +92,71 @@ struct Look {
     checks: std::cell::Cell<usize>,
 }
 
-/// The pids of session `session` for which `pick(pid, pgrp)` holds.
+/// The most processes of a terminal's tree one walk visits.
+const MAX_TREE: usize = 4096;
+
+/// The pids of session `session` for which `pick(pid, pgrp)` holds. Every process of
+/// the session descends from the session's leader or was re-parented to the leader's
+/// parent (its reaper, the tree's subreaper), so the walk visits that tree alone
+/// (`/proc/<pid>/task/<tid>/children`), not all of `/proc`; where the leader is gone it
+/// falls back to scanning `/proc`.
 fn members(session: u32, pick: impl Fn(u32, u32) -> bool) -> Vec<u32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
     let mut buf = Vec::with_capacity(512);
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Some((pgrp, sid)) = group_and_session(pid, &mut buf) else {
-            continue;
-        };
-        if sid == session && pick(pid, pgrp) {
-            out.push(pid);
+    let mut out = Vec::new();
+    let mut keep = |pid: u32, buf: &mut Vec<u8>| {
+        if let Some((pgrp, sid)) = group_and_session(pid, buf) {
+            if sid == session && pick(pid, pgrp) {
+                out.push(pid);
+            }
+        }
+    };
+    match parent_of(session, &mut buf) {
+        Some(root) => {
+            let mut tree = vec![root];
+            let mut i = 0;
+            while i < tree.len() && tree.len() < MAX_TREE {
+                let pid = tree[i];
+                i += 1;
+                if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+                    for t in tasks.flatten().take(MAX_THREADS) {
+                        let children =
+                            fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                        tree.extend(
+                            children
+                                .split_ascii_whitespace()
+                                .filter_map(|c| c.parse::<u32>().ok()),
+                        );
+                    }
+                }
+            }
+            for pid in tree.into_iter().skip(1).take(MAX_TREE) {
+                keep(pid, &mut buf);
+            }
+        }
+        None => {
+            let Ok(dir) = fs::read_dir("/proc") else {
+                return out;
+            };
+            for entry in dir.flatten() {
+                let name = entry.file_name();
+                if let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) {
+                    keep(pid, &mut buf);
+                }
+            }
         }
     }
     out
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: u32, buf: &mut Vec<u8>) -> Option<u32> {
+    buf.clear();
+    fs::File::open(format!("/proc/{pid}/stat"))
+        .and_then(|mut f| f.read_to_end(buf))
+        .ok()?;
+    let close = buf.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&buf[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// The process group and session of `pid`, from `/proc/<pid>/stat` (read into `buf`).

@@ -176,7 +176,7 @@ impl Pty {
     /// The foreground group and what the kernel says it is doing: whether one of its
     /// threads is blocked reading this terminal, and how many reads its processes have
     /// made (see [`Foreground`]). `None` when the group is unknown. The look is bounded
-    /// (see the [`foreground`](crate::foreground) module) but blocking: call it off the
+    /// (see the [`foreground`](mod@crate::foreground) module) but blocking: call it off the
     /// async threads.
     pub fn foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;

@@ -11,9 +11,9 @@ pub const MAX_SIDE: u16 = 1000;
 /// reference's default; [`TerminalConfig::validate`] refuses a value that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TerminalConfig {
-    /// Rows of a new terminal, at most [`MAX_SIDE`]. Default 40.
+    /// Rows of a new terminal, at most [`MAX_SIDE`](crate::MAX_SIDE). Default 40.
     pub rows: u16,
-    /// Columns of a new terminal, at most [`MAX_SIDE`]. Default 160.
+    /// Columns of a new terminal, at most [`MAX_SIDE`](crate::MAX_SIDE). Default 160.
     pub cols: u16,
     /// Lines a session keeps. Default 10 000.
     pub scrollback_lines: usize,

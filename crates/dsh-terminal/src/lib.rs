@@ -45,7 +45,7 @@ mod scrollback;
 pub mod session;
 
 pub use bash::BashBackend;
-pub use config::TerminalConfig;
+pub use config::{TerminalConfig, MAX_SIDE};
 pub use registry::{
     CloseOutcome, OpenRequest, Opened, Owner, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };

@@ -2,12 +2,13 @@
 //! program is waiting for input.
 //!
 //! # Readiness
-//! A send writes its text and then looks at the terminal every poll interval until one
-//! of these holds (the first wins):
+//! A send writes its text and then looks at the terminal (after 2 ms, then 4, 8, … up to
+//! the poll interval: the reference waits a whole interval first, which made every
+//! answer cost at least 50 ms) until one of these holds (the first wins):
 //! 1. `session_exit`: the program that leads the session has exited, or the session is
 //!    being closed.
 //! 2. `stdin_read`, prompt tier: the shell printed its prompt marker after the write,
-//!    then exactly its prompt (`dsh> `), one poll interval of quiet has passed, and the
+//!    then exactly its prompt (`dsh> `), nothing followed for one look's pause, and the
 //!    shell's own group holds the terminal again.
 //! 3. `stdin_read`, kernel tier: from `exact_probe_after` on, the foreground group is
 //!    blocked reading the terminal, and that is news since the write: another group than
@@ -37,6 +38,10 @@ use crate::sanitizer::Sanitizer;
 use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
 use crate::{SessionStatus, TerminalConfig, WaitReason};
+
+/// The first pause between a send's looks at the terminal; each next one doubles, up to
+/// the poll interval.
+const FIRST_STEP: Duration = Duration::from_millis(2);
 
 /// The longest a send waits for one look at the foreground group.
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
@@ -355,8 +360,11 @@ impl PtySession {
             }
         }
         let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
+        // The first looks come quickly (2, 4, 8, … ms), then every poll interval: a
+        // command that answers at once is seen at once.
         let poll = self.config.poll_interval;
-        let mut next = Instant::now() + poll;
+        let mut step = FIRST_STEP.min(poll);
+        let mut next = Instant::now() + step;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next.min(deadline)) => {}
@@ -373,11 +381,12 @@ impl PtySession {
             if now < next {
                 continue;
             }
-            next = now + poll;
+            let quiet = step;
+            step = (step * 2).min(poll);
+            next = now + step;
             if self.is_closing() || self.control.outcome().is_some() {
                 return Ok(self.settle(WaitReason::SessionExit));
             }
-            let fg = self.inspect().await;
             let (marker, tail_is_prompt, idle, any) = {
                 let st = self.lock();
                 let op = st.op.as_ref();
@@ -388,17 +397,19 @@ impl PtySession {
                     op.is_some_and(|o| o.any),
                 )
             };
+            // The prompt tier needs only the foreground group (one ioctl).
+            let holder = self.pty.foreground_group();
             let shell = {
                 let mut shell = self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
                 if shell.is_none() && marker {
-                    *shell = fg.map(|f| f.pgid);
+                    *shell = holder;
                 }
                 *shell
             };
-            if marker && tail_is_prompt && idle >= poll && fg.is_some_and(|f| Some(f.pgid) == shell)
-            {
+            if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
                 return Ok(self.settle(WaitReason::StdinRead));
             }
+            let fg = self.inspect().await;
             if let Some(f) = fg {
                 let same = initial.is_some_and(|i| i.pgid == f.pgid);
                 if same && !f.input_waiting {

@@ -756,12 +756,14 @@ fn terminals_keep_state_answer_cancel_and_die_with_the_connection() {
 
     // MCP cancellation of a send interrupts the program with a real SIGINT; the shell
     // lives on.
+    // A marker no other test's command contains.
+    let sleeper = format!("sleep 97.{}3", std::process::id());
     c.send(&json!({"jsonrpc": "2.0", "id": 91, "method": "tools/call",
-        "params": {"name": "terminal_send", "arguments": {"sessionId": "pty-1", "text": "sleep 100"}}}));
-    assert!(within_5s(|| alive_with("sleep 100")), "the send started");
+        "params": {"name": "terminal_send", "arguments": {"sessionId": "pty-1", "text": sleeper}}}));
+    assert!(within_5s(|| alive_with(&sleeper)), "the send started");
     c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 91}}));
     assert!(
-        within_5s(|| !alive_with("sleep 100")),
+        within_5s(|| !alive_with(&sleeper)),
         "the interrupt ended it"
     );
     let r = c.call(

@@ -15,7 +15,10 @@ import anyio
 from mcp import Client, StdioServerParameters, types
 
 DSH, MODE, SCRATCH = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-TOOLS = {"bash", "edit", "glob", "grep", "read", "read_image", "write"}
+TOOLS = {
+    "bash", "edit", "glob", "grep", "read", "read_image", "write",
+    "terminal_open", "terminal_send", "terminal_read", "terminal_signal", "terminal_close", "terminal_list",
+}
 
 
 def server(ws: Path | None, *flags: str, cwd: Path | None = None) -> StdioServerParameters:
