@@ -190,9 +190,9 @@ impl Pty {
 
     /// Sends `signal` to the foreground process group; returns the group.
     ///
-    /// SIGINT, SIGQUIT and SIGTSTP go as the keyboard sends them: the kernel signals the
-    /// group the terminal holds (`TIOCSIG`), never a number that may meanwhile name
-    /// another group. Any other signal goes to each process of that group in this
+    /// SIGINT, SIGQUIT and SIGTSTP go as the keyboard sends them: unread input is
+    /// discarded ([`flush_input`](Self::flush_input)) and the kernel signals the group the
+    /// terminal holds (`TIOCSIG`), never a number that may meanwhile name another group. Any other signal goes to each process of that group in this
     /// terminal's session, each one pinned by a pidfd and checked again before it is
     /// signalled, so nothing outside the session is ever reached.
     ///
@@ -204,6 +204,10 @@ impl Pty {
             .foreground_group()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no foreground group"))?;
         if matches!(signal, libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP) {
+            // As the keyboard's interrupt does: typed input nobody read yet is discarded,
+            // or the shell would run it once the interrupted program is gone. (Best
+            // effort: a terminal that cannot be flushed is still signalled.)
+            let _ = self.flush_input();
             let sig = signal as libc::c_int;
             // SAFETY: ioctl(2) on our own master fd; TIOCSIG takes the signal number.
             let r = unsafe {
@@ -222,6 +226,22 @@ impl Pty {
             foreground::signal_in_session(self.session, leader, |_, pgrp| pgrp == pgid, signal)?;
         }
         Ok(pgid)
+    }
+
+    /// Discards input typed but not read yet: what the terminal holds for the program,
+    /// and what dsh wrote that the terminal has not taken in.
+    ///
+    /// # Errors
+    /// The `ioctl`s'.
+    pub fn flush_input(&self) -> io::Result<()> {
+        let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+        let terminal = rustix::pty::ioctl_tiocgptpeer(self.master.get_ref(), flags)?;
+        rustix::termios::tcflush(&terminal, rustix::termios::QueueSelector::IFlush)?;
+        rustix::termios::tcflush(
+            self.master.get_ref(),
+            rustix::termios::QueueSelector::OFlush,
+        )?;
+        Ok(())
     }
 
     /// What a terminal hanging up sends: SIGHUP to the session's leader and to its

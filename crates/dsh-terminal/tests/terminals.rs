@@ -562,3 +562,59 @@ async fn a_program_printing_a_gigabyte_costs_bounded_memory_and_never_hangs() {
     assert!(grown < 32 << 10, "dsh grew by {grown} KiB");
     t.close(&owner, id).await.expect("close");
 }
+
+#[tokio::test]
+async fn an_interrupt_discards_input_the_interrupted_program_never_read() {
+    // Regression: helper-23 had a line typed while `sleep` held the terminal run by the
+    // shell once SIGINT ended `sleep` (a keyboard Ctrl-C discards it).
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = t
+        .open(
+            &owner,
+            open_request(ws.path(), SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open")
+        .snapshot
+        .id;
+    let id = id.as_str();
+    let marker = ws.path().join("typeahead");
+    let r = send_with(&t, &owner, id, "sleep 1000", Duration::from_millis(500)).await;
+    assert_eq!(r.wait, WaitReason::Timeout, "{r:?}");
+    let typed = format!("touch {}", marker.display());
+    let r = send_with(&t, &owner, id, &typed, Duration::from_millis(300)).await;
+    assert_eq!(r.wait, WaitReason::Timeout, "{r:?}");
+    t.signal(&owner, id, TerminalSignal::Int).expect("SIGINT");
+    let r = send(&t, &owner, id, "echo back").await;
+    assert!(r.viewport.contains("back"), "{r:?}");
+    assert!(!marker.exists(), "the shell ran input typed for sleep");
+    // A cancelled send's text is discarded the same way.
+    let r = send_with(&t, &owner, id, "sleep 1000", Duration::from_millis(500)).await;
+    assert_eq!(r.wait, WaitReason::Timeout, "{r:?}");
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.cancel(CancelReason::ClientCancelled);
+    });
+    let _ = t
+        .send(
+            &owner,
+            id,
+            SendRequest {
+                text: typed.clone(),
+                submit: true,
+                timeout: Duration::from_secs(10),
+            },
+            &cancel,
+        )
+        .await
+        .expect("send");
+    let r = send(&t, &owner, id, "echo again").await;
+    assert!(r.viewport.contains("again"), "{r:?}");
+    assert!(!marker.exists(), "the shell ran a cancelled send's text");
+    t.dispose().await.expect("dispose");
+}
