@@ -87,3 +87,37 @@ async fn cd_and_export_carry_over_and_exit_codes_show_as_one_shot_bash_shows_the
     assert_eq!(r.text, "W=.\n", "{r:?}");
     world.end_terminals().await.expect("end");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_mode_cannot_change_while_it_has_terminals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, sessions) = world(&ws).await;
+    let open = call("terminal_open", json!({"type": "shell"}));
+    let r = world.call(Some(&session), open, CancelToken::new()).await;
+    assert!(!r.is_error, "{r:?}");
+    // The same mode is always fine; another is refused while the terminal is open.
+    world
+        .set_mode(&session, SandboxMode::DangerFullAccess)
+        .await
+        .expect("same mode");
+    let e = world
+        .set_mode(&session, SandboxMode::ReadOnly)
+        .await
+        .expect_err("held by the terminal");
+    assert_eq!(e.code(), dsh_core::ErrorCode::InvalidArgument);
+    assert!(e.message().contains("terminal_close"), "{}", e.message());
+    // Another session is not held.
+    let other = sessions.create(&ws).await.expect("session");
+    world
+        .set_mode(&other, SandboxMode::ReadOnly)
+        .await
+        .expect("another session");
+    let close = call("terminal_close", json!({"sessionId": "pty-1"}));
+    let r = world.call(Some(&session), close, CancelToken::new()).await;
+    assert!(!r.is_error, "{r:?}");
+    world
+        .set_mode(&session, SandboxMode::ReadOnly)
+        .await
+        .expect("free again");
+}
