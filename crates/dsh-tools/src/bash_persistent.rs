@@ -376,6 +376,9 @@ impl Tool for PersistentBashTool {
             .terminals()
             .ok_or_else(|| HarnessError::internal("no terminals"))?;
         let owner = ctx.world.terminal_owner(ctx.session.map(|s| s.id()));
+        // The shell's policy, for the check after the command (the shell may be reset
+        // before then).
+        let policy = t.policy(&owner, id.as_str())?;
         let markers = Markers::new();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut seen = String::new();
@@ -390,129 +393,141 @@ impl Tool for PersistentBashTool {
                 }
             }
         };
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let sent = t
-                .send(
-                    &owner,
-                    id.as_str(),
-                    SendRequest {
-                        text: if first {
-                            markers.line(&command)
-                        } else {
-                            String::new()
+        let ran: Result<ToolOutput, HarnessError> = async {
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let sent = t
+                    .send(
+                        &owner,
+                        id.as_str(),
+                        SendRequest {
+                            text: if first {
+                                markers.line(&command)
+                            } else {
+                                String::new()
+                            },
+                            submit: first,
+                            timeout: left.max(Duration::from_millis(1)),
                         },
-                        submit: first,
-                        timeout: left.max(Duration::from_millis(1)),
-                    },
-                    ctx.cancel,
-                )
-                .await;
-            first = false;
-            let r = match sent {
-                Ok(r) => r,
-                Err(e) => {
-                    reset(&mut slot).await;
-                    return Err(e);
-                }
-            };
-            if ctx.cancel.is_cancelled() {
-                reset(&mut slot).await;
-                return Err(HarnessError::new(
-                    ErrorCode::Aborted,
-                    format!("persistent bash command aborted {RESET_NOTE}"),
-                ));
-            }
-            seen.push_str(&r.viewport);
-            keep_tail(&mut seen);
-            incomplete_upstream |= r.truncated && !seen.contains(&markers.start);
-            if let Some((output, status)) = markers.complete(&seen) {
-                let incomplete = output.is_none();
-                let body = output.unwrap_or_else(|| markers.partial(&seen));
-                let mut text = render_output(&body, incomplete);
-                if status != 0 {
-                    if !text.is_empty() && !text.ends_with('\n') {
-                        text.push('\n');
+                        ctx.cancel,
+                    )
+                    .await;
+                first = false;
+                let r = match sent {
+                    Ok(r) => r,
+                    Err(e) => {
+                        reset(&mut slot).await;
+                        return Err(e);
                     }
-                    text.push_str(&format!("[exit code: {status}]"));
-                }
-                if text.is_empty() {
-                    text = "(no output)".into();
-                }
-                return Ok(ToolOutput {
-                    text,
-                    meta: Some(json!({"exitCode": status, "timedOut": false,
-                        "shellReset": false, "sessionId": id.as_str()})),
-                    image: None,
-                });
-            }
-            let partial = markers.partial(&seen);
-            if let SessionStatus::Exited { code, signal } = &r.status {
-                reset(&mut slot).await;
-                // Less the `exit` an interactive bash prints as it leaves.
-                let left = partial.trim_end_matches('\n');
-                let left = left
-                    .strip_suffix("exit")
-                    .unwrap_or(left)
-                    .trim_end_matches('\n');
-                let how = match (code, signal) {
-                    (_, Some(s)) => format!("[shell killed by signal: {s}]"),
-                    (Some(c), None) => format!("[shell exited: code {c}]"),
-                    (None, None) => "[shell exited]".to_owned(),
                 };
-                let parts = [
-                    render_output(left, incomplete_upstream),
-                    how,
-                    RESET_NOTE.into(),
-                ];
-                return Ok(ToolOutput {
-                    text: parts
-                        .into_iter()
-                        .filter(|p| !p.is_empty())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    meta: Some(json!({"timedOut": false, "shellReset": true})),
-                    image: None,
-                });
+                if ctx.cancel.is_cancelled() {
+                    reset(&mut slot).await;
+                    return Err(HarnessError::new(
+                        ErrorCode::Aborted,
+                        format!("persistent bash command aborted {RESET_NOTE}"),
+                    ));
+                }
+                seen.push_str(&r.viewport);
+                keep_tail(&mut seen);
+                incomplete_upstream |= r.truncated && !seen.contains(&markers.start);
+                if let Some((output, status)) = markers.complete(&seen) {
+                    let incomplete = output.is_none();
+                    let body = output.unwrap_or_else(|| markers.partial(&seen));
+                    let mut text = render_output(&body, incomplete);
+                    if status != 0 {
+                        if !text.is_empty() && !text.ends_with('\n') {
+                            text.push('\n');
+                        }
+                        text.push_str(&format!("[exit code: {status}]"));
+                    }
+                    if text.is_empty() {
+                        text = "(no output)".into();
+                    }
+                    return Ok(ToolOutput {
+                        text,
+                        meta: Some(json!({"exitCode": status, "timedOut": false,
+                            "shellReset": false, "sessionId": id.as_str()})),
+                        image: None,
+                    });
+                }
+                let partial = markers.partial(&seen);
+                if let SessionStatus::Exited { code, signal } = &r.status {
+                    reset(&mut slot).await;
+                    // Less the `exit` an interactive bash prints as it leaves.
+                    let left = partial.trim_end_matches('\n');
+                    let left = left
+                        .strip_suffix("exit")
+                        .unwrap_or(left)
+                        .trim_end_matches('\n');
+                    let how = match (code, signal) {
+                        (_, Some(s)) => format!("[shell killed by signal: {s}]"),
+                        (Some(c), None) => format!("[shell exited: code {c}]"),
+                        (None, None) => "[shell exited]".to_owned(),
+                    };
+                    let parts = [
+                        render_output(left, incomplete_upstream),
+                        how,
+                        RESET_NOTE.into(),
+                    ];
+                    return Ok(ToolOutput {
+                        text: parts
+                            .into_iter()
+                            .filter(|p| !p.is_empty())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        meta: Some(json!({"timedOut": false, "shellReset": true})),
+                        image: None,
+                    });
+                }
+                if r.wait == WaitReason::Timeout || tokio::time::Instant::now() >= deadline {
+                    reset(&mut slot).await;
+                    let secs = (timeout.as_millis() as f64 / 1000.0).round();
+                    let parts = [
+                        format!(
+                            "Your command timed out after {secs} seconds or experienced an OOM \
+                             error. Below is partial output:"
+                        ),
+                        render_output(&partial, incomplete_upstream),
+                        RESET_NOTE.into(),
+                    ];
+                    return Ok(ToolOutput {
+                        text: parts
+                            .into_iter()
+                            .filter(|p| !p.is_empty())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        meta: Some(json!({"timedOut": true, "shellReset": true})),
+                        image: None,
+                    });
+                }
+                if r.wait == WaitReason::StdinRead {
+                    // Back at a prompt, or a program waits for input: what it printed.
+                    let text = render_output(&partial, incomplete_upstream);
+                    return Ok(ToolOutput {
+                        text: if text.is_empty() {
+                            "(no output)".into()
+                        } else {
+                            text
+                        },
+                        meta: Some(json!({"timedOut": false, "shellReset": false,
+                            "sessionId": id.as_str()})),
+                        image: None,
+                    });
+                }
+                // Quiet for a while: look again.
+                tokio::time::sleep(Duration::from_millis(25)).await;
             }
-            if r.wait == WaitReason::Timeout || tokio::time::Instant::now() >= deadline {
-                reset(&mut slot).await;
-                let secs = (timeout.as_millis() as f64 / 1000.0).round();
-                let parts = [
-                    format!(
-                        "Your command timed out after {secs} seconds or experienced an OOM \
-                         error. Below is partial output:"
-                    ),
-                    render_output(&partial, incomplete_upstream),
-                    RESET_NOTE.into(),
-                ];
-                return Ok(ToolOutput {
-                    text: parts
-                        .into_iter()
-                        .filter(|p| !p.is_empty())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    meta: Some(json!({"timedOut": true, "shellReset": true})),
-                    image: None,
-                });
-            }
-            if r.wait == WaitReason::StdinRead {
-                // Back at a prompt, or a program waits for input: what it printed.
-                let text = render_output(&partial, incomplete_upstream);
-                return Ok(ToolOutput {
-                    text: if text.is_empty() {
-                        "(no output)".into()
-                    } else {
-                        text
-                    },
-                    meta: Some(json!({"timedOut": false, "shellReset": false,
-                        "sessionId": id.as_str()})),
-                    image: None,
-                });
-            }
-            // Quiet for a while: look again.
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
+        .await;
+        // What the command made that the host's tools would run is set aside and
+        // protected, as after a one-shot call (also when the call failed or was cut).
+        let after = crate::policy::after_call(ctx, &policy).await;
+        let mut out = ran?;
+        if let Some((line, _)) = after? {
+            out.text.push('\n');
+            out.text.push_str(&line);
+        }
+        Ok(out)
     }
 }
 

@@ -121,3 +121,29 @@ async fn the_sessions_mode_cannot_change_while_it_has_terminals() {
         .await
         .expect("free again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::WorkspaceWrite);
+    config.bash = BashMode::Persistent;
+    let world = WorldBuilder::new()
+        .preset(Preset::Sandboxed, &config, sessions)
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    let c = call(
+        "bash",
+        json!({"command": "git init -q nested && echo made", "description": "t"}),
+    );
+    let r = world.call(Some(&session), c, CancelToken::new()).await;
+    assert!(r.text.starts_with("made\n"), "{r:?}");
+    assert!(
+        r.text.contains(&format!("{}/nested/.git", ws.display())) && r.text.contains("protected"),
+        "the check after a one-shot call runs after a persistent one too: {r:?}"
+    );
+    world.end_terminals().await.expect("end");
+}
