@@ -155,6 +155,8 @@ struct Inner {
     reserved: Vec<(usize, String)>,
     /// Spawns not yet published: (owner key, their cancel token).
     pending: Vec<(usize, u64, CancelToken)>,
+    /// Every distinct policy each owner's sessions ran under, closed ones included.
+    policies: Vec<(usize, SandboxPolicy)>,
 }
 
 /// The registry of terminal sessions (the seam `ctx.terminals`). See the [crate
@@ -384,6 +386,14 @@ impl Terminals {
         {
             let mut inner = self.lock();
             release(&mut inner);
+            let key = owner.key();
+            if !inner
+                .policies
+                .iter()
+                .any(|(k, p)| *k == key && *p == request.policy)
+            {
+                inner.policies.push((key, request.policy.clone()));
+            }
             inner.sessions.push(Entry {
                 id,
                 owner: owner.clone(),
@@ -560,6 +570,17 @@ impl Terminals {
                 pid: Some(e.session.pid()),
                 status: e.session.status(),
             })
+            .collect()
+    }
+
+    /// Every distinct sandbox policy `owner`'s sessions ran under, closed ones included
+    /// (for a last check of what their background jobs made).
+    pub fn policies(&self, owner: &Owner) -> Vec<SandboxPolicy> {
+        self.lock()
+            .policies
+            .iter()
+            .filter(|(k, _)| *k == owner.key())
+            .map(|(_, p)| p.clone())
             .collect()
     }
 

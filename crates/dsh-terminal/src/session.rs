@@ -75,7 +75,7 @@ pub struct SendRequest {
 /// How a send settled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendResult {
-    /// What the program printed since the send began (its tail, within
+    /// What the program printed since the last send settled (its tail, within
     /// `max_read_bytes`), or, while a full-screen program has the alternate screen, the
     /// screen as a person sees it.
     pub viewport: String,
@@ -318,7 +318,6 @@ impl PtySession {
         }
         let initial = self.inspect().await;
         if cancel.is_cancelled() {
-            self.lock().op = None;
             return Err(HarnessError::new(
                 ErrorCode::Aborted,
                 "terminal send aborted before write: nothing was typed",
@@ -343,7 +342,6 @@ impl PtySession {
             match written {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    self.lock().op = None;
                     return Err(HarnessError::new(
                         ErrorCode::TerminalFailed,
                         "the input could not be written to the terminal",
@@ -484,7 +482,10 @@ impl PtySession {
 
     fn settle(&self, wait: WaitReason) -> SendResult {
         let mut st = self.lock();
-        let op = st.op.take().unwrap_or_default();
+        // What the next send will show starts collecting now: output that arrives
+        // between two sends is not lost (helper-24: an end marker printed then went
+        // missing).
+        let op = std::mem::take(st.op.get_or_insert_with(OpOutput::default));
         let viewport = if st.screen.alternate() {
             st.screen.contents()
         } else {

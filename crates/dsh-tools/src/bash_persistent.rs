@@ -92,7 +92,9 @@ impl Bounded for Args {
     ];
 }
 
-/// `s` as a bash ANSI-C string (`$'…'`): backslash, quote, CR and LF escaped.
+/// `s` as a bash ANSI-C string (`$'…'`): backslash and quote escaped, and every control
+/// character (C0, DEL, C1) as `\xHH` or `\uHHHH`, so nothing reaches the shell's line
+/// editor as a key (a tab completing, Ctrl-U erasing the wrapper: helper-24).
 fn ansi_c(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 3);
     out.push_str("$'");
@@ -100,8 +102,10 @@ fn ansi_c(s: &str) -> String {
         match c {
             '\\' => out.push_str("\\\\"),
             '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -130,7 +134,7 @@ impl Markers {
         let (s1, s2) = self.start.split_at(12);
         let (e1, e2) = self.end.split_at(12);
         format!(
-            "printf '%s%s\\n' '{s1}' '{s2}'; eval -- {}; __dsh_status=$?; \
+            "printf '\\033[?1049l%s%s\\n' '{s1}' '{s2}'; eval -- {}; __dsh_status=$?; \
              printf '\\n%s%s%s\\n' '{e1}' '{e2}' \"$__dsh_status\"",
             ansi_c(command)
         )
@@ -501,16 +505,24 @@ impl Tool for PersistentBashTool {
                     });
                 }
                 if r.wait == WaitReason::StdinRead {
-                    // Back at a prompt, or a program waits for input: what it printed.
-                    let text = render_output(&partial, incomplete_upstream);
+                    // A program waits for input this tool cannot give (or the shell waits
+                    // for the rest of a line): whatever the next call typed would go to
+                    // it, and it could answer in the shell's place (helper-24). Reset.
+                    reset(&mut slot).await;
+                    let parts = [
+                        render_output(&partial, incomplete_upstream),
+                        "[the command waits for input, which bash cannot give; use \
+                         terminal_open for interactive programs]"
+                            .to_owned(),
+                        RESET_NOTE.into(),
+                    ];
                     return Ok(ToolOutput {
-                        text: if text.is_empty() {
-                            "(no output)".into()
-                        } else {
-                            text
-                        },
-                        meta: Some(json!({"timedOut": false, "shellReset": false,
-                            "sessionId": id.as_str()})),
+                        text: parts
+                            .into_iter()
+                            .filter(|p| !p.is_empty())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        meta: Some(json!({"timedOut": false, "shellReset": true})),
                         image: None,
                     });
                 }
@@ -541,7 +553,12 @@ mod tests {
         let line = m.line("echo 'a'\necho \\b");
         assert!(!line.contains('\n'));
         assert!(!line.contains(&m.start) && !line.contains(&m.end));
-        assert!(line.contains(r"eval -- $'echo \'a\'\necho \\b'"), "{line}");
+        assert!(
+            line.contains(r"eval -- $'echo \'a\'\x0aecho \\b'"),
+            "{line}"
+        );
+        let keys = m.line("a\tb\u{15}c\u{9b}");
+        assert!(keys.contains(r"$'a\x09b\x15c\u009b'"), "{keys}");
     }
 
     #[test]

@@ -611,13 +611,20 @@ impl Tool for TerminalCloseTool {
         let a: CloseArgs = parse_args(args)?;
         let id = session_id(&a.session_id)?;
         let (t, owner) = terminals(ctx)?;
-        let (text, outcome) = match t.close(&owner, id).await? {
+        let policy = t.policy(&owner, id)?;
+        let (mut text, outcome) = match t.close(&owner, id).await? {
             CloseOutcome::Closed => (format!("closed terminal session {id}"), "closed"),
             CloseOutcome::AlreadyClosing => (
                 format!("terminal session {id} was already closing"),
                 "already-closing",
             ),
         };
+        // Its tree is gone: what a background job of it made since the last send is
+        // set aside and protected now (helper-24: it outlived every check before).
+        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
+            text.push('\n');
+            text.push_str(&line);
+        }
         Ok(ToolOutput {
             text,
             meta: Some(json!({"sessionId": id, "outcome": outcome})),

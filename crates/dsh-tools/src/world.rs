@@ -127,6 +127,40 @@ impl World {
         }
     }
 
+    /// [`end_terminals`](Self::end_terminals), then the check after a command for every
+    /// policy `session`'s terminals ran under: what a background job of a terminal made
+    /// that the host's tools would run is set aside and protected before the session ends
+    /// (a terminal's jobs outlive its last send). Returns the lines saying what was found.
+    ///
+    /// # Errors
+    /// `end_terminals`' errors; the session log's.
+    pub async fn end_terminals_checked(
+        &self,
+        session: Option<&Arc<Session>>,
+    ) -> Result<Vec<String>, HarnessError> {
+        let Some(t) = &self.terminals else {
+            return Ok(Vec::new());
+        };
+        let owner = self.terminal_owner(session.map(|s| s.id()));
+        let policies = t.policies(&owner);
+        let ended = self.end_terminals().await;
+        let call_id = dsh_core::CallId::new("terminals-ended");
+        let cancel = dsh_core::CancelToken::new();
+        let ctx = crate::CallContext {
+            call_id: &call_id,
+            session,
+            cancel: &cancel,
+            world: self,
+        };
+        let mut lines = Vec::new();
+        for p in &policies {
+            if let Some((line, _)) = crate::policy::after_call(&ctx, p).await? {
+                lines.push(line);
+            }
+        }
+        ended.map(|()| lines)
+    }
+
     /// Sets `session`'s sandbox mode (one `sandbox/mode` event), unless the session has
     /// terminals open or opening and the mode would change: a terminal keeps the policy
     /// it opened with, so the session's mode may not move away from it.

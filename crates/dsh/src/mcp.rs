@@ -103,8 +103,13 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
     server.close().await;
     if let Some((world, session)) = server.opened() {
         // The client is gone: nothing the session started may outlive it.
-        if let Err(e) = world.end_terminals().await {
-            eprintln!("dsh mcp: {e}");
+        match world.end_terminals_checked(Some(&session)).await {
+            Ok(found) => {
+                for line in found {
+                    eprintln!("dsh mcp: {line}");
+                }
+            }
+            Err(e) => eprintln!("dsh mcp: {e}"),
         }
         world.subprocess().shutdown().await;
         session.end_turn("completed").await?;

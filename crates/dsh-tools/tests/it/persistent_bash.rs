@@ -147,3 +147,54 @@ async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
     );
     world.end_terminals().await.expect("end");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_background_job_of_a_terminal_made_is_checked_when_it_closes() {
+    // Regression: helper-24's job made a repository after the terminal's last send; no
+    // check saw it, and the host's git ran its fsmonitor.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::WorkspaceWrite);
+    config.bash = BashMode::Persistent;
+    let world = WorldBuilder::new()
+        .preset(Preset::Sandboxed, &config, sessions)
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    let run = |name: &str, args: serde_json::Value| {
+        let c = call(name, args);
+        let (w, s) = (&world, session.clone());
+        async move { w.call(Some(&s), c, CancelToken::new()).await }
+    };
+    let r = run("terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let r = run(
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "(sleep 1; git init -q late) >/dev/null 2>&1 &"}),
+    )
+    .await;
+    assert!(!r.text.contains("late/.git"), "{r:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    let r = run("terminal_close", json!({"sessionId": "pty-1"})).await;
+    assert!(
+        r.text.contains(&format!("{}/late/.git", ws.display())),
+        "{r:?}"
+    );
+    // Persistent bash: a command left waiting for input resets the shell, so no later
+    // command is typed into it.
+    let r = run(
+        "bash",
+        json!({"command": "read answer", "description": "t"}),
+    )
+    .await;
+    assert!(r.text.contains("waits for input"), "{r:?}");
+    assert!(
+        r.text.contains("next bash call starts from the workspace"),
+        "{r:?}"
+    );
+    let r = run("bash", json!({"command": "echo fresh", "description": "t"})).await;
+    assert_eq!(r.text, "fresh\n", "{r:?}");
+    world.end_terminals().await.expect("end");
+}
