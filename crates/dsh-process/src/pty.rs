@@ -12,7 +12,7 @@
 //! hangs up the terminal, and the session's processes get SIGHUP.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use rustix::fs::{fstat, major, minor};
 use rustix::pty::OpenptFlags;
@@ -264,11 +264,6 @@ impl Pty {
             libc::SIGHUP,
         )?;
         Ok(())
-    }
-
-    /// The raw fd of dsh's side, for diagnostics.
-    pub fn as_raw_fd(&self) -> i32 {
-        self.master.get_ref().as_fd().as_raw_fd()
     }
 }
 

@@ -40,6 +40,19 @@ fn open_request(ws: &Path, mode: SandboxMode) -> OpenRequest {
     }
 }
 
+/// An unconfined shell session of `owner`: its id.
+async fn open_shell(t: &Terminals, owner: &Owner, ws: &Path) -> String {
+    let opened = t
+        .open(
+            owner,
+            open_request(ws, SandboxMode::DangerFullAccess),
+            &CancelToken::new(),
+        )
+        .await
+        .expect("open");
+    opened.snapshot.id.as_str().to_owned()
+}
+
 async fn send(t: &Terminals, owner: &Owner, id: &str, text: &str) -> SendResult {
     send_with(t, owner, id, text, Duration::from_secs(20)).await
 }
@@ -131,16 +144,7 @@ async fn programs_waiting_for_input_settle_stdin_read_from_the_kernel() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     // python3 -i: the same group answers and waits again within one poll interval.
     let r = send(&t, &owner, id, "python3 -i -q").await;
@@ -173,16 +177,7 @@ async fn silence_settles_inferred_idle_and_endless_output_settles_timeout() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     let r = send(&t, &owner, id, "echo started; sleep 30").await;
     assert_eq!(r.wait, WaitReason::InferredIdle, "{r:?}");
@@ -239,16 +234,7 @@ async fn close_ends_the_whole_tree_daemons_and_term_ignorers_included() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     let r = send(
         &t,
@@ -362,16 +348,7 @@ async fn a_full_screen_program_is_shown_as_its_screen() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     // Enter the alternate screen, draw at given positions, then read stdin.
     let r = send(
@@ -525,16 +502,7 @@ async fn a_program_printing_a_gigabyte_costs_bounded_memory_and_never_hangs() {
     let cfg = config();
     let t = service(cfg.clone(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     let before = rss_kib();
     let r = send_with(
@@ -570,16 +538,7 @@ async fn an_interrupt_discards_input_the_interrupted_program_never_read() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let id = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open")
-        .snapshot
-        .id;
+    let id = open_shell(&t, &owner, ws.path()).await;
     let id = id.as_str();
     let marker = ws.path().join("typeahead");
     let r = send_with(&t, &owner, id, "sleep 1000", Duration::from_millis(500)).await;

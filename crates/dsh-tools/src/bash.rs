@@ -54,22 +54,9 @@ struct BashArgs {
 
 impl Bounded for BashArgs {
     const BOUNDS: &'static [Bound] = &[
-        Bound {
-            arg: "command",
-            max: bounds::COMMAND_MAX_BYTES,
-            advice: "no single argument of a program can be longer on Linux; write a long \
-                     script to a file and run the file",
-        },
-        Bound {
-            arg: "description",
-            max: bounds::DESCRIPTION_MAX_BYTES,
-            advice: "say what the command does in a few words",
-        },
-        Bound {
-            arg: "workdir",
-            max: bounds::PATH_MAX_BYTES,
-            advice: bounds::PATH_ADVICE,
-        },
+        bounds::COMMAND,
+        bounds::DESCRIPTION,
+        bounds::WORKDIR,
         bounds::JUSTIFICATION,
     ];
 }

@@ -73,23 +73,7 @@ struct Args {
 }
 
 impl Bounded for Args {
-    const BOUNDS: &'static [Bound] = &[
-        Bound {
-            arg: "command",
-            max: bounds::COMMAND_MAX_BYTES,
-            advice: "write a long script to a file and run the file",
-        },
-        Bound {
-            arg: "description",
-            max: bounds::DESCRIPTION_MAX_BYTES,
-            advice: "say what the command does in a few words",
-        },
-        Bound {
-            arg: "workdir",
-            max: bounds::PATH_MAX_BYTES,
-            advice: bounds::PATH_ADVICE,
-        },
-    ];
+    const BOUNDS: &'static [Bound] = &[bounds::COMMAND, bounds::DESCRIPTION, bounds::WORKDIR];
 }
 
 /// `s` as a bash ANSI-C string (`$'…'`): backslash and quote escaped, and every control
@@ -192,6 +176,20 @@ fn render_output(output: &str, incomplete: bool) -> String {
         text.push_str(output);
     }
     text
+}
+
+/// The result of a call that reset the shell: its non-empty `parts`, a line each.
+fn reset_output(parts: &[String], timed_out: bool) -> ToolOutput {
+    let text: Vec<&str> = parts
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !p.is_empty())
+        .collect();
+    ToolOutput {
+        text: text.join("\n"),
+        meta: Some(json!({"timedOut": timed_out, "shellReset": true})),
+        image: None,
+    }
 }
 
 /// `s` with only its last [`MAX_KEPT_BYTES`] bytes.
@@ -473,15 +471,7 @@ impl Tool for PersistentBashTool {
                         how,
                         RESET_NOTE.into(),
                     ];
-                    return Ok(ToolOutput {
-                        text: parts
-                            .into_iter()
-                            .filter(|p| !p.is_empty())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                        meta: Some(json!({"timedOut": false, "shellReset": true})),
-                        image: None,
-                    });
+                    return Ok(reset_output(&parts, false));
                 }
                 if r.wait == WaitReason::Timeout || tokio::time::Instant::now() >= deadline {
                     reset(&mut slot).await;
@@ -494,15 +484,7 @@ impl Tool for PersistentBashTool {
                         render_output(&partial, incomplete_upstream),
                         RESET_NOTE.into(),
                     ];
-                    return Ok(ToolOutput {
-                        text: parts
-                            .into_iter()
-                            .filter(|p| !p.is_empty())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                        meta: Some(json!({"timedOut": true, "shellReset": true})),
-                        image: None,
-                    });
+                    return Ok(reset_output(&parts, true));
                 }
                 if r.wait == WaitReason::StdinRead {
                     // A program waits for input this tool cannot give (or the shell waits
@@ -516,15 +498,7 @@ impl Tool for PersistentBashTool {
                             .to_owned(),
                         RESET_NOTE.into(),
                     ];
-                    return Ok(ToolOutput {
-                        text: parts
-                            .into_iter()
-                            .filter(|p| !p.is_empty())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                        meta: Some(json!({"timedOut": false, "shellReset": true})),
-                        image: None,
-                    });
+                    return Ok(reset_output(&parts, false));
                 }
                 // Quiet for a while: look again.
                 tokio::time::sleep(Duration::from_millis(25)).await;

@@ -95,6 +95,28 @@ pub(crate) const FILE_PATH: Bound = Bound {
     advice: PATH_ADVICE,
 };
 
+/// `command`'s bound, shared by one-shot and persistent `bash`.
+pub(crate) const COMMAND: Bound = Bound {
+    arg: "command",
+    max: COMMAND_MAX_BYTES,
+    advice: "no single argument of a program can be longer on Linux; write a long script \
+             to a file and run the file",
+};
+
+/// `description`'s bound, shared by one-shot and persistent `bash`.
+pub(crate) const DESCRIPTION: Bound = Bound {
+    arg: "description",
+    max: DESCRIPTION_MAX_BYTES,
+    advice: "say what the command does in a few words",
+};
+
+/// `workdir`'s bound, shared by one-shot and persistent `bash`.
+pub(crate) const WORKDIR: Bound = Bound {
+    arg: "workdir",
+    max: PATH_MAX_BYTES,
+    advice: PATH_ADVICE,
+};
+
 /// `justification`'s bound, shared by the tools that escalate.
 pub(crate) const JUSTIFICATION: Bound = Bound {
     arg: "justification",

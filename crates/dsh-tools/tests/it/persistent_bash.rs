@@ -24,6 +24,20 @@ async fn world(ws: &std::path::Path) -> (World, Arc<dsh_store::session::Session>
     (world, session, sessions)
 }
 
+/// A sandboxed workspace-write World with persistent bash, and a session in it.
+async fn workspace_write_world(ws: &std::path::Path) -> (World, Arc<dsh_store::session::Session>) {
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(ws).await.expect("session");
+    let mut config = WorldConfig::new(ws).with_mode(SandboxMode::WorkspaceWrite);
+    config.bash = BashMode::Persistent;
+    let world = WorldBuilder::new()
+        .preset(Preset::Sandboxed, &config, sessions)
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    (world, session)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cd_and_export_carry_over_and_exit_codes_show_as_one_shot_bash_shows_them() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -126,15 +140,7 @@ async fn the_sessions_mode_cannot_change_while_it_has_terminals() {
 async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
-    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
-    let session = sessions.create(&ws).await.expect("session");
-    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::WorkspaceWrite);
-    config.bash = BashMode::Persistent;
-    let world = WorldBuilder::new()
-        .preset(Preset::Sandboxed, &config, sessions)
-        .and_then(WorldBuilder::build)
-        .expect("world");
+    let (world, session) = workspace_write_world(&ws).await;
     let c = call(
         "bash",
         json!({"command": "git init -q nested && echo made", "description": "t"}),
@@ -154,15 +160,7 @@ async fn what_a_background_job_of_a_terminal_made_is_checked_when_it_closes() {
     // check saw it, and the host's git ran its fsmonitor.
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
-    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
-    let session = sessions.create(&ws).await.expect("session");
-    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::WorkspaceWrite);
-    config.bash = BashMode::Persistent;
-    let world = WorldBuilder::new()
-        .preset(Preset::Sandboxed, &config, sessions)
-        .and_then(WorldBuilder::build)
-        .expect("world");
+    let (world, session) = workspace_write_world(&ws).await;
     let run = |name: &str, args: serde_json::Value| {
         let c = call(name, args);
         let (w, s) = (&world, session.clone());
