@@ -36,7 +36,8 @@ pub struct TerminalConfig {
     pub timeout: Duration,
     /// The longest deadline a call may ask for. Default 600 s.
     pub max_timeout: Duration,
-    /// SIGTERM→SIGKILL grace when a session is closed. Default 1 s.
+    /// SIGTERM→SIGKILL grace when a session is closed (after the hangup). Default
+    /// 500 ms, so a session is gone within a second of its client.
     pub dispose_grace: Duration,
     /// The most sessions one owner may have open. Default 64.
     pub max_sessions: usize,
@@ -56,7 +57,7 @@ impl Default for TerminalConfig {
             handoff_grace: Duration::from_millis(500),
             timeout: Duration::from_millis(30_000),
             max_timeout: Duration::from_millis(600_000),
-            dispose_grace: Duration::from_millis(1000),
+            dispose_grace: Duration::from_millis(500),
             max_sessions: 64,
         }
     }

@@ -797,7 +797,7 @@ fn terminals_keep_state_answer_cancel_and_die_with_the_connection() {
         })
     };
     assert!(
-        gone_within(1500),
+        gone_within(1000),
         "the terminal trees outlived the connection"
     );
     c.child.wait().expect("dsh mcp exits");
