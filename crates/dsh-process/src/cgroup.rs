@@ -10,7 +10,8 @@
 //! into it (writes `0` to its `cgroup.procs`) before `execve`, so the leader and
 //! every descendant it ever has, `setsid` daemons included, are members. Killing writes
 //! `1` to `cgroup.kill` (Linux 5.14+): the kernel kills every member at once, so even a
-//! fork bomb cannot outrun it.
+//! fork bomb cannot outrun it. Where the subtree has the `pids` controller, each command
+//! cgroup's `pids.max` is the provider's process limit.
 //!
 //! # Limits
 //! Needs write access to this process's own cgroup (root, or a systemd-delegated
@@ -31,6 +32,8 @@ use rustix::fs::{Mode, OFlags};
 pub(crate) struct CgroupRoot {
     dir: PathBuf,
     next: AtomicU64,
+    /// Whether command cgroups have the `pids` controller (`pids.max`).
+    pub(crate) pids: bool,
 }
 
 /// The files of one command's cgroup, opened before the fork. It keeps the subtree alive,
@@ -44,6 +47,8 @@ pub(crate) struct CommandCgroup {
     pub procs: OwnedFd,
     /// `cgroup.kill`, written by the reaper to kill every member.
     pub kill: OwnedFd,
+    /// Whether its `pids.max` holds the process limit.
+    pub limited: bool,
 }
 
 impl CgroupRoot {
@@ -53,29 +58,38 @@ impl CgroupRoot {
         if !own.join("cgroup.procs").exists() {
             return Err(format!("{} is not a cgroup v2 directory", own.display()));
         }
-        remove_stale(&own);
-        let dir = own.join(format!(
-            "dsh-{}-{}",
-            std::process::id(),
-            dsh_core::spill::random_hex(8)
-        ));
-        rustix::fs::mkdir(&dir, Mode::RWXU)
-            .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
-        let root = CgroupRoot {
+        let dir = make_subtree(&own)?;
+        let mut root = CgroupRoot {
             dir,
             next: AtomicU64::new(0),
+            pids: false,
         };
         if !root.dir.join("cgroup.kill").exists() {
             return Err("cgroup.kill is missing (Linux 5.14 or newer is needed)".into());
         }
+        // The subtree holds no process, so it may hand the controller on to its children.
+        root.pids = has_controller(&root.dir, "pids")
+            && std::fs::write(root.dir.join("cgroup.subtree_control"), "+pids").is_ok();
         Ok(root)
     }
 
-    /// Creates the cgroup of one command and opens its control files.
-    pub(crate) fn command(self: &std::sync::Arc<Self>) -> io::Result<CommandCgroup> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let dir = self.dir.join(format!("cmd-{n}"));
-        rustix::fs::mkdir(&dir, Mode::RWXU)?;
+    /// Why command cgroups have no `pids.max` (None when they have it).
+    pub(crate) fn pids_missing(&self) -> Option<String> {
+        (!self.pids).then(|| {
+            format!(
+                "the cgroup v2 subtree {} has no pids controller",
+                self.dir.display()
+            )
+        })
+    }
+
+    /// Creates the cgroup of one command, with `pids.max` set to `limit` where the
+    /// subtree has the `pids` controller, and opens its control files.
+    pub(crate) fn command(
+        self: &std::sync::Arc<Self>,
+        limit: Option<u32>,
+    ) -> io::Result<CommandCgroup> {
+        let dir = make_command_dir(&self.dir, &self.next, limit.filter(|_| self.pids))?;
         let open = |name: &str| -> io::Result<OwnedFd> {
             Ok(rustix::fs::open(
                 dir.join(name),
@@ -96,6 +110,7 @@ impl CgroupRoot {
                 dir_fd,
                 procs,
                 kill,
+                limited: self.pids && limit.is_some(),
             }),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 let _ = std::fs::remove_dir(&dir);
@@ -107,23 +122,80 @@ impl CgroupRoot {
 
 impl Drop for CgroupRoot {
     fn drop(&mut self) {
-        // Command cgroups are removed as their trees end; one still populated (its tree is
-        // being killed) keeps the subtree, which the kernel then reports as busy.
-        if let Ok(entries) = std::fs::read_dir(&self.dir) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = std::fs::remove_dir(e.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
+        remove_subtree(&self.dir);
     }
 }
 
+/// Creates this process's private subtree `dsh-<pid>-<random>` in `own` (a cgroup
+/// directory), first removing the empty subtrees of dsh processes that are gone.
+pub(crate) fn make_subtree(own: &Path) -> Result<PathBuf, String> {
+    remove_stale(own);
+    let dir = own.join(format!(
+        "dsh-{}-{}",
+        std::process::id(),
+        dsh_core::spill::random_hex(8)
+    ));
+    rustix::fs::mkdir(&dir, Mode::RWXU)
+        .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
+    Ok(dir)
+}
+
+/// Creates `cmd-<n>` (the next `n`) in a private subtree, with `pids.max` set to `limit`
+/// if given; the directory is removed again if the limit cannot be set.
+pub(crate) fn make_command_dir(
+    subtree: &Path,
+    next: &AtomicU64,
+    limit: Option<u32>,
+) -> io::Result<PathBuf> {
+    let n = next.fetch_add(1, Ordering::Relaxed);
+    let dir = subtree.join(format!("cmd-{n}"));
+    rustix::fs::mkdir(&dir, Mode::RWXU)?;
+    if let Some(limit) = limit {
+        if let Err(e) = std::fs::write(dir.join("pids.max"), limit.to_string()) {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    }
+    Ok(dir)
+}
+
+/// Removes a private subtree and its command cgroups. Command cgroups are removed as
+/// their trees end; one still populated (its tree is being killed) keeps the subtree,
+/// which the kernel then reports as busy.
+pub(crate) fn remove_subtree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Removes a command cgroup once its tree is gone, waiting (at most a second) for members
+/// the kernel is still tearing down; a cgroup still busy then is left for its subtree's
+/// drop or the next probe.
+pub(crate) async fn remove_when_empty(dir: &Path) {
+    for _ in 0..200 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Whether `controller` is among those `dir`'s children may enable.
+fn has_controller(dir: &Path, controller: &str) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|name| name == controller))
+}
+
 impl CommandCgroup {
-    /// Removes the cgroup once its tree is gone, waiting (at most a second) for members
-    /// the kernel is still tearing down; a cgroup still busy then is left for
-    /// [`CgroupRoot`]'s drop or the next probe.
+    /// Removes the cgroup once its tree is gone (see [`remove_when_empty`]).
     pub(crate) async fn remove(self) {
         let CommandCgroup {
             _root,
@@ -131,17 +203,10 @@ impl CommandCgroup {
             dir_fd,
             procs,
             kill,
+            limited: _,
         } = self;
         drop((dir_fd, procs, kill));
-        for _ in 0..200 {
-            match std::fs::remove_dir(&dir) {
-                Ok(()) => return,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-                Err(_) => return,
-            }
-        }
+        remove_when_empty(&dir).await;
     }
 }
 
@@ -155,14 +220,7 @@ fn remove_stale(own: &Path) {
         if !dsh_core::spill::is_stale_name(&e.file_name(), "dsh-") {
             continue;
         }
-        if let Ok(cmds) = std::fs::read_dir(e.path()) {
-            for c in cmds.flatten() {
-                if c.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = std::fs::remove_dir(c.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(e.path());
+        remove_subtree(&e.path());
     }
 }
 
@@ -187,6 +245,17 @@ fn cgroup2_mount() -> Result<PathBuf, String> {
             return Ok(PathBuf::from(usual));
         }
     }
+    find_mount(|fstype, _| fstype == "cgroup2")?
+        .map(|(_, mountpoint)| mountpoint)
+        .ok_or_else(|| "no cgroup2 filesystem is mounted".into())
+}
+
+/// The first mount in `/proc/self/mountinfo` whose filesystem type and super options
+/// `matches` accepts: the root of the filesystem it shows, and where; None if there is
+/// none.
+pub(crate) fn find_mount(
+    matches: impl Fn(&str, &str) -> bool,
+) -> Result<Option<(String, PathBuf)>, String> {
     let mut text = String::new();
     io::Read::read_to_string(
         &mut File::open("/proc/self/mountinfo")
@@ -195,21 +264,31 @@ fn cgroup2_mount() -> Result<PathBuf, String> {
     )
     .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
     for line in text.lines() {
-        // Fields: id parent major:minor root mountpoint options [optional...] - fstype ...
+        // Fields: id parent major:minor root mountpoint options [optional...] - fstype
+        // source super-options
         let Some((left, right)) = line.split_once(" - ") else {
             continue;
         };
-        if right.split_whitespace().next() == Some("cgroup2") {
-            if let Some(mp) = left.split_whitespace().nth(4) {
-                return Ok(Path::new(&unescape_mount(mp)).to_path_buf());
+        let mut right = right.split_whitespace();
+        let (Some(fstype), Some(_), Some(options)) = (right.next(), right.next(), right.next())
+        else {
+            continue;
+        };
+        if matches(fstype, options) {
+            let mut left = left.split_whitespace().skip(3);
+            if let (Some(root), Some(mountpoint)) = (left.next(), left.next()) {
+                return Ok(Some((
+                    unescape_mount(root),
+                    Path::new(&unescape_mount(mountpoint)).to_path_buf(),
+                )));
             }
         }
     }
-    Err("no cgroup2 filesystem is mounted".into())
+    Ok(None)
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
-fn unescape_mount(s: &str) -> String {
+pub(crate) fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

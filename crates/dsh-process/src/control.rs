@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::cgroup::CommandCgroup;
+use crate::pids_v1::PidsCgroup;
 use crate::reaper::{self, CONTROL_KILL, CONTROL_TERM};
 use crate::{Outcome, ProcessControl, Signal};
 
@@ -186,6 +187,7 @@ pub(crate) struct Monitor {
     pub(crate) gone_tx: watch::Sender<bool>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) cgroup: Option<CommandCgroup>,
+    pub(crate) pids: Option<PidsCgroup>,
     pub(crate) on_gone: Box<dyn FnOnce() + Send + Sync>,
 }
 
@@ -231,6 +233,9 @@ impl Monitor {
         }
         if let Some(cg) = self.cgroup.take() {
             cg.remove().await;
+        }
+        if let Some(p) = self.pids.take() {
+            p.remove().await;
         }
         let _ = self.gone_tx.send(true);
         (self.on_gone)();

@@ -30,6 +30,9 @@ pub(crate) struct ExecPlan {
     pub(crate) cgroup_procs: RawFd,
     /// Whether the leader must write `cgroup.procs` itself; set before the clone.
     pub(crate) leader_joins: bool,
+    /// `cgroup.procs` of the command's cgroup v1 `pids` cgroup, which the leader joins
+    /// before `execve` (or fails); -1 without one.
+    pub(crate) pids_procs: RawFd,
     /// The status pipe's write end, where the leader reports its pid or its exec errno;
     /// set by the reaper before the clone.
     pub(crate) status_fd: RawFd,
@@ -106,6 +109,7 @@ impl ExecPlan {
             cgroup_dir: -1,
             cgroup_procs: -1,
             leader_joins: false,
+            pids_procs: -1,
             status_fd: -1,
             reaper_pid: 0,
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),

@@ -33,6 +33,9 @@
 //!   dsh process dying by any means (even SIGKILL), SIGKILLs the whole tree.
 //! - [`Process::done`] settles at most `grace` after the leader exits, even if a
 //!   descendant still holds the output pipes.
+//! - Where this process may create cgroups with the `pids` controller, a command and all
+//!   its descendants are at most [`DEFAULT_PROCESS_LIMIT`] processes and threads (see
+//!   [`LocalSubprocess::with_process_limit`]): a fork bomb stops there.
 //! - Captured output costs at most `max_bytes` of memory per stream, whatever the
 //!   command prints; the spill file holds at most `max_spill_bytes`.
 //! - A command's environment is the host's without `DSH_*` names, credential-shaped
@@ -64,8 +67,10 @@ pub mod env;
 mod exec_plan;
 pub mod foreground;
 mod local;
+mod pids_v1;
 pub mod pty;
 mod reaper;
+mod reaper_memory;
 mod resolve;
 
 use std::ffi::{OsStr, OsString};
@@ -81,7 +86,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use capture::{Capture, CaptureLimits, CollectedOutput, OutputRead, SpillInfo, StreamName};
 pub use env::{EnvAllow, EnvOverlay};
 pub use foreground::Foreground;
-pub use local::LocalSubprocess;
+pub use local::{LocalSubprocess, ProcessLimit, DEFAULT_PROCESS_LIMIT};
 pub use pty::{Pty, TerminalSize};
 
 /// The process seam: executable lookup and managed spawns of whole process trees.
@@ -216,7 +221,8 @@ pub struct SpawnSpec {
     /// Whether the command gets a cgroup of its own where the provider can make one. A
     /// command whose tree is already bounded exactly (bubblewrap's PID namespace, which
     /// the kernel kills whole when its first process dies) can do without, and start
-    /// faster. Default: true.
+    /// faster; it still gets one where its provider's process limit lives in it.
+    /// Default: true.
     pub own_cgroup: bool,
     /// Runs the command on a terminal of its own of this size: a new PTY whose terminal
     /// side is its stdin, stdout, stderr and controlling terminal, in a session the

@@ -8,6 +8,9 @@
 //! pipe carries terminate and kill, and its end-of-file (every owner handle dropped, or
 //! dsh gone) makes the reaper SIGKILL the tree. The reaper's own exit is the "whole tree
 //! gone" event (the `control` module turns these into `done` and `wait_for_exit`).
+//! The process limit is the `pids.max` of the command's cgroup v2 where the subtree has
+//! the `pids` controller, else of a cgroup in the v1 `pids` hierarchy (the `pids_v1`
+//! module), where this process may create one.
 //!
 //! # Limits
 //! Linux only (see the crate docs). Each live reaper is a fork of the host process: pages
@@ -33,12 +36,26 @@ use crate::capture::{self, Capture, CaptureLimits, StreamName};
 use crate::cgroup::CgroupRoot;
 use crate::control::{self, LocalControl, Monitor, Watchdog};
 use crate::exec_plan::ExecPlan;
+use crate::pids_v1::PidsRoot;
 use crate::pty::{Pty, PtyPair};
 use crate::reaper::{self, ReaperFds};
 use crate::{
     env, resolve, EnvAllow, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
     Subprocess, TreeMechanism,
 };
+
+/// The default process limit: at most this many processes and threads per command.
+pub const DEFAULT_PROCESS_LIMIT: u32 = 4096;
+
+/// A process limit in force (see [`LocalSubprocess::process_limit_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessLimit {
+    /// At most this many processes and threads per command, all descendants counted; a
+    /// `fork` or `clone` past it fails with `EAGAIN`.
+    pub max: u32,
+    /// The cgroup hierarchy whose `pids` controller holds it: `cgroup v2` or `cgroup v1`.
+    pub hierarchy: &'static str,
+}
 
 type SpillFactory = Arc<dyn Fn() -> Option<Arc<SpillDir>> + Send + Sync>;
 type LiveSet = Arc<Mutex<HashMap<u64, LiveEntry>>>;
@@ -53,6 +70,9 @@ pub struct LocalSubprocess {
     proc_children: Result<(), String>,
     /// Probed at first use, so a provider that never spawns (or opts out) creates nothing.
     cgroups: OnceLock<Result<Arc<CgroupRoot>, String>>,
+    /// The v1 `pids` subtree, probed at the first command the v2 subtree cannot limit.
+    pids_v1: OnceLock<Result<Arc<PidsRoot>, String>>,
+    process_limit: Option<u32>,
     spill_parent: Option<PathBuf>,
     keep_spill: bool,
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
@@ -92,6 +112,8 @@ impl LocalSubprocess {
         LocalSubprocess {
             proc_children,
             cgroups: OnceLock::new(),
+            pids_v1: OnceLock::new(),
+            process_limit: Some(DEFAULT_PROCESS_LIMIT),
             spill_parent: None,
             keep_spill: false,
             spill_dir: Arc::new(OnceLock::new()),
@@ -102,14 +124,61 @@ impl LocalSubprocess {
     }
 
     /// Uses the per-command subreaper alone, even where cgroups could be created (for
-    /// tests of that mechanism, and for hosts that manage cgroups themselves).
-    /// Default: cgroups when available.
+    /// tests of that mechanism, and for hosts that manage cgroups themselves); with no
+    /// cgroup there is no process limit either. Default: cgroups when available.
     pub fn without_cgroups(mut self) -> Self {
-        self.cgroups = OnceLock::new();
-        let _ = self
-            .cgroups
-            .set(Err("cgroups disabled by configuration".into()));
+        const DISABLED: &str = "cgroups disabled by configuration";
+        self.cgroups = OnceLock::from(Err(DISABLED.to_owned()));
+        self.pids_v1 = OnceLock::from(Err(DISABLED.to_owned()));
         self
+    }
+
+    /// Holds every command to at most `limit` processes and threads, descendants
+    /// included, where this process may create cgroups with the `pids` controller (see
+    /// [`process_limit_status`](Self::process_limit_status)); a fork bomb then stops at
+    /// the limit instead of exhausting the machine's pids. `None`: no limit.
+    /// Default: [`DEFAULT_PROCESS_LIMIT`].
+    ///
+    /// # Panics
+    /// If `limit` is `Some(0)` (no command could start).
+    pub fn with_process_limit(mut self, limit: Option<u32>) -> Self {
+        assert_ne!(
+            limit,
+            Some(0),
+            "a process limit of 0 would stop every command"
+        );
+        self.process_limit = limit;
+        self
+    }
+
+    /// The process limit each command is held to, or why there is none: no limit set,
+    /// or no cgroup with the `pids` controller that this process may create.
+    pub fn process_limit_status(&self) -> Result<ProcessLimit, String> {
+        let max = self.process_limit.ok_or("no process limit is set")?;
+        let v2 = match self.cgroup_root() {
+            Ok(root) => match root.pids_missing() {
+                None => {
+                    return Ok(ProcessLimit {
+                        max,
+                        hierarchy: "cgroup v2",
+                    })
+                }
+                Some(why) => why,
+            },
+            Err(why) => why.clone(),
+        };
+        match self.pids_v1_root() {
+            Ok(_) => Ok(ProcessLimit {
+                max,
+                hierarchy: "cgroup v1",
+            }),
+            Err(v1) => Err(format!("{v2}; {v1}")),
+        }
+    }
+
+    /// The v1 `pids` subtree, created at the first call.
+    fn pids_v1_root(&self) -> &Result<Arc<PidsRoot>, String> {
+        self.pids_v1.get_or_init(|| PidsRoot::probe().map(Arc::new))
     }
 
     /// Whether commands get their own cgroup, and if not, why not.
@@ -298,14 +367,25 @@ impl Subprocess for LocalSubprocess {
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
         // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
-        // tree exact.
-        let cgroup = if spec.own_cgroup {
-            self.cgroup_root()
-                .as_ref()
-                .ok()
-                .and_then(|root| root.command().ok())
+        // tree exact. One that does without a cgroup still gets one where the process
+        // limit lives in it.
+        let root = self.cgroup_root().as_ref().ok();
+        let limit = self.process_limit;
+        let cgroup = if spec.own_cgroup || (limit.is_some() && root.is_some_and(|r| r.pids)) {
+            root.and_then(|r| r.command(limit).ok())
         } else {
             None
+        };
+        // Where cgroup v2 cannot hold the limit, the v1 pids hierarchy does; a command
+        // whose v1 cgroup cannot be made runs without the limit, as `process_limit_status`
+        // reports.
+        let pids = match limit {
+            Some(max) if !cgroup.as_ref().is_some_and(|c| c.limited) => self
+                .pids_v1_root()
+                .as_ref()
+                .ok()
+                .and_then(|r| r.command(max).ok()),
+            _ => None,
         };
         let pty = match spec.terminal {
             Some(size) => Some(PtyPair::open(size).map_err(pty_failed)?),
@@ -314,6 +394,7 @@ impl Subprocess for LocalSubprocess {
         plan.terminal = pty.is_some();
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
         plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
+        plan.pids_procs = pids.as_ref().map_or(-1, |p| p.procs.as_raw_fd());
         let fds = ReaperFds {
             status_w: status_w.as_raw_fd(),
             control_r: control_r.as_raw_fd(),
@@ -358,6 +439,9 @@ impl Subprocess for LocalSubprocess {
                 if let Some(cg) = cgroup {
                     let _ = std::fs::remove_dir(&cg.dir);
                 }
+                if let Some(p) = pids {
+                    tokio::spawn(p.remove());
+                }
                 return Err(spawn_error(e, &spec));
             }
         };
@@ -367,11 +451,18 @@ impl Subprocess for LocalSubprocess {
                 // The reaper exits by itself after an exec failure; otherwise stop it, and
                 // anything that did start, then clean up once it is gone.
                 let _ = child.start_kill();
-                if let Some(cg) = cgroup {
-                    let _ = rustix::io::write(&cg.kill, b"1");
+                if cgroup.is_some() || pids.is_some() {
+                    if let Some(cg) = &cgroup {
+                        let _ = rustix::io::write(&cg.kill, b"1");
+                    }
                     tokio::spawn(async move {
                         let _ = child.wait().await;
-                        cg.remove().await;
+                        if let Some(cg) = cgroup {
+                            cg.remove().await;
+                        }
+                        if let Some(p) = pids {
+                            p.remove().await;
+                        }
                     });
                 }
                 return Err(spawn_error(e, &spec));
@@ -424,6 +515,7 @@ impl Subprocess for LocalSubprocess {
             gone_tx,
             watchdog,
             cgroup,
+            pids,
             on_gone: Box::new(move || {
                 if let Some(live) = live.upgrade() {
                     live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);

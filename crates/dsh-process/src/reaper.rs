@@ -23,7 +23,8 @@
 //! 4. the reaper closed every fd above 2 that it does not need (std's exec-error pipe
 //!    among them) before the clone, so std's `spawn` never waits on anything the command
 //!    can delay; after the clone it also gives up the command's stdio. It reports a successful `execve`, blocks every
-//!    signal, and serves until its tree is empty, then `_exit`s. It never returns to std.
+//!    signal, gives back its copy of dsh's heap and threads (the `reaper_memory`
+//!    module), and serves until its tree is empty, then `_exit`s. It never returns to std.
 //!
 //! The reaper reports the leader's wait status the moment the leader exits, and exits
 //! itself only when it has no child left: its exit is the exact "whole tree gone" event.
@@ -54,7 +55,7 @@
 //! (also as the raw `rt_sigaction`), `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`/`sigfillset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
-//! `getpid`, `getppid`, `clock_gettime`, `_exit`. It allocates nothing: buffers live on
+//! `getpid`, `getppid`, `clock_gettime`, `madvise`, `pthread_self`, `_exit`. It allocates nothing: buffers live on
 //! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
 //! rustix because the async-signal-safe list is written in terms of these libc calls.)
 //!
@@ -135,6 +136,9 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         if plan.cgroup_dir >= 0 {
             plan.cgroup_dir = high_dup(plan.cgroup_dir)?;
         }
+        if plan.pids_procs >= 0 {
+            plan.pids_procs = high_dup(plan.pids_procs)?;
+        }
         for fd in plan.carried.iter_mut() {
             *fd = high_dup(*fd)?;
         }
@@ -166,16 +170,17 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Close everything else now, std's exec-error pipe included, so std's `spawn`
         // returns before any of the command's code can run (the command could stop us):
         // from here on we talk to the owner only through the status pipe.
-        let mut keep = [-1; 6 + crate::exec_plan::MAX_CARRIED_FDS];
-        keep[..6].copy_from_slice(&[
+        let mut keep = [-1; 7 + crate::exec_plan::MAX_CARRIED_FDS];
+        keep[..7].copy_from_slice(&[
             status,
             control,
             cgroup_kill,
             plan.cgroup_procs,
             plan.cgroup_dir,
+            plan.pids_procs,
             children,
         ]);
-        keep[6..6 + plan.carried.len()].copy_from_slice(&plan.carried);
+        keep[7..7 + plan.carried.len()].copy_from_slice(&plan.carried);
         close_all_except(&mut keep);
 
         let pid = match start_leader(plan) {
@@ -198,7 +203,7 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
-        for &fd in [plan.cgroup_procs, plan.cgroup_dir]
+        for &fd in [plan.cgroup_procs, plan.cgroup_dir, plan.pids_procs]
             .iter()
             .chain(plan.carried.iter())
         {
@@ -234,6 +239,10 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             sigfd,
             children,
         };
+        // The leader runs its own program now: give back our copy of dsh's heap and
+        // threads, which we never read again (an idle terminal's reaper would otherwise
+        // come to own most of it).
+        crate::reaper_memory::release();
         reaper.serve()
     }
 }
@@ -402,6 +411,14 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
             // Not born in the command's cgroup: join it before exec, so every descendant is
             // born in it. A refusal leaves the subreaper as the (still exact) boundary.
             libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
+        }
+        if plan.pids_procs >= 0 && libc::write(plan.pids_procs, b"0".as_ptr().cast(), 1) != 1 {
+            // The process limit is promised: a leader that cannot join its pids cgroup
+            // does not run.
+            let errno = *libc::__errno_location();
+            write_record(plan.status_fd, STATUS_EXEC_FAILED, errno);
+            plan.exec_errno.store(errno.max(1), Ordering::SeqCst);
+            libc::_exit(127);
         }
         // If the reaper is killed (by the command itself, say), the leader goes too; if it
         // died before this call, go now. (A set-user-ID program clears this at exec.)

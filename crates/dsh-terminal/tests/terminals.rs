@@ -9,7 +9,7 @@ use dsh_core::{CancelReason, CancelToken, ErrorCode, SessionId};
 use dsh_process::LocalSubprocess;
 use dsh_sandbox::{LocalSandbox, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy};
 use dsh_terminal::{
-    BashBackend, CloseOutcome, OpenRequest, Owner, SendRequest, SendResult, SessionStatus,
+    BashBackend, CloseOutcome, OpenRequest, Opened, Owner, SendRequest, SendResult, SessionStatus,
     TerminalConfig, TerminalSignal, Terminals, WaitReason,
 };
 
@@ -22,12 +22,17 @@ fn config() -> TerminalConfig {
 }
 
 fn service(config: TerminalConfig, sandbox: Option<Arc<dyn Sandbox>>) -> Terminals {
+    service_on(config, sandbox, LocalSubprocess::new())
+}
+
+fn service_on(
+    config: TerminalConfig,
+    sandbox: Option<Arc<dyn Sandbox>>,
+    sub: LocalSubprocess,
+) -> Terminals {
     let t = Terminals::new(config).expect("config");
-    t.register(Arc::new(BashBackend::new(
-        Arc::new(LocalSubprocess::new()),
-        sandbox,
-    )))
-    .expect("backend");
+    t.register(Arc::new(BashBackend::new(Arc::new(sub), sandbox)))
+        .expect("backend");
     t
 }
 
@@ -40,16 +45,20 @@ fn open_request(ws: &Path, mode: SandboxMode) -> OpenRequest {
     }
 }
 
+/// An unconfined shell session of `owner`.
+async fn open_unconfined(t: &Terminals, owner: &Owner, ws: &Path) -> Opened {
+    t.open(
+        owner,
+        open_request(ws, SandboxMode::DangerFullAccess),
+        &CancelToken::new(),
+    )
+    .await
+    .expect("open")
+}
+
 /// An unconfined shell session of `owner`: its id.
 async fn open_shell(t: &Terminals, owner: &Owner, ws: &Path) -> String {
-    let opened = t
-        .open(
-            owner,
-            open_request(ws, SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open");
+    let opened = open_unconfined(t, owner, ws).await;
     opened.snapshot.id.as_str().to_owned()
 }
 
@@ -96,14 +105,7 @@ async fn a_shell_keeps_its_state_between_sends_and_settles_on_its_prompt() {
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));
-    let opened = t
-        .open(
-            &owner,
-            open_request(ws.path(), SandboxMode::DangerFullAccess),
-            &CancelToken::new(),
-        )
-        .await
-        .expect("open");
+    let opened = open_unconfined(&t, &owner, ws.path()).await;
     assert_eq!(opened.snapshot.id.as_str(), "pty-1");
     assert_eq!(opened.motd, "dsh> ");
     assert_eq!(opened.snapshot.status, SessionStatus::Running);
@@ -487,6 +489,72 @@ async fn sixty_four_sessions_answer_at_once_and_the_sixty_fifth_is_refused() {
 }
 
 /// This process's resident memory, in KiB.
+/// The processes whose session is `sid`, seen from outside through /proc.
+fn session_members(sid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name: state ppid pgrp session.
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if fields.first() != Some(&"Z") && fields.get(3) == Some(&sid.to_string().as_str()) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+#[tokio::test]
+async fn a_fork_bomb_stops_at_the_process_limit_and_close_ends_it() {
+    const LIMIT: u32 = 48;
+    let sub = LocalSubprocess::new().with_process_limit(Some(LIMIT));
+    if let Err(why) = sub.process_limit_status() {
+        assert!(
+            std::env::var_os("DSH_REQUIRE_PROCESS_LIMIT").is_none(),
+            "DSH_REQUIRE_PROCESS_LIMIT is set but there is no process limit: {why}"
+        );
+        println!("skipped: no process limit here ({why})");
+        return;
+    }
+    let ws = tempfile::tempdir().expect("ws");
+    let t = service_on(config(), None, sub);
+    let owner = Owner::new(SessionId::new("s1"));
+    let opened = open_unconfined(&t, &owner, ws.path()).await;
+    let id = opened.snapshot.id.as_str().to_owned();
+    let sid = opened.snapshot.pid.expect("pid");
+    // The classic bomb: the function backgrounds two copies of itself, so the prompt comes
+    // back at once while the copies multiply.
+    let r = send_with(&t, &owner, &id, ":(){ :|:& };:", Duration::from_secs(3)).await;
+    assert!(r.viewport.len() < 1 << 20, "{}", r.viewport.len());
+    // Let it run into the limit, then count from outside: never more than the limit.
+    let mut peak = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        peak = peak.max(session_members(sid).len());
+    }
+    assert!(peak > 8, "the bomb never multiplied ({peak} processes)");
+    assert!(
+        peak <= LIMIT as usize,
+        "{peak} processes under a limit of {LIMIT}"
+    );
+    // dsh still answers, and close ends every copy.
+    assert_eq!(
+        t.close(&owner, &id).await.expect("close"),
+        CloseOutcome::Closed
+    );
+    let left = session_members(sid);
+    assert!(left.is_empty(), "survivors after close: {left:?}");
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .expect("status")

@@ -96,6 +96,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     checks.push(userns_check());
     checks.push(openat2_check());
     checks.push(cgroup_check());
+    checks.push(process_limit_check());
 
     let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let config = crate::config::load(&ws, &crate::config::Flags::default());
@@ -403,6 +404,27 @@ fn cgroup_check() -> Check {
         fix: why.map(|_| {
             "run dsh as root or in a delegated cgroup (e.g. `systemd-run --user --scope -p \
              Delegate=yes dsh ...`); the subreaper still owns every tree"
+                .into()
+        }),
+    }
+}
+
+fn process_limit_check() -> Check {
+    let status = LocalSubprocess::new().process_limit_status();
+    Check {
+        name: "process-limit",
+        ok: status.is_ok(),
+        detail: match &status {
+            Ok(limit) => format!(
+                "at most {} processes and threads per command ({} pids.max)",
+                limit.max, limit.hierarchy
+            ),
+            Err(why) => format!("no limit on the processes a command starts: {why}"),
+        },
+        fix: status.err().map(|_| {
+            "run dsh as root or in a delegated cgroup with the pids controller (e.g. \
+             `systemd-run --user --scope -p Delegate=yes dsh ...`); a fork bomb can \
+             otherwise exhaust the host's pids until its command ends"
                 .into()
         }),
     }

@@ -488,6 +488,7 @@ fn doctor_reports_runners_and_proves_enforcement() {
         "user-namespaces",
         "openat2",
         "cgroup-v2",
+        "process-limit",
     ] {
         let c = checks
             .iter()
@@ -503,6 +504,18 @@ fn doctor_reports_runners_and_proves_enforcement() {
     if std::env::var_os("DSH_REQUIRE_BWRAP").is_some() {
         let bwrap = checks.iter().find(|c| c["name"] == "bwrap").expect("bwrap");
         assert_eq!(bwrap["ok"], true, "{bwrap}");
+    }
+    if std::env::var_os("DSH_REQUIRE_PROCESS_LIMIT").is_some() {
+        let limit = checks.iter().find(|c| c["name"] == "process-limit");
+        let limit = limit.expect("process-limit");
+        assert_eq!(limit["ok"], true, "{limit}");
+        assert!(
+            limit["detail"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("at most 4096"),
+            "{limit}"
+        );
     }
     let tests = v["self_test"].as_array().expect("self_test");
     assert!(!tests.is_empty(), "no runner was tested: {v}");

@@ -4,5 +4,6 @@ mod support;
 
 mod capture;
 mod environment;
+mod process_limit;
 mod spawn;
 mod tree_kill;

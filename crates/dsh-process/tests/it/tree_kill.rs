@@ -484,3 +484,50 @@ async fn a_command_that_stops_its_reaper_and_exits_still_settles() {
         assert!(p.is_tree_gone());
     }
 }
+
+/// Kibibytes of `field` in a process's `smaps_rollup`.
+fn rollup_kib(pid: i32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_reaper_gives_back_its_copy_of_the_owners_memory() {
+    // 64 MiB written before the spawn: the reaper's fork shares every page of it.
+    let mut ballast = vec![1u8; 64 << 20];
+    let sub = LocalSubprocess::new();
+    let p = sub.spawn(bash("exec sleep 100")).expect("spawn");
+    let leader = p.pid() as i32;
+    let stat = std::fs::read_to_string(format!("/proc/{leader}/stat")).expect("stat");
+    let reaper: i32 = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .expect("ppid");
+    // Once the leader runs, the reaper drops its copy; then writing the ballast again
+    // copies nothing for the reaper.
+    let mut rss = u64::MAX;
+    for _ in 0..200 {
+        rss = rollup_kib(reaper, "Rss:");
+        if rss < 32 << 10 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    ballast.iter_mut().for_each(|b| *b = 2);
+    std::hint::black_box(&ballast);
+    let private = rollup_kib(reaper, "Private_Dirty:");
+    assert!(
+        rss < 32 << 10 && private < 8 << 10,
+        "the reaper still holds {rss} KiB ({private} KiB private)"
+    );
+    // And it still does its job.
+    p.signal_kill();
+    p.wait_for_exit().await;
+    assert!(p.is_tree_gone());
+}
