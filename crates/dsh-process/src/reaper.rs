@@ -55,7 +55,7 @@
 //! (also as the raw `rt_sigaction`), `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`/`sigfillset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
-//! `getpid`, `getppid`, `clock_gettime`, `madvise`, `pthread_self`, `_exit`. It allocates nothing: buffers live on
+//! `getpid`, `getppid`, `getpgid`, `clock_gettime`, `madvise`, `pthread_self`, `_exit`. It allocates nothing: buffers live on
 //! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
 //! rustix because the async-signal-safe list is written in terms of these libc calls.)
 //!
@@ -633,7 +633,9 @@ impl Reaper {
 
     /// Sends `sig` to the leader's group (safe while the leader is unreaped: its pid, and
     /// so its group id, cannot be reused) and to each direct child and the group it leads
-    /// (unreaped children: same argument).
+    /// (unreaped children: same argument). Each process gets `sig` once: a child that
+    /// leads its own group (the leader, a `setsid` daemon) only through its group, so a
+    /// program trapping SIGTERM runs its trap once per terminate.
     ///
     /// # Safety
     /// Only in the reaper: the freshly forked, single-threaded child [`enter`] runs in,
@@ -644,8 +646,18 @@ impl Reaper {
         unsafe {
             libc::kill(-self.leader, sig);
             for_each_child(self.children, |pid| {
-                libc::kill(pid, sig);
-                libc::kill(-pid, sig);
+                if libc::getpgid(pid) == pid {
+                    if pid != self.leader {
+                        libc::kill(-pid, sig);
+                    }
+                } else {
+                    // It left the group it led, if any; members left there get it too
+                    // (the leader's were signalled above).
+                    libc::kill(pid, sig);
+                    if pid != self.leader {
+                        libc::kill(-pid, sig);
+                    }
+                }
             });
         }
     }
