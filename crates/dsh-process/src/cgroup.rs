@@ -52,8 +52,10 @@ pub(crate) struct CommandCgroup {
 }
 
 impl CgroupRoot {
-    /// Creates a private subtree in this process's own cgroup, or says why it cannot.
-    pub(crate) fn probe() -> Result<CgroupRoot, String> {
+    /// Creates a private subtree in this process's own cgroup, or says why it cannot;
+    /// where it has the `pids` controller, its `pids.max` is `total` (all commands
+    /// together).
+    pub(crate) fn probe(total: Option<u32>) -> Result<CgroupRoot, String> {
         let own = own_cgroup_dir()?;
         if !own.join("cgroup.procs").exists() {
             return Err(format!("{} is not a cgroup v2 directory", own.display()));
@@ -69,7 +71,9 @@ impl CgroupRoot {
         }
         // The subtree holds no process, so it may hand the controller on to its children.
         root.pids = has_controller(&root.dir, "pids")
-            && std::fs::write(root.dir.join("cgroup.subtree_control"), "+pids").is_ok();
+            && std::fs::write(root.dir.join("cgroup.subtree_control"), "+pids").is_ok()
+            && total
+                .is_none_or(|t| std::fs::write(root.dir.join("pids.max"), t.to_string()).is_ok());
         Ok(root)
     }
 

@@ -30,6 +30,9 @@ pub(crate) struct ExecPlan {
     pub(crate) cgroup_procs: RawFd,
     /// Whether the leader must write `cgroup.procs` itself; set before the clone.
     pub(crate) leader_joins: bool,
+    /// Whether a leader that joins by hand and fails must not run (the cgroup holds the
+    /// process limit).
+    pub(crate) join_required: bool,
     /// `cgroup.procs` of the command's cgroup v1 `pids` cgroup, which the leader joins
     /// before `execve` (or fails); -1 without one.
     pub(crate) pids_procs: RawFd,
@@ -109,6 +112,7 @@ impl ExecPlan {
             cgroup_dir: -1,
             cgroup_procs: -1,
             leader_joins: false,
+            join_required: false,
             pids_procs: -1,
             status_fd: -1,
             reaper_pid: 0,

@@ -57,6 +57,32 @@ pub struct ProcessLimit {
     pub hierarchy: &'static str,
 }
 
+/// The limit on all the commands of one provider together: twice the per-command limit,
+/// at most a quarter of the machine's pids (`kernel.pid_max`), never below the
+/// per-command limit.
+fn subtree_limit(per_command: u32) -> u32 {
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(32_768);
+    per_command
+        .saturating_mul(2)
+        .min(pid_max / 4)
+        .max(per_command)
+}
+
+/// A command that cannot be held to the process limit in force.
+fn limit_failed(e: io::Error) -> HarnessError {
+    HarnessError::new(
+        ErrorCode::ProcessSpawnFailed,
+        format!(
+            "cannot hold the command to the process limit (its pids cgroup could not be \
+             made: {e}); nothing ran. `dsh doctor` shows the limit's state"
+        ),
+    )
+    .with_source(e)
+}
+
 type SpillFactory = Arc<dyn Fn() -> Option<Arc<SpillDir>> + Send + Sync>;
 type LiveSet = Arc<Mutex<HashMap<u64, LiveEntry>>>;
 
@@ -178,7 +204,9 @@ impl LocalSubprocess {
 
     /// The v1 `pids` subtree, created at the first call.
     fn pids_v1_root(&self) -> &Result<Arc<PidsRoot>, String> {
-        self.pids_v1.get_or_init(|| PidsRoot::probe().map(Arc::new))
+        let total = self.process_limit.map(subtree_limit);
+        self.pids_v1
+            .get_or_init(|| PidsRoot::probe(total).map(Arc::new))
     }
 
     /// Whether commands get their own cgroup, and if not, why not.
@@ -192,7 +220,7 @@ impl LocalSubprocess {
     /// The private cgroup subtree, created at the first call.
     fn cgroup_root(&self) -> &Result<Arc<CgroupRoot>, String> {
         self.cgroups
-            .get_or_init(|| CgroupRoot::probe().map(Arc::new))
+            .get_or_init(|| CgroupRoot::probe(self.process_limit.map(subtree_limit)).map(Arc::new))
     }
 
     /// Makes the spill directory under `parent` instead of the system temp directory.
@@ -366,33 +394,43 @@ impl Subprocess for LocalSubprocess {
         let (status_r, status_w) = cloexec_pipe()?;
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
-        // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
-        // tree exact. One that does without a cgroup still gets one where the process
-        // limit lives in it.
-        let root = self.cgroup_root().as_ref().ok();
-        let limit = self.process_limit;
-        let cgroup = if spec.own_cgroup || (limit.is_some() && root.is_some_and(|r| r.pids)) {
-            root.and_then(|r| r.command(limit).ok())
-        } else {
-            None
-        };
-        // Where cgroup v2 cannot hold the limit, the v1 pids hierarchy does; a command
-        // whose v1 cgroup cannot be made runs without the limit, as `process_limit_status`
-        // reports.
-        let pids = match limit {
-            Some(max) if !cgroup.as_ref().is_some_and(|c| c.limited) => self
-                .pids_v1_root()
-                .as_ref()
-                .ok()
-                .and_then(|r| r.command(max).ok()),
-            _ => None,
-        };
         let pty = match spec.terminal {
             Some(size) => Some(PtyPair::open(size).map_err(pty_failed)?),
             None => None,
         };
+        // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
+        // tree exact. One that does without a cgroup still gets one where the process
+        // limit lives in it; and where the limit is in force, a command that cannot be
+        // held to it does not run.
+        let root = self.cgroup_root().as_ref().ok();
+        let limit = self.process_limit;
+        let v2_limits = limit.is_some() && root.is_some_and(|r| r.pids);
+        let cgroup = match root {
+            Some(r) if spec.own_cgroup || v2_limits => match r.command(limit) {
+                Ok(c) => Some(c),
+                Err(e) if v2_limits => return Err(limit_failed(e)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        // Where cgroup v2 cannot hold the limit, the v1 pids hierarchy does.
+        let pids = match (limit, self.pids_v1_root()) {
+            (Some(max), Ok(r)) if !cgroup.as_ref().is_some_and(|c| c.limited) => {
+                match r.command(max) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        if let Some(cg) = cgroup {
+                            let _ = std::fs::remove_dir(&cg.dir);
+                        }
+                        return Err(limit_failed(e));
+                    }
+                }
+            }
+            _ => None,
+        };
         plan.terminal = pty.is_some();
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
+        plan.join_required = cgroup.as_ref().is_some_and(|c| c.limited);
         plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
         plan.pids_procs = pids.as_ref().map_or(-1, |p| p.procs.as_raw_fd());
         let fds = ReaperFds {

@@ -16,7 +16,7 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -41,8 +41,9 @@ pub(crate) struct PidsCgroup {
 }
 
 impl PidsRoot {
-    /// Creates a private subtree in this process's v1 `pids` cgroup, or says why it cannot.
-    pub(crate) fn probe() -> Result<PidsRoot, String> {
+    /// Creates a private subtree in this process's v1 `pids` cgroup, its `pids.max` set to
+    /// `total` (all commands together), or says why it cannot.
+    pub(crate) fn probe(total: Option<u32>) -> Result<PidsRoot, String> {
         let cgroup = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
         let own = cgroup
@@ -58,11 +59,20 @@ impl PidsRoot {
         })?
         .ok_or("the cgroup v1 pids hierarchy is not mounted")?;
         // The mount may show only part of the hierarchy (a container's own cgroup).
-        let rel = own
-            .strip_prefix(root.trim_end_matches('/'))
-            .ok_or("this process's pids cgroup is outside the mounted part of the hierarchy")?;
-        let own = mountpoint.join(rel.trim_start_matches('/'));
+        let rel = Path::new(own).strip_prefix(&root).map_err(|_| {
+            "this process's pids cgroup is outside the mounted part of the hierarchy"
+        })?;
+        let own = mountpoint.join(rel);
         let dir = make_subtree(&own)?;
+        if let Some(total) = total {
+            if let Err(e) = std::fs::write(dir.join("pids.max"), total.to_string()) {
+                remove_subtree(&dir);
+                return Err(format!(
+                    "cannot limit the pids cgroup {}: {e}",
+                    dir.display()
+                ));
+            }
+        }
         Ok(PidsRoot {
             dir,
             next: AtomicU64::new(0),

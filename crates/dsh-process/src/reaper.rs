@@ -55,7 +55,7 @@
 //! (also as the raw `rt_sigaction`), `signal`, `sigprocmask`,
 //! `sigemptyset`/`sigaddset`/`sigfillset`, `signalfd`, `dup2`, `fcntl`, `close`, `close_range`,
 //! `getrlimit`, `open`, `read`, `pread`, `write`, `poll`, `waitid`, `kill`, `chdir`,
-//! `getpid`, `getppid`, `getpgid`, `clock_gettime`, `madvise`, `pthread_self`, `_exit`. It allocates nothing: buffers live on
+//! `getpid`, `getppid`, `getpgid`, `clock_gettime`, `madvise`, `pthread_self`, `arch_prctl`, `_exit`. It allocates nothing: buffers live on
 //! the stack, paths are static C strings and everything else was prepared before the fork. (libc is used here rather than
 //! rustix because the async-signal-safe list is written in terms of these libc calls.)
 //!
@@ -407,12 +407,14 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
     // the (suspended) reaper's errno slot.
     unsafe {
         let plan = &*(arg as *const ExecPlan);
-        if plan.leader_joins {
-            // Not born in the command's cgroup: join it before exec, so every descendant is
-            // born in it. A refusal leaves the subreaper as the (still exact) boundary.
-            libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1);
-        }
-        if plan.pids_procs >= 0 && libc::write(plan.pids_procs, b"0".as_ptr().cast(), 1) != 1 {
+        // Not born in the command's cgroup: join it before exec, so every descendant is
+        // born in it. A refusal leaves the subreaper as the (still exact) boundary, unless
+        // the cgroup holds the process limit. The v1 pids cgroup always does.
+        let joined =
+            !plan.leader_joins || libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1) == 1;
+        if (!joined && plan.join_required)
+            || (plan.pids_procs >= 0 && libc::write(plan.pids_procs, b"0".as_ptr().cast(), 1) != 1)
+        {
             // The process limit is promised: a leader that cannot join its pids cgroup
             // does not run.
             let errno = *libc::__errno_location();

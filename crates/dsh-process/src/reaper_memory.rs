@@ -15,6 +15,10 @@
 //! own stack, only the part well below the stack pointer (pages the thread used for
 //! deeper calls before the fork) goes.
 //!
+//! A thread with a hardware shadow stack (x86 CET, arm64 GCS) releases nothing: its
+//! shadow stack is an anonymous writable mapping too, and zeroing it would crash the
+//! reaper at its next return.
+//!
 //! # Safety
 //! After [`release`] the reaper must not touch the heap or any memory of other threads:
 //! the memory reads as zeros. The reaper's loop uses only its stack and syscalls.
@@ -38,6 +42,9 @@ pub(crate) unsafe fn release() {
     // SAFETY (whole function): open/read/close/madvise on our own memory, into stack
     // buffers; no allocation.
     unsafe {
+        if shadow_stack() {
+            return;
+        }
         let fd = libc::open(
             c"/proc/self/maps".as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
@@ -95,6 +102,30 @@ pub(crate) unsafe fn release() {
         for &(start, end) in &ranges[..count] {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
+    }
+}
+
+/// Whether this thread runs with a hardware shadow stack (unknown counts as no: the
+/// query fails only on kernels without shadow stacks).
+///
+/// # Safety
+/// As [`release`]: an async-signal-safe syscall into a stack value.
+unsafe fn shadow_stack() -> bool {
+    let mut status: libc::c_ulong = 0;
+    // SAFETY: arch_prctl(ARCH_SHSTK_STATUS) / prctl(PR_GET_SHADOW_STACK_STATUS) write one
+    // word to `status`.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        let r = libc::syscall(
+            libc::SYS_arch_prctl,
+            0x5005,
+            &mut status as *mut libc::c_ulong,
+        );
+        #[cfg(target_arch = "aarch64")]
+        let r = libc::prctl(74, &mut status as *mut libc::c_ulong, 0, 0, 0);
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let r = -1;
+        r == 0 && status & 1 != 0
     }
 }
 

@@ -453,6 +453,7 @@ impl LocalSandbox {
             host_ipc: false,
             set_id_and_leases: true,
             terminal_ioctls: terminal,
+            cgroup_moves: true,
         };
         if let Some(program) = seccomp::program(denials) {
             inherit.push((
@@ -611,6 +612,7 @@ impl LocalSandbox {
                 host_ipc: true,
                 set_id_and_leases: true,
                 terminal_ioctls: terminal,
+                cgroup_moves: true,
             })
             .map(Vec::into_boxed_slice),
             inherit: Vec::new(),

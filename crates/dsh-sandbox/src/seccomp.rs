@@ -22,6 +22,9 @@
 //!   has `S_ISUID` or `S_ISGID`: a command of a root dsh is still uid 0 and would own a
 //!   setuid-root binary it made; and `fcntl(F_SETLEASE)`, which stalls other writers of a
 //!   file for up to 45 seconds;
+//! - **cgroup moves**: `clone3` answers `ENOSYS` (so libc falls back to `clone`): its
+//!   `CLONE_INTO_CGROUP` would start a child in any cgroup the command may write,
+//!   outside its own cgroup, its kill and its process limit;
 //! - always, every syscall of another architecture's ABI (i386 `int 0x80`, x32), which
 //!   would otherwise bypass the numbers checked here.
 //!
@@ -85,6 +88,9 @@ pub struct Denials {
     /// controlling terminal is a private PTY: `TIOCSTI` (push input), `TIOCSETD` (line
     /// disciplines, a long line of kernel bugs), `TIOCLINUX` and `TIOCCONS` (the console).
     pub terminal_ioctls: bool,
+    /// `clone3`, answered `ENOSYS` rather than `EPERM` so libc falls back to `clone`: its
+    /// `CLONE_INTO_CGROUP` starts a child in another cgroup (see the [module docs](self)).
+    pub cgroup_moves: bool,
 }
 
 /// A syscall allowed only when its argument passes a test.
@@ -115,6 +121,8 @@ const INODE_FLAG_AND_TERMINAL_IOCTLS: &[u32] = &[
     0x541C,
     0x541D,
 ];
+/// `clone3` (Linux 5.3; the same number on x86_64 and aarch64).
+const SYS_CLONE3: u32 = 435;
 /// `file_setattr` (Linux 6.17): inode flags by path.
 const SYS_FILE_SETATTR: u32 = 469;
 
@@ -177,6 +185,9 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
             },
         ));
     }
+    if denials.cgroup_moves {
+        p.jump_if(SYS_CLONE3, Label::NoSys);
+    }
     denied.sort_unstable();
     denied.dedup();
     for n in denied {
@@ -220,6 +231,10 @@ pub fn program(denials: Denials) -> Option<Vec<Instruction>> {
 
     p.mark(Label::Deny);
     p.ret(SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    if denials.cgroup_moves {
+        p.mark(Label::NoSys);
+        p.ret(SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    }
     p.mark(Label::Allow);
     p.ret(SECCOMP_RET_ALLOW);
     Some(p.finish())
@@ -343,6 +358,7 @@ enum Label {
     CheckFamily,
     Check(usize),
     Deny,
+    NoSys,
     Allow,
 }
 
@@ -460,6 +476,7 @@ mod tests {
         host_ipc: false,
         set_id_and_leases: false,
         terminal_ioctls: false,
+        cgroup_moves: false,
     };
 
     #[test]
@@ -512,6 +529,7 @@ mod tests {
             host_ipc: true,
             set_id_and_leases: true,
             terminal_ioctls: true,
+            cgroup_moves: true,
         }) else {
             return;
         };
@@ -554,6 +572,17 @@ mod tests {
         );
         // Another ABI is denied whatever was asked.
         assert_eq!(run(&none, nr(libc::SYS_read), 0x4000_0003, 0, 0), deny);
+        // clone3 gets ENOSYS (libc then uses clone), and only when asked; clone stays.
+        assert_eq!(
+            run(&all, SYS_CLONE3, arch, 0, 0),
+            SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+        assert_eq!(run(&none, SYS_CLONE3, arch, 0, 0), SECCOMP_RET_ALLOW);
+        assert_eq!(
+            run(&all, nr(libc::SYS_clone), arch, 0, 0),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(SYS_CLONE3, nr(libc::SYS_clone3));
     }
 
     #[test]

@@ -422,9 +422,9 @@ fn process_limit_check() -> Check {
             Err(why) => format!("no limit on the processes a command starts: {why}"),
         },
         fix: status.err().map(|_| {
-            "run dsh as root or in a delegated cgroup with the pids controller (e.g. \
-             `systemd-run --user --scope -p Delegate=yes dsh ...`); a fork bomb can \
-             otherwise exhaust the host's pids until its command ends"
+            "run dsh as root on a host with the cgroup v1 pids hierarchy, or in a cgroup v2 \
+             whose pids controller is enabled for its children; without it a fork bomb can \
+             exhaust the host's pids until its command ends"
                 .into()
         }),
     }

@@ -479,6 +479,37 @@ async fn kernel_settings_stay_read_only_even_for_a_root_command() {
 }
 
 #[tokio::test]
+async fn clone3_is_unavailable_so_no_child_is_born_in_another_cgroup() {
+    // clone3 with no arguments: EINVAL from the kernel, ENOSYS from the filter (its
+    // CLONE_INTO_CGROUP would start a child outside the command's cgroup and process
+    // limit). Threads and fork still work: libc falls back to clone.
+    let probe =
+        "python3 -c 'import ctypes, os, threading; libc = ctypes.CDLL(None, use_errno=True); \
+                 r = libc.syscall(435, 0, 0); e = ctypes.get_errno(); \
+                 t = threading.Thread(target=lambda: None); t.start(); t.join(); \
+                 pid = os.fork(); pid or os._exit(0); os.waitpid(pid, 0); print(r, e)'";
+    for (runner, sandbox) in sandboxes() {
+        let d = dirs();
+        let shell = bash(sandbox);
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let policy = policy_for(runner, mode, &d.ws);
+            let r = run(&shell, probe, &policy).await;
+            assert_eq!(
+                r.stdout.text,
+                "-1 38\n", // ENOSYS
+                "{runner} {mode}: {}",
+                r.stderr.text
+            );
+        }
+    }
+    let d = dirs();
+    let unconfined = LocalBash::new(Arc::new(LocalSubprocess::new()));
+    let policy = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, &d.ws);
+    let open = run(&unconfined, probe, &policy).await;
+    assert_eq!(open.stdout.text, "-1 22\n", "{}", open.stderr.text); // EINVAL
+}
+
+#[tokio::test]
 async fn file_metadata_outside_the_writable_roots_cannot_change() {
     for (runner, sandbox) in sandboxes() {
         let d = dirs();
