@@ -142,6 +142,18 @@ pub enum ErrorCode {
     TerminalExited,
     /// A terminal could not be started, read or cleaned up (the message says which, and the `source` why). `as_str()`: `TERMINAL_FAILED`.
     TerminalFailed,
+    /// No background job has this id (it never existed, or its session ended); `job_list`
+    /// shows the current ones. `as_str()`: `NO_JOB`.
+    NoJob,
+    /// The background job belongs to another owner (another MCP connection); it cannot be
+    /// read, waited for or killed from here. `as_str()`: `FOREIGN_JOB`.
+    ForeignJob,
+    /// The owner has as many background jobs running as allowed; stop one with `job_kill`
+    /// or collect one with `job_output` (`wait: true`), then retry. `as_str()`: `JOB_LIMIT`.
+    JobLimit,
+    /// Background jobs are not available in this world (no job registry, or it is shutting
+    /// down); run the command in the foreground. `as_str()`: `JOBS_UNAVAILABLE`.
+    JobsUnavailable,
     /// A file or directory dsh manages itself (the spill directory, a spill file) could not
     /// be created or written. The `source` carries the OS error. `as_str()`: `IO_FAILED`.
     IoFailed,
@@ -204,6 +216,10 @@ impl ErrorCode {
         ErrorCode::TerminalClosing,
         ErrorCode::TerminalExited,
         ErrorCode::TerminalFailed,
+        ErrorCode::NoJob,
+        ErrorCode::ForeignJob,
+        ErrorCode::JobLimit,
+        ErrorCode::JobsUnavailable,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
     ];
@@ -262,6 +278,10 @@ impl ErrorCode {
             ErrorCode::TerminalClosing => "TERMINAL_CLOSING",
             ErrorCode::TerminalExited => "TERMINAL_EXITED",
             ErrorCode::TerminalFailed => "TERMINAL_FAILED",
+            ErrorCode::NoJob => "NO_JOB",
+            ErrorCode::ForeignJob => "FOREIGN_JOB",
+            ErrorCode::JobLimit => "JOB_LIMIT",
+            ErrorCode::JobsUnavailable => "JOBS_UNAVAILABLE",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
         }
@@ -467,6 +487,10 @@ mod tests {
                 (ErrorCode::TerminalClosing, "TERMINAL_CLOSING"),
                 (ErrorCode::TerminalExited, "TERMINAL_EXITED"),
                 (ErrorCode::TerminalFailed, "TERMINAL_FAILED"),
+                (ErrorCode::NoJob, "NO_JOB"),
+                (ErrorCode::ForeignJob, "FOREIGN_JOB"),
+                (ErrorCode::JobLimit, "JOB_LIMIT"),
+                (ErrorCode::JobsUnavailable, "JOBS_UNAVAILABLE"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
             ]

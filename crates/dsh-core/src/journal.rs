@@ -46,11 +46,14 @@ pub enum EventKind {
     /// files, hooks folders or other paths the host's tools run or read by themselves,
     /// which it could write while it ran; every later command gets them protected.
     SandboxNewGitDir,
+    /// `job/notice {jobId, text}`: a background job ended unseen and its owner was told,
+    /// with this text.
+    JobNotice,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::TurnStart,
         EventKind::TurnEnd,
         EventKind::ToolCall,
@@ -61,6 +64,7 @@ impl EventKind {
         EventKind::ApprovalDecided,
         EventKind::LogCapped,
         EventKind::SandboxNewGitDir,
+        EventKind::JobNotice,
     ];
 
     /// The stable type name (`turn/start`, …).
@@ -76,6 +80,7 @@ impl EventKind {
             EventKind::ApprovalDecided => "approval/decided",
             EventKind::LogCapped => "log/capped",
             EventKind::SandboxNewGitDir => "sandbox/new-git-dir",
+            EventKind::JobNotice => "job/notice",
         }
     }
 

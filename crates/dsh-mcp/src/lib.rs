@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod elicitation;
+mod notices;
 mod transport;
 pub mod workspace;
 
@@ -64,6 +65,7 @@ pub struct DshServer {
     calls: Arc<AtomicU64>,
     /// Calls that may run at once; more wait their turn.
     slots: Arc<tokio::sync::Semaphore>,
+    log_level: Arc<notices::LogLevel>,
 }
 
 impl DshServer {
@@ -79,6 +81,7 @@ impl DshServer {
             desk: Arc::new(Desk::default()),
             calls: Arc::new(AtomicU64::new(1)),
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
+            log_level: Arc::default(),
         }
     }
 
@@ -103,8 +106,11 @@ impl DshServer {
     pub fn input_ended(&self) {
         self.slots.close();
         self.desk.cancel_all();
-        if let Some((world, _)) = self.opened() {
+        if let Some((world, session)) = self.opened() {
             let terminals = world.clone();
+            let jobs = world.clone();
+            // Background jobs die with the rest (kill_all); their records settle and go.
+            tokio::spawn(async move { jobs.end_jobs(Some(session.id())).await });
             tokio::spawn(async move { world.subprocess().kill_all().await });
             // Terminals get the hangup a vanished terminal gives, and their trees are
             // killed after the grace.
@@ -119,6 +125,12 @@ impl DshServer {
                 let (world, session) = (self.opener)(dir).await?;
                 let answerer = ElicitingAnswerer::new(self.desk.clone());
                 world.approval().add_answerer(Arc::new(answerer));
+                notices::forward(
+                    &world,
+                    &session,
+                    context.peer.clone(),
+                    self.log_level.clone(),
+                );
                 Ok((world, session))
             })
             .await
@@ -185,8 +197,15 @@ fn base64(data: &[u8]) -> String {
 }
 
 impl ServerHandler for DshServer {
+    // Logging carries the job notices (see `notices`); rmcp marks it deprecated.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut config = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        );
         config.server_info = Implementation::new("dsh", env!("CARGO_PKG_VERSION"));
         config.instructions = Some(
             "dsh runs your commands and file operations in a sandbox the kernel enforces. \
@@ -195,6 +214,17 @@ impl ServerHandler for DshServer {
                 .into(),
         );
         config
+    }
+
+    /// `logging/setLevel`: job notices (`info`) go out only at `info` or below.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     /// A known method whose params the SDK could not read arrives here: that is

@@ -290,9 +290,24 @@ pub fn render_process_read(read: &ProcessRead, notices: &[String]) -> String {
 }
 
 fn lossy_notice(read: &ProcessRead) -> String {
-    let paths: Vec<String> = [&read.stdout_spill, &read.stderr_spill]
+    let spills: Vec<&SpillInfo> = [&read.stdout_spill, &read.stderr_spill]
         .into_iter()
         .flatten()
+        .collect();
+    if spills.iter().any(|s| !s.complete) {
+        // The stream passed the spill cap: the file has its head only; saying "full
+        // output" would send the model looking for bytes that are not there.
+        let kept: Vec<String> = spills
+            .iter()
+            .map(|s| format!("{} (first {} bytes)", display_path(&s.path), s.bytes))
+            .collect();
+        return format!(
+            "{LOSSY_CAPPED_PREFIX}{}{MARKER_END}",
+            kept.join(LOSSY_PATH_SEPARATOR)
+        );
+    }
+    let paths: Vec<String> = spills
+        .iter()
         .map(|spill| display_path(&spill.path))
         .collect();
     let paths = if paths.is_empty() {
@@ -302,6 +317,10 @@ fn lossy_notice(read: &ProcessRead) -> String {
     };
     format!("{LOSSY_PREFIX}{paths}{MARKER_END}")
 }
+
+/// The lossy notice when a spill file holds only the head of its stream.
+const LOSSY_CAPPED_PREFIX: &str =
+    "[some output was dropped from memory and the spill file reached its cap; kept: ";
 
 fn display_path(path: &Path) -> String {
     path.display().to_string()
@@ -319,16 +338,33 @@ pub fn process_outcome(
     exit_code: Option<i32>,
     signal: Option<Signal>,
 ) -> String {
+    match outcome_detail(status, exit_code, signal) {
+        None => STATUS_RUNNING.to_owned(),
+        Some((end, detail)) => format!("{STATUS_PREFIX}{end}, {detail}{MARKER_END}"),
+    }
+}
+
+/// How a settled background process ended, as the job registry records it: `killed` with
+/// `signal: <S>` (or `killed before exit`), or `completed` with `exit code: <N>`; `None`
+/// while it runs.
+pub fn outcome_detail(
+    status: ProcessStatus,
+    exit_code: Option<i32>,
+    signal: Option<Signal>,
+) -> Option<(&'static str, String)> {
     match status {
-        ProcessStatus::Running => STATUS_RUNNING.to_owned(),
-        ProcessStatus::Killed => match signal {
-            Some(signal) => format!("{STATUS_PREFIX}killed, signal: {signal}{MARKER_END}"),
-            None => format!("{STATUS_PREFIX}killed, {KILLED_BEFORE_EXIT}{MARKER_END}"),
-        },
-        ProcessStatus::Completed => format!(
-            "{STATUS_PREFIX}completed, exit code: {}{MARKER_END}",
-            exit_code.unwrap_or(0)
-        ),
+        ProcessStatus::Running => None,
+        ProcessStatus::Killed => Some((
+            "killed",
+            match signal {
+                Some(signal) => format!("signal: {signal}"),
+                None => KILLED_BEFORE_EXIT.to_owned(),
+            },
+        )),
+        ProcessStatus::Completed => Some((
+            "completed",
+            format!("exit code: {}", exit_code.unwrap_or(0)),
+        )),
     }
 }
 
@@ -828,12 +864,26 @@ mod tests {
     fn lossy_read_joins_both_spill_paths_stdout_first() {
         let r = ProcessRead {
             stdout_spill: Some(spill("/s/stdout", 10, true)),
-            stderr_spill: Some(spill("/s/stderr", 10, false)),
+            stderr_spill: Some(spill("/s/stderr", 10, true)),
             ..read("tail\n", true)
         };
         assert_eq!(
             render_process_read(&r, &[]),
             "tail\n[some output was dropped from memory; full output: /s/stdout, /s/stderr]"
+        );
+    }
+
+    #[test]
+    fn a_spill_file_at_its_cap_is_not_called_the_full_output() {
+        let r = ProcessRead {
+            stdout_spill: Some(spill("/s/stdout", 64, false)),
+            stderr_spill: Some(spill("/s/stderr", 10, true)),
+            ..read("tail\n", true)
+        };
+        assert_eq!(
+            render_process_read(&r, &[]),
+            "tail\n[some output was dropped from memory and the spill file reached its cap; \
+             kept: /s/stdout (first 64 bytes), /s/stderr (first 10 bytes)]"
         );
     }
 

@@ -46,8 +46,9 @@ pub mod session;
 
 pub use bash::BashBackend;
 pub use config::{TerminalConfig, MAX_SIDE};
+pub use dsh_core::Owner;
 pub use registry::{
-    CloseOutcome, OpenRequest, Opened, Owner, Snapshot, SpawnRequest, TerminalBackend, Terminals,
+    CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };
 pub use scrollback::{ReadPage, Scrollback};
 pub use session::{PtySession, SendRequest, SendResult, PROMPT};

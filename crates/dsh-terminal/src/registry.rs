@@ -6,55 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, SessionId};
+use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, Owner, SessionId};
 use dsh_sandbox::SandboxPolicy;
 
 use crate::session::{PtySession, SendRequest, SendResult};
 use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
-
-/// Who a terminal session belongs to: one MCP connection (one agent). Two `Owner`s are
-/// the same only if one is a clone of the other, even with the same session id: a
-/// reconnecting client is a new owner.
-#[derive(Clone)]
-pub struct Owner(Arc<OwnerInner>);
-
-struct OwnerInner {
-    session: SessionId,
-    disposed: AtomicBool,
-}
-
-impl Owner {
-    /// A new, live owner for `session`.
-    pub fn new(session: SessionId) -> Owner {
-        Owner(Arc::new(OwnerInner {
-            session,
-            disposed: AtomicBool::new(false),
-        }))
-    }
-
-    /// Its session.
-    pub fn session(&self) -> &SessionId {
-        &self.0.session
-    }
-
-    /// Whether it can still open sessions (it was not disposed of).
-    pub fn is_live(&self) -> bool {
-        !self.0.disposed.load(Ordering::SeqCst)
-    }
-
-    fn key(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
-    }
-}
-
-impl std::fmt::Debug for Owner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Owner")
-            .field("session", &self.0.session)
-            .field("live", &self.is_live())
-            .finish()
-    }
-}
 
 /// What `terminal_open` asks for.
 #[derive(Clone, Debug)]
@@ -598,7 +554,7 @@ impl Terminals {
     /// # Errors
     /// `TERMINAL_FAILED` naming how many sessions could not be closed (they stay listed).
     pub async fn dispose_owner(&self, owner: &Owner) -> Result<(), HarnessError> {
-        owner.0.disposed.store(true, Ordering::SeqCst);
+        owner.end();
         let key = owner.key();
         self.end(|k| k == key, "the owner is disposed").await
     }

@@ -10,6 +10,7 @@
 //! (`SANDBOX_UNAVAILABLE`, a bad workdir) is an error result.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::escalation::{
     denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
@@ -25,9 +26,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::background::BashJob;
 use crate::bounds::{self, Bound, Bounded};
-use crate::policy::Escalation;
+use crate::policy::{AfterCheck, Escalation};
 use crate::{CallContext, Tool, ToolOutput, World};
+use dsh_jobs::JobStart;
 
 /// The `bash` tool. See the [module docs](self).
 #[derive(Debug, Default)]
@@ -50,6 +53,10 @@ struct BashArgs {
     sandbox_permissions: Option<Escalation>,
     /// Why the wider mode is needed, in one sentence the user will read.
     justification: Option<String>,
+    /// Start the command in the background and return its job id at once (no timeout);
+    /// read its output with `job_output`, stop it with `job_kill`. You are told when it
+    /// ends.
+    run_in_background: Option<bool>,
 }
 
 impl Bounded for BashArgs {
@@ -88,6 +95,41 @@ fn parse(args: &Value) -> Result<BashArgs, HarnessError> {
     Ok(a)
 }
 
+/// Starts `request` as a `bash-<n>` job of the call's session and acknowledges it.
+fn start_in_background(
+    ctx: &CallContext<'_>,
+    mut request: ShellRequest,
+    label: String,
+    policy: dsh_sandbox::SandboxPolicy,
+) -> Result<ToolOutput, HarnessError> {
+    let Some(jobs) = ctx.world.jobs() else {
+        return Err(HarnessError::new(
+            ErrorCode::JobsUnavailable,
+            "background jobs are not available here; run the command without \
+             run_in_background",
+        ));
+    };
+    // A cancel that came after an approval: nothing starts.
+    if ctx.cancel.is_cancelled() {
+        return Err(HarnessError::new(ErrorCode::Aborted, "tool call aborted"));
+    }
+    // The job outlives the call: neither the call's cancel nor a timeout ends it.
+    request.cancel = None;
+    request.timeout_ms = None;
+    let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
+    let shell = ctx.world.shell().clone();
+    let check = AfterCheck::of(ctx);
+    let id = jobs.start(JobStart::new("bash", label, Some(owner)), move || {
+        let process = shell.start(shell.resolve(request)?)?;
+        Ok(Arc::new(BashJob::new(process, policy, check)) as Arc<dyn dsh_jobs::Job>)
+    })?;
+    Ok(ToolOutput {
+        image: None,
+        text: dsh_shell::render::background_ack(id.as_str()),
+        meta: Some(json!({"jobId": id.as_str()})),
+    })
+}
+
 #[async_trait]
 impl Tool for BashTool {
     fn name(&self) -> &str {
@@ -106,6 +148,7 @@ impl Tool for BashTool {
         crate::object_schema(
             &[
                 ("exitCode", serde_json::json!({"type": "integer"})),
+                ("jobId", serde_json::json!({"type": "string"})),
                 ("signal", serde_json::json!({"type": "string"})),
                 ("timedOut", serde_json::json!({"type": "boolean"})),
                 ("timeoutMs", serde_json::json!({"type": "integer"})),
@@ -126,7 +169,7 @@ impl Tool for BashTool {
                         "appeared": {"type": "array", "items": {"type": "string"}}}}),
                 ),
             ],
-            &["timedOut", "timeoutMs", "truncated"],
+            &[],
         )
     }
 
@@ -137,6 +180,13 @@ impl Tool for BashTool {
              result: check it. Facts about this harness are in the `DSH_*` environment \
              variables. Long output keeps its tail, with the path of a file holding the rest.",
         );
+        if world.jobs().is_some() {
+            d.push_str(
+                " For a server or a long build, pass `run_in_background: true`: the call \
+                 returns a job id at once; read the output with `job_output`, stop it with \
+                 `job_kill`. You are told when it ends.",
+            );
+        }
         if world.confines() {
             d.push_str(
                 " Commands run in a sandbox: a write it refuses shows as `[sandbox: file access \
@@ -150,10 +200,13 @@ impl Tool for BashTool {
 
     fn parameters(&self, world: &World) -> Value {
         let mut v = crate::args_schema::<BashArgs>();
-        if !world.confines() {
-            if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+        if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+            if !world.confines() {
                 props.remove("sandbox_permissions");
                 props.remove("justification");
+            }
+            if world.jobs().is_none() {
+                props.remove("run_in_background");
             }
         }
         v
@@ -199,10 +252,14 @@ impl Tool for BashTool {
         let dsh_env = world.shell_env().collect(&ExecContext {
             session_id: ctx.session.map(|s| s.id().clone()),
         })?;
+        let label = a.command.clone();
         let mut request = ShellRequest::new(a.command, policy.clone());
         request.workdir = workdir;
         request.timeout_ms = a.timeout_ms;
         request.dsh_env = Some(dsh_env);
+        if a.run_in_background == Some(true) {
+            return start_in_background(ctx, request, label, policy);
+        }
         request.cancel = Some(ctx.cancel.clone());
         let shell = world.shell();
         let result = shell.run(shell.resolve(request)?).await?;

@@ -225,7 +225,7 @@ async fn shell(
             "this world has no terminals, so bash cannot be persistent",
         )
     })?;
-    let owner = ctx.world.terminal_owner(ctx.session.map(|s| s.id()));
+    let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
     if let Some(id) = slot.clone() {
         let live = t
             .list(&owner)
@@ -377,7 +377,7 @@ impl Tool for PersistentBashTool {
             .world
             .terminals()
             .ok_or_else(|| HarnessError::internal("no terminals"))?;
-        let owner = ctx.world.terminal_owner(ctx.session.map(|s| s.id()));
+        let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
         // The shell's policy, for the check after the command (the shell may be reset
         // before then).
         let policy = t.policy(&owner, id.as_str())?;

@@ -41,12 +41,14 @@ use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
 use serde_json::Value;
 
+mod background;
 pub mod bash;
 pub mod bash_persistent;
 pub mod bounds;
 pub mod escalation;
 pub mod files;
 pub mod image;
+pub mod jobs;
 mod pipeline;
 mod policy;
 pub mod policy_service;

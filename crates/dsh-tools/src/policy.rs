@@ -6,10 +6,12 @@ use crate::escalation::{
 };
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
 use dsh_core::journal::{Journal, Logged, Quarantined, Record};
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::{CallId, ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_store::session::Session;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::sync::Arc;
 
 use crate::CallContext;
 
@@ -153,78 +155,116 @@ pub(crate) async fn after_call(
     ctx: &CallContext<'_>,
     policy: &SandboxPolicy,
 ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
-    if policy.mode != SandboxMode::WorkspaceWrite {
-        return Ok(None);
+    AfterCheck::of(ctx).run(policy).await
+}
+
+/// What [`after_call`] needs, kept beyond the call: a background job runs the check when
+/// it ends.
+pub(crate) struct AfterCheck {
+    service: Arc<crate::PolicyService>,
+    temp: Vec<std::path::PathBuf>,
+    session: Option<Arc<Session>>,
+    call_id: CallId,
+}
+
+impl AfterCheck {
+    /// The check for `ctx`'s call.
+    pub(crate) fn of(ctx: &CallContext<'_>) -> AfterCheck {
+        AfterCheck {
+            service: ctx.world.policy_arc(),
+            temp: ctx
+                .world
+                .sandbox()
+                .and_then(|s| s.temp_dir())
+                .into_iter()
+                .collect(),
+            session: ctx.session.cloned(),
+            call_id: ctx.call_id.clone(),
+        }
     }
-    let temp: Vec<std::path::PathBuf> = ctx
-        .world
-        .sandbox()
-        .and_then(|s| s.temp_dir())
-        .into_iter()
-        .collect();
-    let after = ctx.world.policy().after_command(policy, &temp).await;
-    if after.appeared.is_empty() {
-        return Ok(None);
+
+    /// Runs it for a command that ran under `policy` (see [`after_call`]).
+    ///
+    /// # Errors
+    /// The session log's.
+    pub(crate) async fn run(
+        &self,
+        policy: &SandboxPolicy,
+    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            return Ok(None);
+        }
+        let after = self.service.after_command(policy, &self.temp).await;
+        self.report(after).await
     }
-    let paths: Vec<String> = after
-        .appeared
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    let quarantined: Vec<Quarantined> = after
-        .quarantined
-        .iter()
-        .map(|q| Quarantined {
-            path: q.path.display().to_string().into(),
-            moved_to: q.moved_to.as_ref().map(|m| m.display().to_string().into()),
-            what: q.what.to_string().into(),
-            set_aside: q.set_aside,
-        })
-        .collect();
-    let mut line = format!(
-        "[sandbox: this call made {}, which the host's git and editors run or read by \
-         themselves; from now on it is protected",
-        paths.join(", ")
-    );
-    let (done, failed): (Vec<_>, Vec<_>) = after.quarantined.iter().partition(|q| q.set_aside);
-    if !done.is_empty() {
-        let set: Vec<String> = done
+
+    async fn report(
+        &self,
+        after: crate::policy_service::AfterCommand,
+    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
+        if after.appeared.is_empty() {
+            return Ok(None);
+        }
+        let paths: Vec<String> = after
+            .appeared
             .iter()
-            .map(|q| {
-                let to = q.moved_to.as_ref().map(|m| m.display().to_string());
-                format!(
-                    "{} ({}) to {}",
-                    q.path.display(),
-                    q.what,
-                    to.unwrap_or_default()
-                )
+            .map(|p| p.display().to_string())
+            .collect();
+        let quarantined: Vec<Quarantined> = after
+            .quarantined
+            .iter()
+            .map(|q| Quarantined {
+                path: q.path.display().to_string().into(),
+                moved_to: q.moved_to.as_ref().map(|m| m.display().to_string().into()),
+                what: q.what.to_string().into(),
+                set_aside: q.set_aside,
             })
             .collect();
-        line.push_str(&format!(
-            "; what would run a program was set aside for the user to review: {}",
-            set.join("; ")
-        ));
-    }
-    if !failed.is_empty() {
-        let list: Vec<String> = failed
-            .iter()
-            .map(|q| format!("{} ({})", q.path.display(), q.what))
-            .collect();
-        line.push_str(&format!(
-            "; dsh could NOT set aside {}: workspace-write is refused in this workspace until \
+        let mut line = format!(
+            "[sandbox: this call made {}, which the host's git and editors run or read by \
+         themselves; from now on it is protected",
+            paths.join(", ")
+        );
+        let (done, failed): (Vec<_>, Vec<_>) = after.quarantined.iter().partition(|q| q.set_aside);
+        if !done.is_empty() {
+            let set: Vec<String> = done
+                .iter()
+                .map(|q| {
+                    let to = q.moved_to.as_ref().map(|m| m.display().to_string());
+                    format!(
+                        "{} ({}) to {}",
+                        q.path.display(),
+                        q.what,
+                        to.unwrap_or_default()
+                    )
+                })
+                .collect();
+            line.push_str(&format!(
+                "; what would run a program was set aside for the user to review: {}",
+                set.join("; ")
+            ));
+        }
+        if !failed.is_empty() {
+            let list: Vec<String> = failed
+                .iter()
+                .map(|q| format!("{} ({})", q.path.display(), q.what))
+                .collect();
+            line.push_str(&format!(
+                "; dsh could NOT set aside {}: workspace-write is refused in this workspace until \
              the user has dealt with it",
-            list.join("; ")
-        ));
+                list.join("; ")
+            ));
+        }
+        line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
+        let record = Record::SandboxNewGitDir {
+            call_id: Some(self.call_id.as_str().into()),
+            paths: paths.into_iter().map(Logged::from).collect(),
+            quarantined,
+        };
+        let data = record.data();
+        if let Some(session) = &self.session {
+            session.append(record).await?;
+        }
+        Ok(Some((line, data)))
     }
-    line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
-    let record = Record::SandboxNewGitDir {
-        call_id: Some(ctx.call_id.as_str().into()),
-        paths: paths.into_iter().map(Logged::from).collect(),
-        quarantined,
-    };
-    let data = record.data();
-    if let Some(session) = ctx.session {
-        session.append(record).await?;
-    }
-    Ok(Some((line, data)))
 }

@@ -28,12 +28,14 @@ use crate::bash::BashTool;
 use crate::bash_persistent::PersistentBashTool;
 use crate::files::{EditTool, ReadTool, WriteTool};
 use crate::image::ReadImageTool;
+use crate::jobs::{JobKillTool, JobListTool, JobOutputTool};
 use crate::search::{GlobTool, GrepTool};
 use crate::terminal::{
     TerminalCloseTool, TerminalListTool, TerminalOpenTool, TerminalReadTool, TerminalSendTool,
     TerminalSignalTool,
 };
 use crate::{PolicyService, WorldBuilder};
+use dsh_jobs::{Jobs, JobsConfig};
 use dsh_terminal::{BashBackend, TerminalConfig, Terminals};
 
 /// A named World (see the [module docs](self)).
@@ -93,6 +95,8 @@ pub struct WorldConfig {
     pub state_dir: Option<PathBuf>,
     /// The terminal sessions' sizes, limits and readiness timings.
     pub terminal: TerminalConfig,
+    /// The background job registry's settings.
+    pub jobs: JobsConfig,
     /// Whether `bash` runs each command in a fresh shell or in one shell per session.
     /// Default: one-shot.
     pub bash: BashMode,
@@ -151,6 +155,7 @@ impl WorldConfig {
             shell: ShellConfig::default(),
             state_dir: None,
             terminal: TerminalConfig::default(),
+            jobs: JobsConfig::default(),
             bash: BashMode::OneShot,
         }
     }
@@ -192,7 +197,8 @@ impl WorldConfig {
 impl WorldBuilder {
     /// Installs `preset`'s provider for every seam that has none yet, from `config`, with
     /// `sessions` as the session log, and registers every built-in tool (`bash`, `read`,
-    /// `write`, `edit`, `glob`, `grep`, `read_image`, and the six terminal tools). A seam given a provider before
+    /// `write`, `edit`, `glob`, `grep`, `read_image`, the six terminal tools and the three
+    /// job tools). A seam given a provider before
     /// keeps it: the preset's shell and filesystem are then made over that provider.
     ///
     /// # Errors
@@ -271,6 +277,9 @@ impl WorldBuilder {
             )))?;
             self = self.terminals(Arc::new(terminals))?;
         }
+        if self.jobs.is_none() {
+            self = self.jobs(Arc::new(Jobs::new(config.jobs.clone())?))?;
+        }
         self = self
             .approval(Arc::new(ApprovalService::new(config.approval)))?
             .sessions(sessions)?;
@@ -287,8 +296,11 @@ impl WorldBuilder {
 }
 
 /// Every built-in tool but `bash`, once.
-fn builtin_tools() -> [Arc<dyn crate::Tool>; 12] {
+fn builtin_tools() -> [Arc<dyn crate::Tool>; 15] {
     [
+        Arc::new(JobOutputTool),
+        Arc::new(JobListTool),
+        Arc::new(JobKillTool),
         Arc::new(TerminalOpenTool),
         Arc::new(TerminalSendTool),
         Arc::new(TerminalReadTool),

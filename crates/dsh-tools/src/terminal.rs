@@ -52,7 +52,7 @@ fn terminals<'a>(
             "this world has no terminals; use the bash tool",
         )
     })?;
-    Ok((t, ctx.world.terminal_owner(ctx.session.map(|s| s.id()))))
+    Ok((t, ctx.world.owner(ctx.session.map(|s| s.id()))))
 }
 
 fn session_id(id: &str) -> Result<&str, HarnessError> {
@@ -67,7 +67,7 @@ fn session_id(id: &str) -> Result<&str, HarnessError> {
 /// `text` bounded to `cap` bytes: the tail of `body`, then `suffix` whole (and the
 /// truncation marker when anything was cut or `truncated` says output was dropped
 /// upstream). If `suffix` and the marker alone exceed the cap, their tail.
-fn bounded(body: &str, suffix: &str, truncated: bool, cap: usize) -> String {
+pub(crate) fn bounded(body: &str, suffix: &str, truncated: bool, cap: usize) -> String {
     let marker = if truncated { TRUNCATED } else { "" };
     if body.len() + suffix.len() + marker.len() <= cap {
         return format!("{body}{suffix}{marker}");

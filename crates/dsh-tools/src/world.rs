@@ -11,6 +11,7 @@ use dsh_sandbox::Sandbox;
 
 use crate::PolicyService;
 use dsh_fs::observations::{Observation, Observations};
+use dsh_jobs::Jobs;
 use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::Shell;
 use dsh_store::session::{Session, SessionLog};
@@ -25,13 +26,14 @@ pub struct World {
     pub(crate) subprocess: Arc<dyn Subprocess>,
     pub(crate) shell: Arc<dyn Shell>,
     pub(crate) sandbox: Option<Arc<dyn Sandbox>>,
-    pub(crate) policy: PolicyService,
+    pub(crate) policy: Arc<PolicyService>,
     pub(crate) approval: Arc<ApprovalService>,
     pub(crate) sessions: Arc<SessionLog>,
     pub(crate) shell_env: Arc<ShellEnv>,
     pub(crate) fs: Option<Arc<dyn FileSystem>>,
     pub(crate) terminals: Option<Arc<Terminals>>,
-    /// The terminal owner of each session (and of calls without one).
+    pub(crate) jobs: Option<Arc<Jobs>>,
+    /// The owner of each session's terminals and jobs (and of calls without a session).
     pub(crate) owners: std::sync::Mutex<std::collections::HashMap<Option<SessionId>, Owner>>,
     /// What each session last saw of each file: the read-before-edit memory.
     pub(crate) observations: std::sync::Mutex<Observations>,
@@ -78,6 +80,12 @@ impl World {
         &self.policy
     }
 
+    /// The sandbox policy service, to keep beyond a call (a background job checks what it
+    /// made when it ends).
+    pub(crate) fn policy_arc(&self) -> Arc<PolicyService> {
+        self.policy.clone()
+    }
+
     /// The approval service.
     pub fn approval(&self) -> &Arc<ApprovalService> {
         &self.approval
@@ -103,9 +111,14 @@ impl World {
         self.terminals.as_ref()
     }
 
-    /// The owner of `session`'s terminals (one per session for this world's life; calls
-    /// without a session share one).
-    pub fn terminal_owner(&self, session: Option<&SessionId>) -> Owner {
+    /// The background job registry, when the world has one.
+    pub fn jobs(&self) -> Option<&Arc<Jobs>> {
+        self.jobs.as_ref()
+    }
+
+    /// The owner of `session`'s terminals and background jobs (one per session for this
+    /// world's life; calls without a session share one).
+    pub fn owner(&self, session: Option<&SessionId>) -> Owner {
         let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
         owners
             .entry(session.cloned())
@@ -113,6 +126,14 @@ impl World {
                 Owner::new(session.cloned().unwrap_or_else(|| SessionId::new("none")))
             })
             .clone()
+    }
+
+    /// Ends `session`'s background jobs: each still running is cancelled (its tree gets
+    /// SIGTERM, then SIGKILL after the grace) and awaited, and the session starts no more.
+    pub async fn end_jobs(&self, session: Option<&SessionId>) {
+        if let Some(j) = &self.jobs {
+            j.end_owner(&self.owner(session)).await;
+        }
     }
 
     /// Closes every terminal of this world (the hangup, then SIGTERM and SIGKILL after
@@ -141,7 +162,7 @@ impl World {
         let Some(t) = &self.terminals else {
             return Ok(Vec::new());
         };
-        let owner = self.terminal_owner(session.map(|s| s.id()));
+        let owner = self.owner(session.map(|s| s.id()));
         let policies = t.policies(&owner);
         let ended = self.end_terminals().await;
         let call_id = dsh_core::CallId::new("terminals-ended");
@@ -181,7 +202,7 @@ impl World {
             return Ok(());
         }
         if let Some(t) = &self.terminals {
-            if t.has_owner_activity(&self.terminal_owner(Some(session.id()))) {
+            if t.has_owner_activity(&self.owner(Some(session.id()))) {
                 return Err(HarnessError::invalid_argument(format!(
                     "the sandbox mode cannot change from \"{current}\" to \"{mode}\" while \
                      persistent terminal sessions are open or being created; wait for them and \
@@ -252,6 +273,7 @@ pub struct WorldBuilder {
     pub(crate) shell_env: Option<Arc<ShellEnv>>,
     pub(crate) fs: Option<Arc<dyn FileSystem>>,
     pub(crate) terminals: Option<Arc<Terminals>>,
+    pub(crate) jobs: Option<Arc<Jobs>>,
     tools: BTreeMap<String, Arc<dyn Tool>>,
     pre: Vec<Arc<dyn PreExecute>>,
     post: Vec<Arc<dyn PostExecute>>,
@@ -356,6 +378,15 @@ impl WorldBuilder {
         Ok(self)
     }
 
+    /// Installs the background job registry.
+    ///
+    /// # Errors
+    /// `DUPLICATE_SERVICE` when one is installed already.
+    pub fn jobs(mut self, p: Arc<Jobs>) -> Result<Self, HarnessError> {
+        install(&mut self.jobs, p, "jobs")?;
+        Ok(self)
+    }
+
     /// Registers a tool.
     ///
     /// # Errors
@@ -401,7 +432,7 @@ impl WorldBuilder {
             subprocess: self.subprocess.ok_or_else(|| missing("subprocess"))?,
             shell: self.shell.ok_or_else(|| missing("shell"))?,
             sandbox: self.sandbox,
-            policy: self.policy.ok_or_else(|| missing("sandbox policy"))?,
+            policy: Arc::new(self.policy.ok_or_else(|| missing("sandbox policy"))?),
             approval: self.approval.ok_or_else(|| missing("approval"))?,
             sessions: self.sessions.ok_or_else(|| missing("session log"))?,
             shell_env: self
@@ -409,6 +440,7 @@ impl WorldBuilder {
                 .unwrap_or_else(|| Arc::new(ShellEnv::new(None))),
             fs: self.fs,
             terminals: self.terminals,
+            jobs: self.jobs,
             owners: std::sync::Mutex::new(std::collections::HashMap::new()),
             observations: std::sync::Mutex::new(Observations::default()),
             tools: self.tools,

@@ -682,6 +682,7 @@ impl Config {
             shell,
             state_dir,
             terminal: dsh_terminal::TerminalConfig::default(),
+            jobs: dsh_jobs::JobsConfig::default(),
             bash: self.bash.value,
         }
     }

@@ -59,7 +59,9 @@ enum Command {
     /// Run one tool call (`bash`, …) through the whole pipeline (policy hooks, approval,
     /// sandbox, session log) in a session, and print the text the model would see. Exit
     /// status 0 for a normal result (a non-zero exit of the command included), 1 for an
-    /// error result.
+    /// error result. A background job (`bash` with `run_in_background`) does not outlive
+    /// the call's `dsh tool` process: it is killed when the process exits; use `dsh mcp`,
+    /// where jobs live as long as the connection.
     Tool(tool::ToolArgs),
     /// Read the session log: `dsh session list`, `dsh session show ID [--json]`.
     Session(session::SessionArgs),

@@ -111,6 +111,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             }
             Err(e) => eprintln!("dsh mcp: {e}"),
         }
+        world.end_jobs(Some(session.id())).await;
         world.subprocess().shutdown().await;
         session.end_turn("completed").await?;
     }

@@ -148,6 +148,7 @@ fn detail(r: &Record) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        Record::JobNotice { text, .. } => text.text().to_owned(),
     }
 }
 

@@ -21,7 +21,8 @@ const EXIT_ERROR: u8 = 1;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// The tool to call (`bash`, `read`, `write`, `edit`, `glob`, `grep`, `read_image`).
+    /// The tool to call (`bash`, `read`, `write`, `edit`, `glob`, `grep`, `read_image`, …;
+    /// `dsh mcp` lists them all).
     #[arg(value_name = "NAME")]
     name: String,
     /// The arguments as a JSON object, or `-` to read them from stdin (default `{}`).

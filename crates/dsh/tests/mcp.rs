@@ -15,6 +15,8 @@ struct Client {
     _dirs: tempfile::TempDir,
     ws: std::path::PathBuf,
     state: std::path::PathBuf,
+    /// The notifications read so far while waiting for responses.
+    seen: Vec<Value>,
 }
 
 impl Client {
@@ -62,6 +64,7 @@ impl Client {
             _dirs: dirs,
             ws,
             state: root.join("state"),
+            seen: Vec::new(),
         };
         let init = c.request(
             "initialize",
@@ -92,6 +95,32 @@ impl Client {
             if v["id"] == id {
                 return v;
             }
+            if v.get("id").is_none() {
+                self.seen.push(v);
+            }
+        }
+    }
+
+    /// The `notifications/message` texts of logger `dsh.jobs` received within `limit`
+    /// (pinging meanwhile, so nothing blocks).
+    fn job_notices_within(&mut self, limit: std::time::Duration) -> Vec<String> {
+        let start = std::time::Instant::now();
+        loop {
+            self.request("ping", json!({}));
+            let notices: Vec<String> = self
+                .seen
+                .iter()
+                .filter(|m| m["method"] == "notifications/message")
+                .filter(|m| m["params"]["logger"] == "dsh.jobs")
+                .map(|m| {
+                    assert_eq!(m["params"]["level"], "info", "{m}");
+                    m["params"]["data"].as_str().unwrap_or("").to_owned()
+                })
+                .collect();
+            if !notices.is_empty() || start.elapsed() >= limit {
+                return notices;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
 
@@ -165,6 +194,9 @@ fn tools_are_listed_with_schemas_and_honest_annotations() {
             "edit",
             "glob",
             "grep",
+            "job_kill",
+            "job_list",
+            "job_output",
             "read",
             "read_image",
             "terminal_close",
@@ -827,4 +859,139 @@ fn persistent_bash_keeps_cd_and_export_under_the_sandbox() {
     assert!(text(&r).starts_with("pty-1 (bash) [shell] running"), "{r}");
     drop(c.stdin);
     c.child.wait().expect("dsh mcp exits");
+}
+
+#[test]
+fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
+    let mut c = Client::start();
+    let r = c.call(
+        "bash",
+        json!({"command": "sleep 0.3; echo hi", "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    assert_eq!(r["result"]["structuredContent"]["jobId"], "bash-1", "{r}");
+    let notices = c.job_notices_within(std::time::Duration::from_secs(10));
+    assert_eq!(
+        notices,
+        [
+            "background job bash-1 (bash: sleep 0.3; echo hi) finished [status: completed, \
+          exit code: 0]. Read its output with job_output."
+        ]
+    );
+    let r = c.call("job_output", json!({"job_id": "bash-1"}));
+    assert_eq!(text(&r), "hi\n[status: completed, exit code: 0]", "{r}");
+    // Collected by a wait, or killed: no notice.
+    c.seen.clear();
+    c.call(
+        "bash",
+        json!({"command": "sleep 0.2", "description": "t", "run_in_background": true}),
+    );
+    let r = c.call("job_output", json!({"job_id": "bash-2", "wait": true}));
+    assert!(
+        text(&r).ends_with("[status: completed, exit code: 0]"),
+        "{r}"
+    );
+    c.call(
+        "bash",
+        json!({"command": "sleep 100", "description": "t", "run_in_background": true}),
+    );
+    let r = c.call("job_kill", json!({"job_id": "bash-3"}));
+    assert_eq!(text(&r), "requested cancellation of job bash-3", "{r}");
+    assert!(c
+        .job_notices_within(std::time::Duration::from_secs(2))
+        .is_empty());
+    // The session log keeps the notice it sent.
+    drop(c.stdin);
+    let _ = c.child.wait();
+    let (_, events) = session_events(&c.state);
+    let logged: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "job/notice")
+        .collect();
+    assert_eq!(logged.len(), 1, "{events:?}");
+    assert_eq!(logged[0]["data"]["jobId"], "bash-1");
+}
+
+#[test]
+fn a_connections_jobs_die_with_it_and_another_connection_cannot_see_them() {
+    for ending in ["eof", "sigterm"] {
+        let mut c = Client::start();
+        let marker = format!("dsh-job-{ending}-{}", std::process::id());
+        let r = c.call(
+            "bash",
+            json!({"command": format!(
+                "setsid sh -c 'exec -a {marker}-d sleep 1000' & \
+                 (trap '' TERM; exec -a {marker}-t sleep 1001) & wait"),
+                "description": "t", "run_in_background": true}),
+        );
+        assert_eq!(text(&r), "started background job bash-1", "{r}");
+        assert!(
+            within_5s(|| alive_with(&format!("{marker}-d")) && alive_with(&format!("{marker}-t"))),
+            "the job's processes never started"
+        );
+        let mut other = Client::start();
+        assert_eq!(
+            text(&other.call("job_list", json!({}))),
+            "(no background jobs)"
+        );
+        let r = other.call("job_kill", json!({"job_id": "bash-1"}));
+        assert_eq!(
+            r["result"]["structuredContent"]["error"]["code"], "NO_JOB",
+            "{r}"
+        );
+        assert!(alive_with(&format!("{marker}-d")));
+        if ending == "eof" {
+            drop(c.stdin);
+        } else {
+            let pid = rustix::process::Pid::from_raw(c.child.id() as i32).expect("pid");
+            rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+        }
+        let _ = c.child.wait();
+        assert!(
+            within_5s(|| !alive_with(&format!("{marker}-d")) && !alive_with(&format!("{marker}-t"))),
+            "{ending}: the job's tree outlived its connection"
+        );
+    }
+}
+
+#[test]
+fn a_job_printing_without_end_costs_bounded_memory_and_disk() {
+    let mut c = Client::start();
+    let r = c.call(
+        "bash",
+        json!({"command": "yes 0123456789abcdefghijklmnopqrstuvwxyz", "description": "t",
+               "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    // 30 s of `yes` (gigabytes): memory stays at the ring, the spill file at its cap.
+    let mut peak = 0;
+    for _ in 0..150 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        peak = peak.max(rss_kib(c.child.id()));
+    }
+    assert!(peak < 64 * 1024, "dsh mcp reached {peak} KiB");
+    let r = c.call("job_output", json!({"job_id": "bash-1"}));
+    let t = text(&r);
+    assert!(t.len() <= 256 * 1024, "{}", t.len());
+    assert!(
+        t.contains(
+            "[some output was dropped from memory and the spill file reached its cap; kept: "
+        ),
+        "{}",
+        &t[t.len().saturating_sub(400)..]
+    );
+    assert!(
+        t.ends_with("[status: running]"),
+        "{}",
+        &t[t.len().saturating_sub(200)..]
+    );
+    let spill = t
+        .split("kept: ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (first ").next())
+        .expect("spill path");
+    let size = std::fs::metadata(spill).expect("spill file").len();
+    assert_eq!(size, 64 * 1024 * 1024, "{spill}");
+    let r = c.call("job_kill", json!({"job_id": "bash-1"}));
+    assert_eq!(text(&r), "requested cancellation of job bash-1", "{r}");
 }

@@ -115,6 +115,16 @@ pub enum Record {
         #[serde(default)]
         quarantined: Vec<Quarantined>,
     },
+    /// `job/notice {jobId, text}`: a background job ended unseen and its owner was told.
+    #[serde(rename = "job/notice")]
+    JobNotice {
+        /// The job.
+        #[serde(default, skip_serializing_if = "Logged::is_dropped")]
+        job_id: Logged,
+        /// The notice, as sent.
+        #[serde(default, skip_serializing_if = "Logged::is_dropped")]
+        text: Logged,
+    },
 }
 
 /// Why a turn ended: `{kind}`.
@@ -221,6 +231,7 @@ impl Record {
             Record::ApprovalDecided { .. } => EventKind::ApprovalDecided,
             Record::LogCapped { .. } => EventKind::LogCapped,
             Record::SandboxNewGitDir { .. } => EventKind::SandboxNewGitDir,
+            Record::JobNotice { .. } => EventKind::JobNotice,
         }
     }
 
@@ -292,6 +303,10 @@ mod tests {
                 call_id: None,
                 paths: vec![],
                 quarantined: vec![],
+            },
+            Record::JobNotice {
+                job_id: "bash-1".into(),
+                text: "background job bash-1 (bash: true) finished".into(),
             },
         ];
         assert_eq!(records.len(), EventKind::ALL.len());

@@ -1,6 +1,7 @@
 //! The tools crate with real processes, sandboxes, files and SQLite.
 
 mod approval_action;
+mod background_jobs;
 mod bounds;
 mod files;
 mod panics;

@@ -18,6 +18,7 @@ DSH, MODE, SCRATCH = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 TOOLS = {
     "bash", "edit", "glob", "grep", "read", "read_image", "write",
     "terminal_open", "terminal_send", "terminal_read", "terminal_signal", "terminal_close", "terminal_list",
+    "job_output", "job_list", "job_kill",
 }
 
 
@@ -170,8 +171,34 @@ async def a_client_gone_while_asked_cancels_the_call() -> None:
           and kinds[-1][0] == "turn/end", "the log says the approval was cancelled, then the turn ended", kinds)
 
 
+async def a_background_job_is_noticed() -> None:
+    ws = workspace("jobs")
+    got = []
+
+    async def on_log(params) -> None:
+        got.append(params)
+
+    async with Client(server(ws), mode=MODE, logging_callback=on_log, log_level="info") as c:
+        r = await c.call_tool("bash", {"command": "sleep 0.2; echo bg", "description": "bg",
+                                       "run_in_background": True})
+        check(not r.is_error and text(r) == "started background job bash-1", "a background start", r)
+        for _ in range(200):
+            if got:
+                break
+            await anyio.sleep(0.05)
+        want = ("background job bash-1 (bash: sleep 0.2; echo bg) finished "
+                "[status: completed, exit code: 0]. Read its output with job_output.")
+        check(len(got) == 1 and got[0].logger == "dsh.jobs" and got[0].level == "info"
+              and got[0].data == want, "the job's notice", got)
+        r = await c.call_tool("job_output", {"job_id": "bash-1"})
+        check(text(r) == "bg\n[status: completed, exit code: 0]", "its output", r)
+        r = await c.call_tool("job_list", {})
+        check(text(r) == "bash-1 [bash] completed — sleep 0.2; echo bg", "the job list", r)
+
+
 async def main() -> None:
     await the_workspace_is_the_first_root()
+    await a_background_job_is_noticed()
     await tools_and_file_work()
     await escalations_are_elicited()
     await no_elicitation_fails_closed()

@@ -1,0 +1,295 @@
+//! Background `bash` and the job tools, with real commands: `run_in_background`,
+//! `job_output`, `job_list`, `job_kill`, the limit, ownership and bad input.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_core::CancelToken;
+use dsh_sandbox::SandboxMode;
+use dsh_store::session::{Session, SessionLog};
+use dsh_store::SqliteStorage;
+use dsh_tools::{Preset, ToolResult, World, WorldBuilder, WorldConfig};
+use serde_json::{json, Value};
+
+use crate::support::{call, code};
+
+async fn world(ws: &std::path::Path, mode: SandboxMode) -> (World, Arc<Session>, Arc<SessionLog>) {
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(ws).await.expect("session");
+    let config = WorldConfig::new(ws).with_mode(mode);
+    let preset = if mode.is_confined() {
+        Preset::Sandboxed
+    } else {
+        Preset::Local
+    };
+    let world = WorldBuilder::new()
+        .preset(preset, &config, sessions.clone())
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    (world, session, sessions)
+}
+
+async fn tool(world: &World, session: &Arc<Session>, name: &str, args: Value) -> ToolResult {
+    world
+        .call(Some(session), call(name, args), CancelToken::new())
+        .await
+}
+
+/// `job_output` of `id` after waiting for its end.
+async fn wait_output(world: &World, session: &Arc<Session>, id: &str) -> ToolResult {
+    tool(
+        world,
+        session,
+        "job_output",
+        json!({"job_id": id, "wait": true}),
+    )
+    .await
+}
+
+async fn background(world: &World, session: &Arc<Session>, command: &str) -> ToolResult {
+    tool(
+        world,
+        session,
+        "bash",
+        json!({"command": command, "description": "t", "run_in_background": true}),
+    )
+    .await
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+async fn gone_within(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_is_acknowledged_at_once_and_read_when_it_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let start = Instant::now();
+    let r = background(&world, &session, "sleep 0.5; echo done").await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.text, "started background job bash-1");
+    assert!(
+        start.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+    let r = tool(&world, &session, "job_output", json!({"job_id": "bash-1"})).await;
+    assert_eq!(r.text, "(no new output)\n[status: running]");
+    let r = wait_output(&world, &session, "bash-1").await;
+    assert_eq!(r.text, "done\n[status: completed, exit code: 0]", "{r:?}");
+    // Consumed: nothing new, the status stays.
+    let r = tool(&world, &session, "job_output", json!({"job_id": "bash-1"})).await;
+    assert_eq!(r.text, "(no new output)\n[status: completed, exit code: 0]");
+    let r = tool(&world, &session, "job_list", json!({})).await;
+    assert_eq!(r.text, "bash-1 [bash] completed — sleep 0.5; echo done");
+    // A wait on a finished job returns at once; a kill of it says it had finished.
+    let r = tool(
+        &world,
+        &session,
+        "job_output",
+        json!({"job_id": "bash-1", "wait": true, "timeout_ms": 1}),
+    )
+    .await;
+    assert!(
+        r.text.ends_with("[status: completed, exit code: 0]"),
+        "{r:?}"
+    );
+    let r = tool(&world, &session, "job_kill", json!({"job_id": "bash-1"})).await;
+    assert_eq!(
+        r.text,
+        "job bash-1 had already finished [status: completed, exit code: 0]"
+    );
+    // stderr and a failing exit.
+    let r = background(&world, &session, "echo out; echo err >&2; exit 3").await;
+    assert_eq!(r.text, "started background job bash-2");
+    let r = wait_output(&world, &session, "bash-2").await;
+    assert_eq!(
+        r.text, "out\n[stderr]\nerr\n[status: completed, exit code: 3]",
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_kill_ends_the_whole_tree_daemons_and_term_ignorers_included() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = background(
+        &world,
+        &session,
+        "setsid sh -c 'echo D=$$; exec sleep 1000' & (trap '' TERM; echo T=$BASHPID; exec sleep 1001) & wait",
+    )
+    .await;
+    assert_eq!(r.text, "started background job bash-1");
+    let mut text = String::new();
+    for _ in 0..100 {
+        let r = tool(&world, &session, "job_output", json!({"job_id": "bash-1"})).await;
+        if let Some((body, _)) = r.text.rsplit_once('\n') {
+            if body != "(no new output)" {
+                text.push_str(body);
+                text.push('\n');
+            }
+        }
+        if text.contains("D=") && text.contains("T=") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = |k: &str| -> u32 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {text:?}"))
+    };
+    let (daemon, stubborn) = (pid("D="), pid("T="));
+    assert!(alive(daemon) && alive(stubborn));
+    let r = tool(
+        &world,
+        &session,
+        "job_kill",
+        json!({"job_id": "bash-1", "reason": "not needed"}),
+    )
+    .await;
+    assert_eq!(r.text, "requested cancellation of job bash-1");
+    assert_eq!(
+        r.meta.as_ref().expect("meta")["outcome"],
+        "cancellation-requested"
+    );
+    assert!(
+        gone_within(daemon, Duration::from_secs(10)).await,
+        "the setsid daemon survived"
+    );
+    assert!(
+        gone_within(stubborn, Duration::from_secs(10)).await,
+        "the TERM ignorer survived"
+    );
+    let r = wait_output(&world, &session, "bash-1").await;
+    assert!(
+        r.text.ends_with("[status: killed, signal: SIGTERM]"),
+        "{r:?}"
+    );
+    let r = tool(&world, &session, "job_kill", json!({"job_id": "bash-1"})).await;
+    assert!(
+        r.text
+            .starts_with("job bash-1 had already finished [status: killed"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eleventh_job_is_refused_until_one_settles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    for n in 1..=10 {
+        let r = background(&world, &session, "sleep 100").await;
+        assert_eq!(r.text, format!("started background job bash-{n}"));
+    }
+    let r = background(&world, &session, "sleep 100").await;
+    assert!(r.is_error);
+    assert_eq!(code(&r), Some("JOB_LIMIT"));
+    assert!(r.text.contains("job_kill"), "{}", r.text);
+    tool(&world, &session, "job_kill", json!({"job_id": "bash-3"})).await;
+    wait_output(&world, &session, "bash-3").await;
+    // No number was used by the refusal.
+    let r = background(&world, &session, "true").await;
+    assert_eq!(r.text, "started background job bash-11");
+    world.end_jobs(Some(session.id())).await;
+    let r = tool(&world, &session, "job_list", json!({})).await;
+    assert_eq!(r.text, "(no background jobs)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_coded_error_or_the_pinned_rendering() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "job_output", json!({"job_id": ""})).await;
+    assert_eq!(
+        r.text,
+        "Error: invalid job_id: expected a non-empty string, got \"\""
+    );
+    assert_eq!(code(&r), Some("INVALID_ARGS"));
+    for name in ["job_output", "job_kill"] {
+        let r = tool(&world, &session, name, json!({"job_id": "bash-99"})).await;
+        assert_eq!(code(&r), Some("NO_JOB"), "{name}: {r:?}");
+        assert!(r.text.contains("unknown job"), "{r:?}");
+    }
+    background(&world, &session, "sleep 0.3; echo late").await;
+    for bad in [json!(-5), json!(0), json!("x")] {
+        let r = tool(
+            &world,
+            &session,
+            "job_output",
+            json!({"job_id": "bash-1", "wait": true, "timeout_ms": bad}),
+        )
+        .await;
+        assert!(r.is_error, "{bad}: {r:?}");
+    }
+    // A huge timeout is clamped, and the wait ends when the job does.
+    let start = Instant::now();
+    let r = tool(
+        &world,
+        &session,
+        "job_output",
+        json!({"job_id": "bash-1", "wait": true, "timeout_ms": 1e300}),
+    )
+    .await;
+    assert_eq!(r.text, "late\n[status: completed, exit code: 0]", "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Another session sees nothing of this one's jobs.
+    let other = log.create(&ws).await.expect("session");
+    let r = tool(&world, &other, "job_list", json!({})).await;
+    assert_eq!(r.text, "(no background jobs)");
+    for name in ["job_output", "job_kill"] {
+        let r = tool(&world, &other, name, json!({"job_id": "bash-1"})).await;
+        assert_eq!(code(&r), Some("FOREIGN_JOB"), "{name}: {r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_workspace_write_job_makes_is_checked_when_it_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::WorkspaceWrite).await;
+    // After the call returned, the job plants a repository whose hook the host's git
+    // would run.
+    let r = background(
+        &world,
+        &session,
+        "sleep 0.3; git init -q sub && printf '#!/bin/sh\\necho pwned\\n' > sub/.git/hooks/pre-commit",
+    )
+    .await;
+    assert_eq!(r.text, "started background job bash-1", "{r:?}");
+    let r = wait_output(&world, &session, "bash-1").await;
+    assert!(
+        r.text.contains("[sandbox: this call made"),
+        "the check after the job did not run: {r:?}"
+    );
+    assert!(
+        r.text.ends_with("[status: completed, exit code: 0]"),
+        "{r:?}"
+    );
+    assert!(
+        !ws.join("sub/.git/hooks/pre-commit").exists(),
+        "the planted hook is still where git would run it"
+    );
+}
