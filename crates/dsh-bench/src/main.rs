@@ -25,16 +25,22 @@
 //! - protection: a workspace-write `bash` call of `true` through a long-lived World in a
 //!   git repository of 100 000 files against the same in an empty one (the walk for nested
 //!   repositories is made at the first call and kept current by inotify), and the same
-//!   pair through `dsh exec`, which walks afresh every time.
+//!   pair through `dsh exec`, which walks afresh every time;
+//! - terminals: a send at the prompt against a one-shot `bash`, a REPL's answer against
+//!   the silence tier, the memory of 100 idle sessions;
+//! - jobs: a background `bash` of `true` collected with `job_output` against a foreground
+//!   one, and `dsh mcp`'s peak memory and spill files while ten jobs print 1 GiB each.
 //!
 //! Environment: `DSH_BIN` names the `dsh` binary to time (default: build it with cargo;
 //! when it is set, `dsh-spawn-floor` is taken from beside the bench binary if it is there);
 //! `DSH_BENCH_RUNS` sets N (default 300); `DSH_BENCH_ONLY` runs only the named groups
-//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`, `protect`, `terminal`).
+//! (comma-separated: `spawn`, `capture`, `tool`, `mcp`, `files`, `protect`, `terminal`,
+//! `jobs`).
 #![forbid(unsafe_code)]
 
 mod capture;
 mod files;
+mod jobs;
 mod mcp;
 mod measure;
 mod protect;
@@ -95,6 +101,9 @@ fn main() {
     }
     if wanted("terminal") {
         figures.extend(rt.block_on(terminal::terminal_figures(runs)));
+    }
+    if wanted("jobs") {
+        figures.extend(rt.block_on(jobs::job_figures(&dsh, runs)));
     }
     if wanted("protect") {
         figures.extend(rt.block_on(protect::protection_walk(&dsh, runs)));

@@ -6,14 +6,27 @@
 //! (`top`, `htop`, `vim`, `less`, a curses menu) draws with cursor moves that mean
 //! nothing as lines: while it holds the alternate screen, a send's viewport is the
 //! rendered screen instead, rows × cols of text with no escape bytes.
+//!
+//! The emulator exists only while the alternate screen is held: it is made when the
+//! output switches to it (`CSI ? 1049 h`, `? 1047 h`, `? 47 h`) and dropped when the
+//! program leaves it, so an idle shell costs no emulator (two grids of rows × cols
+//! cells each).
 
 /// A terminal emulator's screen, bounded to rows × cols (no scrollback of its own).
 pub(crate) struct Screen {
-    parser: vt100::Parser,
+    rows: u16,
+    cols: u16,
+    /// While the alternate screen is held.
+    parser: Option<vt100::Parser>,
     strings: Strings,
     /// The bytes passed on, reused between calls.
     out: Vec<u8>,
+    /// The end of the output so far, where a switch split across two reads begins.
+    tail: Vec<u8>,
 }
+
+/// The longest alternate-screen switch looked for (`ESC [ ?` and a few parameters).
+const SWITCH_MAX: usize = 24;
 
 /// Where [`Screen::process`] is in the escape syntax, to drop the bodies of string
 /// sequences (OSC, DCS, SOS, PM, APC): the emulator keeps an OSC body whole, however
@@ -36,9 +49,12 @@ impl Screen {
     /// A blank screen of `rows` × `cols`.
     pub(crate) fn new(rows: u16, cols: u16) -> Screen {
         Screen {
-            parser: vt100::Parser::new(rows, cols, 0),
+            rows,
+            cols,
+            parser: None,
             strings: Strings::Ground,
             out: Vec::new(),
+            tail: Vec::new(),
         }
     }
 
@@ -80,7 +96,30 @@ impl Screen {
                 }
             };
         }
-        self.parser.process(&self.out);
+        match &mut self.parser {
+            Some(parser) => {
+                parser.process(&self.out);
+                if !parser.screen().alternate_screen() {
+                    self.parser = None;
+                }
+            }
+            None => {
+                let mut seen = std::mem::take(&mut self.tail);
+                seen.extend_from_slice(&self.out);
+                if let Some(at) = alternate_switch(&seen) {
+                    let mut parser = vt100::Parser::new(self.rows, self.cols, 0);
+                    parser.process(&seen[at..]);
+                    if parser.screen().alternate_screen() {
+                        self.parser = Some(parser);
+                    }
+                }
+                if self.parser.is_none() {
+                    let from = seen.len().saturating_sub(SWITCH_MAX);
+                    seen.drain(..from);
+                    self.tail = seen;
+                }
+            }
+        }
         if self.out.capacity() > 64 << 10 {
             self.out = Vec::new();
         }
@@ -88,12 +127,16 @@ impl Screen {
 
     /// Whether a full-screen program holds the alternate screen.
     pub(crate) fn alternate(&self) -> bool {
-        self.parser.screen().alternate_screen()
+        self.parser.is_some()
     }
 
-    /// The screen's text: its rows, trailing blanks and blank rows at the bottom trimmed.
+    /// The screen's text: its rows, trailing blanks and blank rows at the bottom trimmed
+    /// (empty unless the alternate screen is held).
     pub(crate) fn contents(&self) -> String {
-        let text = self.parser.screen().contents();
+        let Some(parser) = &self.parser else {
+            return String::new();
+        };
+        let text = parser.screen().contents();
         let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
         let keep = lines
             .iter()
@@ -101,6 +144,37 @@ impl Screen {
             .map_or(0, |i| i + 1);
         lines[..keep].join("\n")
     }
+}
+
+/// Where the first switch to the alternate screen in `bytes` starts: `ESC [ ?` with a
+/// parameter 47, 1047 or 1049 among its `;`-separated ones, ending in `h`.
+fn alternate_switch(bytes: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = memchr_esc(&bytes[from..]).map(|i| i + from) {
+        let rest = &bytes[i..];
+        if rest.starts_with(b"\x1b[?") {
+            let params = &rest[3..];
+            let end = params
+                .iter()
+                .take(SWITCH_MAX)
+                .position(|b| !(b.is_ascii_digit() || *b == b';'));
+            if let Some(end) = end {
+                if params[end] == b'h'
+                    && params[..end]
+                        .split(|b| *b == b';')
+                        .any(|p| matches!(p, b"47" | b"1047" | b"1049"))
+                {
+                    return Some(i);
+                }
+            }
+        }
+        from = i + 1;
+    }
+    None
+}
+
+fn memchr_esc(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|b| *b == 0x1b)
 }
 
 /// Where the byte after `ESC` leads.
@@ -116,7 +190,8 @@ fn escape_next(b: u8) -> Strings {
 impl std::fmt::Debug for Screen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Screen")
-            .field("size", &self.parser.screen().size())
+            .field("size", &(self.rows, self.cols))
+            .field("alternate", &self.alternate())
             .finish()
     }
 }
@@ -136,5 +211,26 @@ mod tests {
         assert!(s.alternate());
         assert_eq!(s.contents(), "\n  hi!");
         assert_eq!(s.strings, Strings::Ground);
+    }
+
+    #[test]
+    fn the_emulator_lives_only_while_the_alternate_screen_is_held() {
+        let mut s = Screen::new(5, 20);
+        s.process(b"plain output\r\n\x1b[1mbold\x1b[0m");
+        assert!(!s.alternate() && s.parser.is_none());
+        assert_eq!(s.contents(), "");
+        // A switch split across reads, with another private mode beside it.
+        s.process(b"\x1b[?10");
+        s.process(b"49;25h\x1b[3;1Hmenu");
+        assert!(s.alternate());
+        assert_eq!(s.contents(), "\n\nmenu");
+        s.process(b"\x1b[?1049lback");
+        assert!(!s.alternate() && s.parser.is_none());
+        s.process(b"\x1b[?47h\x1b[Hagain");
+        assert_eq!(s.contents(), "again");
+        // Other private modes are not a switch.
+        let mut t = Screen::new(5, 20);
+        t.process(b"\x1b[?25h\x1b[?2004h\x1b[?1h");
+        assert!(!t.alternate());
     }
 }
