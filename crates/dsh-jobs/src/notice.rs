@@ -19,7 +19,8 @@ pub fn completion_notice(job: &JobSnapshot, limit: usize) -> String {
     let text = format!(
         "{prefix} ({}: {}) finished {}. Read its output with job_output.",
         job.kind,
-        job.label,
+        // A label is a command line: its control characters reach no client as they are.
+        dsh_core::visible::visible(&job.label),
         job.status_line()
     );
     if text.len() <= limit {

@@ -48,7 +48,8 @@ pub use bash::BashBackend;
 pub use config::{TerminalConfig, MAX_SIDE};
 pub use dsh_core::Owner;
 pub use registry::{
-    CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
+    BackgroundSend, CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend,
+    Terminals,
 };
 pub use scrollback::{ReadPage, Scrollback};
 pub use session::{PtySession, SendRequest, SendResult, PROMPT};

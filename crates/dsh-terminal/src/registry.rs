@@ -12,6 +12,11 @@ use dsh_sandbox::SandboxPolicy;
 use crate::session::{PtySession, SendRequest, SendResult};
 use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
 
+/// A send started by [`Terminals::start_send`]: await it to run it to its end.
+pub type BackgroundSend = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<SendResult, HarnessError>> + Send + 'static>,
+>;
+
 /// What `terminal_open` asks for.
 #[derive(Clone, Debug)]
 pub struct OpenRequest {
@@ -446,6 +451,30 @@ impl Terminals {
             )));
         }
         session.send(request, cancel, false).await
+    }
+
+    /// [`send`](Self::send) for a background send: the checks (`NO_SESSION`,
+    /// `FOREIGN_SESSION`, the timeout, `TERMINAL_CLOSING`, `TERMINAL_EXITED`,
+    /// `SEND_ACTIVE`) now, the send in the returned future, which holds the session's
+    /// send slot until it settles.
+    ///
+    /// # Errors
+    /// As listed; the future, as `send`.
+    pub fn start_send(
+        &self,
+        owner: &Owner,
+        id: &str,
+        request: SendRequest,
+        cancel: CancelToken,
+    ) -> Result<BackgroundSend, HarnessError> {
+        let session = self.session(owner, id)?;
+        if request.timeout > self.config.max_timeout {
+            return Err(HarnessError::invalid_argument(format!(
+                "timeout_ms must be at most {}",
+                self.config.max_timeout.as_millis()
+            )));
+        }
+        Ok(Box::pin(session.start_send(request, cancel)?))
     }
 
     /// A page of session `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).

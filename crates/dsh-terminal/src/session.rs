@@ -161,7 +161,7 @@ pub struct PtySession {
     /// Owns the tree: dropping the session kills it.
     _process: Process,
     state: Arc<Mutex<State>>,
-    send_slot: tokio::sync::Mutex<()>,
+    send_slot: Arc<tokio::sync::Mutex<()>>,
     /// The active send was cancelled and waits for the interrupted program.
     interrupting: AtomicBool,
     /// A look at the foreground group is running.
@@ -217,7 +217,7 @@ impl PtySession {
             pty,
             _process: process,
             state,
-            send_slot: tokio::sync::Mutex::new(()),
+            send_slot: Arc::new(tokio::sync::Mutex::new(())),
             interrupting: AtomicBool::new(false),
             inspecting: Arc::new(AtomicBool::new(false)),
             closing: AtomicBool::new(false),
@@ -275,6 +275,48 @@ impl PtySession {
         cancel: &CancelToken,
         startup: bool,
     ) -> Result<SendResult, HarnessError> {
+        self.check_open()?;
+        let slot = match self.send_slot.clone().try_lock_owned() {
+            Ok(slot) => Some(slot),
+            // A cancelled send is only waiting for its program to come back from the
+            // interrupt: its successor waits a moment instead of being refused.
+            Err(_) if self.interrupting.load(Ordering::SeqCst) => {
+                tokio::time::timeout(INTERRUPT_WAIT, self.send_slot.clone().lock_owned())
+                    .await
+                    .ok()
+            }
+            Err(_) => None,
+        };
+        let slot = slot.ok_or_else(send_active)?;
+        self.send_holding(slot, request, cancel, startup).await
+    }
+
+    /// [`send`](Self::send) in two steps: the checks and the send slot now (so
+    /// `TERMINAL_CLOSING`, `TERMINAL_EXITED` and `SEND_ACTIVE` come at once, without
+    /// waiting), the send itself in the returned future, which holds the slot until it
+    /// settles (a background send).
+    ///
+    /// # Errors
+    /// `TERMINAL_CLOSING`, `TERMINAL_EXITED`, `SEND_ACTIVE`; the future, as `send`.
+    pub fn start_send(
+        self: &Arc<Self>,
+        request: SendRequest,
+        cancel: CancelToken,
+    ) -> Result<
+        impl std::future::Future<Output = Result<SendResult, HarnessError>> + Send + 'static,
+        HarnessError,
+    > {
+        self.check_open()?;
+        let slot = self
+            .send_slot
+            .clone()
+            .try_lock_owned()
+            .map_err(|_| send_active())?;
+        let session = self.clone();
+        Ok(async move { session.send_holding(slot, request, &cancel, false).await })
+    }
+
+    fn check_open(&self) -> Result<(), HarnessError> {
         if self.is_closing() {
             return Err(closing_error());
         }
@@ -284,24 +326,17 @@ impl PtySession {
                 "the terminal session has exited; open a new one with terminal_open",
             ));
         }
-        let slot = match self.send_slot.try_lock() {
-            Ok(slot) => Some(slot),
-            // A cancelled send is only waiting for its program to come back from the
-            // interrupt: its successor waits a moment instead of being refused.
-            Err(_) if self.interrupting.load(Ordering::SeqCst) => {
-                tokio::time::timeout(INTERRUPT_WAIT, self.send_slot.lock())
-                    .await
-                    .ok()
-            }
-            Err(_) => None,
-        };
-        let Some(_slot) = slot else {
-            return Err(HarnessError::new(
-                ErrorCode::SendActive,
-                "another send to this terminal session is still active; wait for it to settle, \
-                 or cancel it, then send again",
-            ));
-        };
+        Ok(())
+    }
+
+    /// The send, its slot held.
+    async fn send_holding(
+        &self,
+        _slot: tokio::sync::OwnedMutexGuard<()>,
+        request: SendRequest,
+        cancel: &CancelToken,
+        startup: bool,
+    ) -> Result<SendResult, HarnessError> {
         let _interrupting = ClearOnDrop(&self.interrupting);
         if cancel.is_cancelled() {
             return Err(HarnessError::new(
@@ -633,6 +668,14 @@ impl Drop for PtySession {
         self.reader.abort();
         // The Process dropped with us SIGKILLs the tree.
     }
+}
+
+fn send_active() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::SendActive,
+        "another send to this terminal session is still active; wait for it to settle, or \
+         cancel it, then send again",
+    )
 }
 
 fn closing_error() -> HarnessError {

@@ -1,5 +1,6 @@
-//! Background `bash`: a command started with `run_in_background: true`, held by the job
-//! registry as a `bash-<n>` job.
+//! Background work held by the job registry: `bash` with `run_in_background: true` (a
+//! `bash-<n>` job, [`BashJob`]) and `terminal_send` with it (a `pty-send-<n>` job,
+//! [`PtySendJob`]).
 //!
 //! Its output is read with `job_output` (consuming, from the ring of each stream, with
 //! the spill file named when some slid out of memory); its tree dies with `job_kill`,
@@ -8,14 +9,16 @@
 //! set aside and protected), and what it found and how the sandbox treated the command
 //! come with the first read after the end.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use dsh_core::HarnessError;
+use dsh_core::{CancelReason, CancelToken, HarnessError};
 use dsh_jobs::{Job, JobEnd, JobOutcome};
 use dsh_sandbox::SandboxPolicy;
 use dsh_shell::render::{outcome_detail, render_process_read};
 use dsh_shell::{ProcessStatus, ShellProcess};
+use dsh_terminal::{BackgroundSend, SessionStatus};
 
 use crate::escalation::{denial_marker, escalation_hint, wider_modes, Subject};
 use crate::policy::AfterCheck;
@@ -104,5 +107,95 @@ impl Job for BashJob {
         let read = self.process.read_output();
         let lines = self.closing().take().unwrap_or_default();
         render_process_read(&read, &lines)
+    }
+}
+
+/// A terminal send running on after its call returned. Its output comes whole when it
+/// settles: the viewport a foreground send would have shown, and the status line says why
+/// it settled (`wait: stdin_read`) or that the session ended. A kill interrupts the
+/// foreground program (SIGINT), as cancelling a foreground send does.
+pub(crate) struct PtySendJob {
+    send: Mutex<Option<BackgroundSend>>,
+    cancel: CancelToken,
+    killed: AtomicBool,
+    policy: SandboxPolicy,
+    check: AfterCheck,
+}
+
+impl PtySendJob {
+    pub(crate) fn new(
+        send: BackgroundSend,
+        cancel: CancelToken,
+        policy: SandboxPolicy,
+        check: AfterCheck,
+    ) -> PtySendJob {
+        PtySendJob {
+            send: Mutex::new(Some(send)),
+            cancel,
+            killed: AtomicBool::new(false),
+            policy,
+            check,
+        }
+    }
+}
+
+#[async_trait]
+impl Job for PtySendJob {
+    fn cancel(&self, reason: &str) -> Result<(), HarnessError> {
+        self.killed.store(true, Ordering::SeqCst);
+        self.cancel.cancel(CancelReason::Other(reason.to_owned()));
+        Ok(())
+    }
+
+    async fn done(&self) -> JobOutcome {
+        let send = self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(send) = send else {
+            return JobOutcome {
+                end: JobEnd::Failed,
+                detail: Some("the send was awaited twice (a bug in dsh)".into()),
+                output: None,
+            };
+        };
+        let result = send.await;
+        let after = match self.check.run(&self.policy).await {
+            Ok(found) => found.map(|(line, _)| line),
+            Err(e) => Some(format!(
+                "[dsh: the check of what the command made could not be logged: {e}]"
+            )),
+        };
+        match result {
+            Ok(r) => {
+                let mut text = crate::terminal::render_viewport(&r);
+                if let Some(line) = after {
+                    if !text.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    text.push_str(&line);
+                }
+                let detail = match &r.status {
+                    SessionStatus::Running => format!("wait: {}", r.wait.as_str()),
+                    SessionStatus::Exited { code, signal } => format!(
+                        "session exited: {}",
+                        code.map(|c| c.to_string())
+                            .or_else(|| signal.clone())
+                            .unwrap_or_else(|| "unknown".into())
+                    ),
+                };
+                JobOutcome {
+                    end: if self.killed.load(Ordering::SeqCst) {
+                        JobEnd::Killed
+                    } else {
+                        JobEnd::Completed
+                    },
+                    detail: Some(detail),
+                    output: Some(text),
+                }
+            }
+            Err(e) => JobOutcome {
+                end: JobEnd::Failed,
+                detail: Some(e.to_string()),
+                output: after,
+            },
+        }
     }
 }

@@ -274,6 +274,11 @@ struct SendArgs {
     /// most 600000).
     #[serde(rename = "timeout_ms")]
     timeout_ms: Option<u64>,
+    /// Return a job id at once and let the send run on (a build typed into the
+    /// terminal); its output comes with `job_output` once it settles, and you are told
+    /// when it does.
+    #[serde(rename = "run_in_background")]
+    run_in_background: Option<bool>,
 }
 
 impl Bounded for SendArgs {
@@ -288,13 +293,75 @@ impl Bounded for SendArgs {
 }
 
 fn render_send(r: &SendResult) -> String {
-    let body = if r.viewport.is_empty() {
+    let suffix = format!("\n[wait: {}]\n[session: {}]", r.wait.as_str(), r.status);
+    bounded(viewport_or_none(r), &suffix, r.truncated, MAX_RESULT_BYTES)
+}
+
+fn viewport_or_none(r: &SendResult) -> &str {
+    if r.viewport.is_empty() {
         "(no new output)"
     } else {
         r.viewport.as_str()
-    };
-    let suffix = format!("\n[wait: {}]\n[session: {}]", r.wait.as_str(), r.status);
-    bounded(body, &suffix, r.truncated, MAX_RESULT_BYTES)
+    }
+}
+
+/// A send's output as a background send's job shows it: the viewport (or `(no new
+/// output)`), with `[output truncated]` when output was dropped, bounded to
+/// [`MAX_RESULT_BYTES`] less room for the status line.
+pub(crate) fn render_viewport(r: &SendResult) -> String {
+    bounded(
+        viewport_or_none(r),
+        "",
+        r.truncated,
+        MAX_RESULT_BYTES - 1024,
+    )
+}
+
+/// Starts `request` as a `pty-send-<n>` job of the call's session and acknowledges it;
+/// the session's checks (`SEND_ACTIVE`, …) come before the job exists.
+fn send_in_background(
+    ctx: &CallContext<'_>,
+    t: &std::sync::Arc<Terminals>,
+    owner: dsh_terminal::Owner,
+    id: &str,
+    request: SendRequest,
+    policy: dsh_sandbox::SandboxPolicy,
+) -> Result<ToolOutput, HarnessError> {
+    let jobs = ctx.world.jobs().ok_or_else(|| {
+        HarnessError::new(
+            ErrorCode::JobsUnavailable,
+            "background jobs are not available here; send without run_in_background",
+        )
+    })?;
+    if ctx.cancel.is_cancelled() {
+        return Err(HarnessError::new(
+            ErrorCode::Aborted,
+            "terminal send aborted",
+        ));
+    }
+    let label = format!(
+        "{id}: {}",
+        if request.text.is_empty() {
+            "(input)"
+        } else {
+            request.text.as_str()
+        }
+    );
+    let mut start = dsh_jobs::JobStart::new("pty-send", label, Some(owner.clone()));
+    start.output_limit_bytes = Some(MAX_RESULT_BYTES);
+    let check = crate::policy::AfterCheck::of(ctx);
+    // The send does not use the call's cancel: it outlives the call; a kill cancels it.
+    let cancel = dsh_core::CancelToken::new();
+    let job = jobs.start(start, || {
+        let send = t.start_send(&owner, id, request, cancel.clone())?;
+        let job = crate::background::PtySendJob::new(send, cancel, policy, check);
+        Ok(std::sync::Arc::new(job) as std::sync::Arc<dyn dsh_jobs::Job>)
+    })?;
+    Ok(ToolOutput {
+        text: dsh_shell::render::background_ack(job.as_str()),
+        meta: Some(json!({"sessionId": id, "jobId": job.as_str()})),
+        image: None,
+    })
 }
 
 #[async_trait]
@@ -307,18 +374,32 @@ impl Tool for TerminalSendTool {
         "Send to terminal"
     }
 
-    fn description(&self, _world: &World) -> String {
-        "Type text into a terminal session (Enter pressed unless submit is false) and wait \
+    fn description(&self, world: &World) -> String {
+        let d =
+            "Type text into a terminal session (Enter pressed unless submit is false) and wait \
          until the program is ready for more. The result ends with [wait: stdin_read] (it \
          waits for input), [wait: inferred_idle] (quiet for a while: it may still be \
          working), [wait: timeout] or [wait: session_exit], then [session: …]. \
          inferred_idle and timeout do not prove the command ended: read again or send an \
-         empty text to wait more. Cancelling the call interrupts the program (SIGINT)."
-            .into()
+         empty text to wait more. Cancelling the call interrupts the program (SIGINT).";
+        let mut d = String::from(d);
+        if world.jobs().is_some() {
+            d.push_str(
+                " With run_in_background: true the call returns a job id at once; the \
+                 send's output comes with job_output once it settles.",
+            );
+        }
+        d
     }
 
-    fn parameters(&self, _world: &World) -> Value {
-        crate::args_schema::<SendArgs>()
+    fn parameters(&self, world: &World) -> Value {
+        let mut v = crate::args_schema::<SendArgs>();
+        if world.jobs().is_none() {
+            if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+                props.remove("run_in_background");
+            }
+        }
+        v
     }
 
     fn output_schema(&self) -> Value {
@@ -331,8 +412,9 @@ impl Tool for TerminalSendTool {
                 ),
                 ("status", json!({"type": "string"})),
                 ("truncated", json!({"type": "boolean"})),
+                ("jobId", json!({"type": "string"})),
             ],
-            &["sessionId", "wait", "status", "truncated"],
+            &["sessionId"],
         )
     }
 
@@ -358,6 +440,14 @@ impl Tool for TerminalSendTool {
             None => t.config().timeout,
         };
         let policy = t.policy(&owner, id)?;
+        if a.run_in_background == Some(true) {
+            let request = SendRequest {
+                text: a.text,
+                submit: a.submit.unwrap_or(true),
+                timeout,
+            };
+            return send_in_background(ctx, t, owner, id, request, policy);
+        }
         let r = t
             .send(
                 &owner,

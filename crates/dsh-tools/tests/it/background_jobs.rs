@@ -293,3 +293,72 @@ async fn what_a_workspace_write_job_makes_is_checked_when_it_ends() {
         "the planted hook is still where git would run it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_terminal_send_is_a_pty_send_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let send = |text: &str, background: bool| json!({"sessionId": "pty-1", "text": text, "run_in_background": background});
+    // A refused send starts no job and uses no number.
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-9", "text": "x", "run_in_background": true}),
+    )
+    .await;
+    assert_eq!(code(&r), Some("NO_SESSION"), "{r:?}");
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        send("sleep 0.5; echo hi", true),
+    )
+    .await;
+    assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
+    // The terminal is busy with it meanwhile.
+    let r = tool(&world, &session, "terminal_send", send("echo no", false)).await;
+    assert_eq!(code(&r), Some("SEND_ACTIVE"), "{r:?}");
+    let r = tool(
+        &world,
+        &session,
+        "job_output",
+        json!({"job_id": "pty-send-1"}),
+    )
+    .await;
+    assert_eq!(r.text, "(no new output)\n[status: running]");
+    let r = wait_output(&world, &session, "pty-send-1").await;
+    assert!(r.text.contains("\nhi\n"), "{r:?}");
+    assert!(
+        r.text.ends_with("[status: completed, wait: stdin_read]"),
+        "{r:?}"
+    );
+    // A kill interrupts the program; the shell lives on.
+    let r = tool(&world, &session, "terminal_send", send("sleep 100", true)).await;
+    assert_eq!(r.text, "started background job pty-send-2", "{r:?}");
+    let r = tool(&world, &session, "job_list", json!({})).await;
+    assert!(
+        r.text
+            .contains("pty-send-2 [pty-send] running — pty-1: sleep 100"),
+        "{r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = tool(
+        &world,
+        &session,
+        "job_kill",
+        json!({"job_id": "pty-send-2"}),
+    )
+    .await;
+    assert_eq!(r.text, "requested cancellation of job pty-send-2");
+    let r = wait_output(&world, &session, "pty-send-2").await;
+    assert!(
+        r.text.ends_with("[status: killed, wait: stdin_read]"),
+        "{r:?}"
+    );
+    let r = tool(&world, &session, "terminal_send", send("echo alive", false)).await;
+    assert!(r.text.contains("\nalive\n"), "{r:?}");
+}
