@@ -29,6 +29,7 @@
 
 pub mod elicitation;
 mod notices;
+pub mod tasks;
 mod transport;
 pub mod workspace;
 
@@ -66,6 +67,10 @@ pub struct DshServer {
     /// Calls that may run at once; more wait their turn.
     slots: Arc<tokio::sync::Semaphore>,
     log_level: Arc<notices::LogLevel>,
+    /// The connection's MCP tasks.
+    tasks: rmcp::task_manager::TaskManager,
+    /// How long a `bash` call runs before it becomes a task (clients that declared tasks).
+    task_after: Duration,
 }
 
 impl DshServer {
@@ -82,7 +87,16 @@ impl DshServer {
             calls: Arc::new(AtomicU64::new(1)),
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
             log_level: Arc::default(),
+            tasks: rmcp::task_manager::TaskManager::new(),
+            task_after: tasks::TASK_AFTER,
         }
+    }
+
+    /// Makes a `bash` call still running after `after` a task, for a client that declared
+    /// the tasks extension. Default: [`tasks::TASK_AFTER`].
+    pub fn with_task_after(mut self, after: Duration) -> DshServer {
+        self.task_after = after;
+        self
     }
 
     /// The connection's World and session, once a tool request has opened them.
@@ -96,6 +110,7 @@ impl DshServer {
     pub async fn close(&self) {
         self.slots.close();
         self.desk.close(CLOSE_LIMIT).await;
+        self.tasks.shutdown();
     }
 
     /// The client's input ended: no new call starts, every call is cancelled, and every
@@ -204,6 +219,7 @@ impl ServerHandler for DshServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         );
         config.server_info = Implementation::new("dsh", env!("CARGO_PKG_VERSION"));
@@ -214,6 +230,27 @@ impl ServerHandler for DshServer {
                 .into(),
         );
         config
+    }
+
+    /// `tasks/get`: a task of this connection, with the call's result once it ended.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        self.tasks
+            .get_task(&request.task_id)
+            .map(rmcp::model::GetTaskResult::new)
+    }
+
+    /// `tasks/cancel`: cancels the call (its process tree is killed); the task then
+    /// settles `cancelled`.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     /// `logging/setLevel`: job notices (`info`) go out only at `info` or below.
@@ -373,6 +410,8 @@ impl ServerHandler for DshServer {
 enum Leg {
     Done(Result<ToolResult, tokio::task::JoinError>),
     Park(Ask),
+    /// It ran past the task threshold: it goes on as a task.
+    Task,
 }
 
 impl DshServer {
@@ -404,11 +443,15 @@ impl DshServer {
                 }
             })
         });
+        let as_task = tasks::eligible(&flight.tool, context);
+        let threshold = tokio::time::sleep(self.task_after);
+        tokio::pin!(threshold);
         let leg = loop {
             tokio::select! {
                 // A finished call wins over a question it left behind.
                 biased;
                 done = &mut flight.task => break Leg::Done(done),
+                () = &mut threshold, if as_task => break Leg::Task,
                 Some(ask) = flight.asks.recv() => {
                     // The call was cancelled, or stopped waiting: nobody to ask for.
                     if ask.reply.is_closed() || context.ct.is_cancelled() {
@@ -453,22 +496,36 @@ impl DshServer {
                 let state = self.desk.park(flight, ask.reply);
                 Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
             }
-            Leg::Done(done) => {
-                self.desk.unroute(&flight.call_id);
-                // The pipeline turns a panic in a tool body into its result; this catches
-                // one anywhere else in the call's task (a hook, the log).
-                let result = done.unwrap_or_else(|e| {
-                    ToolResult::from_error(&match e.try_into_panic() {
-                        Ok(payload) => HarnessError::panicked("the tool call", payload.as_ref()),
-                        Err(e) => HarnessError::internal(format!(
-                            "the tool call's task was cancelled ({e}); the server is shutting down"
-                        )),
-                    })
+            Leg::Done(done) => Ok(finish(&self.desk, &flight, done).into()),
+            Leg::Task => {
+                let desk = self.desk.clone();
+                let task = tasks::spawn(&self.tasks, flight, move |flight, done| {
+                    finish(&desk, &flight, done)
                 });
-                Ok(to_mcp(&result).into())
+                Ok(CallToolResponse::Task(task))
             }
         }
     }
+}
+
+/// The MCP result of a call that ended; its route is forgotten.
+fn finish(
+    desk: &Desk,
+    flight: &Flight,
+    done: Result<ToolResult, tokio::task::JoinError>,
+) -> CallToolResult {
+    desk.unroute(&flight.call_id);
+    // The pipeline turns a panic in a tool body into its result; this catches one
+    // anywhere else in the call's task (a hook, the log).
+    let result = done.unwrap_or_else(|e| {
+        ToolResult::from_error(&match e.try_into_panic() {
+            Ok(payload) => HarnessError::panicked("the tool call", payload.as_ref()),
+            Err(e) => HarnessError::internal(format!(
+                "the tool call's task was cancelled ({e}); the server is shutting down"
+            )),
+        })
+    });
+    to_mcp(&result)
 }
 
 /// Asks the client (protocol before 2026-07-28) with an `elicitation/create` request. A

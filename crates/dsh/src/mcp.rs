@@ -37,6 +37,10 @@ pub struct McpArgs {
     /// Where sessions are kept (default `$XDG_STATE_HOME/dsh` or `~/.local/state/dsh`).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
+    /// For a client that declared the MCP tasks extension: a `bash` call still running
+    /// after this many milliseconds becomes a task the client polls (default 10000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    task_after_ms: Option<u64>,
 }
 
 pub fn main(args: McpArgs) -> ExitCode {
@@ -83,7 +87,10 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             Ok((world, session))
         })
     });
-    let server = DshServer::new(Workspace { dir, explicit }, opener);
+    let mut server = DshServer::new(Workspace { dir, explicit }, opener);
+    if let Some(ms) = args.task_after_ms {
+        server = server.with_task_after(std::time::Duration::from_millis(ms));
+    }
     let served = server
         .clone()
         .serve({

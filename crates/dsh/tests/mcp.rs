@@ -995,3 +995,76 @@ fn a_job_printing_without_end_costs_bounded_memory_and_disk() {
     let r = c.call("job_kill", json!({"job_id": "bash-1"}));
     assert_eq!(text(&r), "requested cancellation of job bash-1", "{r}");
 }
+
+/// A client that declares the MCP tasks extension.
+fn tasks_client() -> Client {
+    Client::start_full(
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        true,
+        &["--task-after-ms", "300"],
+    )
+}
+
+/// Polls `tasks/get` until the task leaves `working`; its last state.
+fn settled_task(c: &mut Client, task: &str) -> Value {
+    for _ in 0..200 {
+        let r = c.request("tasks/get", json!({"taskId": task}));
+        if r["result"]["status"] != "working" {
+            return r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("task {task} never settled");
+}
+
+#[test]
+fn a_long_bash_call_becomes_a_task_for_a_client_that_declared_them() {
+    let mut c = tasks_client();
+    let r = c.call(
+        "bash",
+        json!({"command": "sleep 1; echo done", "description": "t"}),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    assert_eq!(r["result"]["status"], "working", "{r}");
+    assert_eq!(r["result"]["pollIntervalMs"], 1000, "{r}");
+    let task = r["result"]["taskId"].as_str().expect("taskId").to_owned();
+    let done = settled_task(&mut c, &task);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "done\n",
+        "{done}"
+    );
+    // A short call is answered as usual.
+    let r = c.call("bash", json!({"command": "echo quick", "description": "t"}));
+    assert_eq!(text(&r), "quick\n", "{r}");
+    // tasks/cancel kills the call's tree.
+    let marker = format!("dsh-task-{}", std::process::id());
+    let r = c.call(
+        "bash",
+        json!({"command": format!("(trap '' TERM; exec -a {marker} sleep 1000) & wait"), "description": "t"}),
+    );
+    let task = r["result"]["taskId"].as_str().expect("a task").to_owned();
+    assert!(within_5s(|| alive_with(&marker)), "never started");
+    let ack = c.request("tasks/cancel", json!({"taskId": task}));
+    assert!(ack.get("error").is_none(), "{ack}");
+    let done = settled_task(&mut c, &task);
+    assert_eq!(done["result"]["status"], "cancelled", "{done}");
+    assert!(
+        within_5s(|| !alive_with(&marker)),
+        "the cancelled task's process survived"
+    );
+    let unknown = c.request("tasks/get", json!({"taskId": "no-such-task"}));
+    assert!(unknown["error"].is_object(), "{unknown}");
+}
+
+#[test]
+fn a_client_without_the_tasks_extension_gets_the_ordinary_result() {
+    let mut c = Client::start_full(json!({}), true, &["--task-after-ms", "100"]);
+    let r = c.call(
+        "bash",
+        json!({"command": "sleep 0.5; echo done", "description": "t"}),
+    );
+    assert_eq!(text(&r), "done\n", "{r}");
+    let r = c.request("tasks/get", json!({"taskId": "x"}));
+    assert!(r["error"].is_object(), "{r}");
+}
