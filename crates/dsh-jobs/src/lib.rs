@@ -59,7 +59,8 @@
 //!   has seen the end yet.
 //!
 //! # Limits
-//! Jobs live in this process: they end with it (their producers kill their process
+//! An owner's list keeps its last [`MAX_FINISHED_PER_OWNER`] settled jobs; older ones are
+//! forgotten as new ones start. Jobs live in this process: they end with it (their producers kill their process
 //! trees). Nothing is persisted.
 //!
 //! # Errors
@@ -78,7 +79,7 @@ use dsh_core::HarnessError;
 
 pub use dsh_core::Owner;
 pub use notice::{completion_notice, NOTICE_MAX_BYTES};
-pub use registry::{DoneListener, Jobs, JobsConfig, KillOutcome};
+pub use registry::{DoneListener, Jobs, JobsConfig, KillOutcome, MAX_FINISHED_PER_OWNER};
 
 dsh_core::id_type! {
     /// Names one background job: `<kind>-<n>`, e.g. `bash-1`.

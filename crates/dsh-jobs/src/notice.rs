@@ -19,8 +19,7 @@ pub fn completion_notice(job: &JobSnapshot, limit: usize) -> String {
     let text = format!(
         "{prefix} ({}: {}) finished {}. Read its output with job_output.",
         job.kind,
-        // A label is a command line: its control characters reach no client as they are.
-        dsh_core::visible::visible(&job.label),
+        label(&job.label),
         job.status_line()
     );
     if text.len() <= limit {
@@ -38,6 +37,18 @@ pub fn completion_notice(job: &JobSnapshot, limit: usize) -> String {
         return format!("{}{DONE}", head(&prefix, limit - DONE.len()));
     }
     tail(DONE, limit).to_owned()
+}
+
+/// A label as a notice shows it: a command line's control characters escaped (none
+/// reaches a client as it is), and at most 200 characters, so the status line after it
+/// survives.
+fn label(label: &str) -> String {
+    let (shown, used) = dsh_core::visible::visible_prefix(label, 200);
+    if used < label.len() {
+        format!("{shown}…")
+    } else {
+        shown
+    }
 }
 
 /// The longest head of `s` of at most `max` bytes that ends on a character boundary.

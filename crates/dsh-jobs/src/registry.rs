@@ -213,13 +213,21 @@ impl Jobs {
             }
         }
         let job = started?;
-        if st.disposing {
-            // Teardown began while the producer started: it must not outlive it.
+        let owner_ended = start.owner.as_ref().is_some_and(|o| !o.is_live());
+        if st.disposing || owner_ended {
+            // Teardown began while the producer started: the job must not outlive it.
             drop(st);
             let _ = job.cancel("jobs service disposed");
             let settle = job.clone();
             tokio::spawn(async move { settle.done().await });
-            return Err(unavailable());
+            return Err(if owner_ended {
+                HarnessError::new(
+                    ErrorCode::OwnerNotLive,
+                    "the session ended while the job started; it was stopped",
+                )
+            } else {
+                unavailable()
+            });
         }
         let counter = st.counters.entry(start.kind.clone()).or_insert(0);
         *counter += 1;
@@ -242,6 +250,7 @@ impl Jobs {
             job: job.clone(),
             settled,
         });
+        forget_oldest_finished(&mut st, bucket);
         drop(st);
         let shared = Arc::downgrade(&self.shared);
         let watched = id.clone();
@@ -534,6 +543,27 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// How many settled jobs an owner's list keeps; older ones are forgotten as new ones
+/// start (their output and notice with them).
+pub const MAX_FINISHED_PER_OWNER: usize = 100;
+
+/// Forgets the oldest settled jobs of `bucket` beyond [`MAX_FINISHED_PER_OWNER`].
+fn forget_oldest_finished(st: &mut State, bucket: usize) {
+    let finished = st
+        .records
+        .iter()
+        .filter(|r| bucket_of(r) == bucket && r.status.is_finished())
+        .count();
+    let mut excess = finished.saturating_sub(MAX_FINISHED_PER_OWNER);
+    st.records.retain(|r| {
+        let forget = excess > 0 && bucket_of(r) == bucket && r.status.is_finished();
+        if forget {
+            excess -= 1;
+        }
+        !forget
+    });
+}
+
 fn bucket_of(r: &Record) -> usize {
     bucket(r.owner.as_ref())
 }
@@ -562,7 +592,7 @@ fn no_job(id: &str) -> HarnessError {
         ErrorCode::NoJob,
         format!(
             "unknown job {}; job_list shows the current ones",
-            dsh_core::quoted(id)
+            dsh_core::visible::visible_prefix(id, 80).0
         ),
     )
 }

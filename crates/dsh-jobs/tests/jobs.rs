@@ -470,3 +470,29 @@ async fn disposal_cancels_everything_tells_no_listener_and_refuses_new_jobs() {
         .expect_err("disposed");
     assert_eq!(e.code(), ErrorCode::JobsUnavailable);
 }
+
+#[tokio::test]
+async fn an_owners_list_keeps_its_last_hundred_settled_jobs() {
+    let j = jobs();
+    let o = owner("s1");
+    for _ in 0..105 {
+        let m = Manual::new();
+        start(&j, "bash", &o, &m);
+        m.finish(JobEnd::Completed, "exit code: 0", None);
+        settle().await;
+    }
+    let running = Manual::new();
+    start(&j, "bash", &o, &running);
+    let ids: Vec<String> = j
+        .list(Some(&o))
+        .iter()
+        .map(|s| s.id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids.len(), dsh_jobs::MAX_FINISHED_PER_OWNER + 1);
+    assert_eq!(ids.first().map(String::as_str), Some("bash-6"));
+    assert_eq!(ids.last().map(String::as_str), Some("bash-106"));
+    assert_eq!(
+        j.get("bash-1", Some(&o)).expect_err("forgotten").code(),
+        ErrorCode::NoJob
+    );
+}

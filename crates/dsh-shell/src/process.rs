@@ -157,6 +157,14 @@ impl ShellProcess {
         process_read(&out, &err)
     }
 
+    /// Once the leader has ended (after [`done`](Self::done)), ends what is left of its
+    /// tree (a `setsid` daemon, a child still running: SIGTERM, then SIGKILL after the
+    /// grace) and returns when every process of it is gone. The status stays as it was.
+    pub async fn end_tree(&self) {
+        self.process.terminate();
+        self.process.wait_for_exit().await;
+    }
+
     /// Terminates the process: the status becomes `Killed` at once, then the tree gets
     /// SIGTERM and SIGKILL after the grace. Returns false (and does nothing) when it is no
     /// longer running. Does not wait (see [`done`](Self::done)).

@@ -10,7 +10,7 @@
 //! come with the first read after the end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dsh_core::{CancelReason, CancelToken, HarnessError};
@@ -25,40 +25,58 @@ use crate::policy::AfterCheck;
 
 /// One background command. See the [module docs](self).
 pub(crate) struct BashJob {
-    process: ShellProcess,
+    /// The command while it runs; given up when it settles, so a finished job holds no
+    /// pipes, no sandbox placeholders and no process.
+    process: Mutex<Option<Arc<ShellProcess>>>,
     policy: SandboxPolicy,
     check: AfterCheck,
-    /// The lines for the first read after the end; taken by it.
-    closing: Mutex<Option<Vec<String>>>,
+    /// What the first read after the end gets: the last output and the closing lines.
+    last: Mutex<Option<String>>,
 }
 
 impl BashJob {
     pub(crate) fn new(process: ShellProcess, policy: SandboxPolicy, check: AfterCheck) -> BashJob {
         BashJob {
-            process,
+            process: Mutex::new(Some(Arc::new(process))),
             policy,
             check,
-            closing: Mutex::new(None),
+            last: Mutex::new(None),
         }
     }
 
-    fn closing(&self) -> std::sync::MutexGuard<'_, Option<Vec<String>>> {
-        self.closing.lock().unwrap_or_else(|p| p.into_inner())
+    fn process(&self) -> std::sync::MutexGuard<'_, Option<Arc<ShellProcess>>> {
+        self.process.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 #[async_trait]
 impl Job for BashJob {
     fn cancel(&self, _reason: &str) -> Result<(), HarnessError> {
-        // SIGTERM to the tree, SIGKILL after the grace; false only once it has ended.
-        self.process.terminate();
+        // SIGTERM to the tree, SIGKILL after the grace; nothing once it has ended.
+        if let Some(p) = self.process().as_ref() {
+            p.terminate();
+        }
         Ok(())
     }
 
     async fn done(&self) -> JobOutcome {
-        self.process.done().await;
+        let Some(process) = self.process().clone() else {
+            return JobOutcome {
+                end: JobEnd::Failed,
+                detail: Some("the job was awaited twice (a bug in dsh)".into()),
+                output: None,
+            };
+        };
+        process.done().await;
+        // As after a foreground call: nothing the command started outlives its end (and
+        // nothing can plant after the check below).
+        process.end_tree().await;
         let mut lines = Vec::new();
-        if let Some(facts) = self.process.sandbox_facts() {
+        if let Some(facts) = process.sandbox_facts() {
             if facts.runner_failed {
                 lines.push(format!(
                     "[sandbox: the sandbox runner itself failed under {} mode — the command \
@@ -79,9 +97,16 @@ impl Job for BashJob {
                 "[dsh: the check of what the command made could not be logged: {e}]"
             )),
         }
-        *self.closing() = Some(lines);
-        let status = self.process.status();
-        match outcome_detail(status, self.process.exit_code(), self.process.signal()) {
+        let status = process.status();
+        let detail = outcome_detail(status, process.exit_code(), process.signal());
+        {
+            // The last output and the lines, for the next read; then the process goes.
+            let mut slot = self.process();
+            *self.last() = Some(render_process_read(&process.read_output(), &lines));
+            *slot = None;
+        }
+        drop(process);
+        match detail {
             Some((_, detail)) => JobOutcome {
                 end: if status == ProcessStatus::Killed {
                     JobEnd::Killed
@@ -104,9 +129,12 @@ impl Job for BashJob {
     }
 
     fn read_output(&self) -> String {
-        let read = self.process.read_output();
-        let lines = self.closing().take().unwrap_or_default();
-        render_process_read(&read, &lines)
+        let slot = self.process();
+        if let Some(p) = slot.as_ref() {
+            return render_process_read(&p.read_output(), &[]);
+        }
+        drop(slot);
+        self.last().take().unwrap_or_default()
     }
 }
 

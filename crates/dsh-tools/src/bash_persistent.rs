@@ -345,6 +345,17 @@ impl Tool for PersistentBashTool {
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: Args = crate::parse_args(args)?;
+        // Not an argument of this tool; silently running it in the foreground would block
+        // the model for as long as a background job was meant to run.
+        if args
+            .get("run_in_background")
+            .is_some_and(|v| v != &Value::Bool(false))
+        {
+            return Err(invalid_args(
+                "run_in_background is not available with persistent bash; type the command \
+                 into a terminal with terminal_send and run_in_background: true",
+            ));
+        }
         if a.command.trim().is_empty() {
             return Err(invalid_args("invalid command: expected a non-empty string"));
         }

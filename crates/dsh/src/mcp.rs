@@ -100,11 +100,26 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         })
         .await;
     let outcome = match served {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        Ok(running) => {
+            // SIGTERM, SIGINT or SIGHUP end the connection as the client's EOF does, so
+            // what ends it still runs the checks below (a job's tree killed by dsh's own
+            // death would never be checked).
+            let token = running.cancellation_token();
+            let ending = server.clone();
+            let signals = tokio::spawn(async move {
+                if ended_by_signal().await {
+                    ending.input_ended();
+                    token.cancel();
+                }
+            });
+            let quit = running
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            signals.abort();
+            quit
+        }
         Err(e) => Err(e.to_string()),
     };
     server.close().await;
@@ -123,4 +138,24 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         session.end_turn("completed").await?;
     }
     outcome.map_err(|e| HarnessError::internal(format!("the MCP connection failed: {e}")))
+}
+
+/// Completes when dsh gets SIGTERM, SIGINT or SIGHUP (true), or never when those cannot
+/// be watched (false).
+async fn ended_by_signal() -> bool {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return false;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = hup.recv() => {}
+    }
+    eprintln!("dsh mcp: ending on a signal");
+    true
 }

@@ -920,8 +920,9 @@ fn a_connections_jobs_die_with_it_and_another_connection_cannot_see_them() {
         let r = c.call(
             "bash",
             json!({"command": format!(
-                "setsid sh -c 'exec -a {marker}-d sleep 1000' & \
-                 (trap '' TERM; exec -a {marker}-t sleep 1001) & wait"),
+                // The names are made in the shell, so only the two sleeps carry them.
+                "m={marker}; setsid bash -c \"exec -a $m-d sleep 1000\" & \
+                 (trap '' TERM; exec -a $m-t sleep 1001) & wait"),
                 "description": "t", "run_in_background": true}),
         );
         assert_eq!(text(&r), "started background job bash-1", "{r}");
@@ -1041,9 +1042,10 @@ fn a_long_bash_call_becomes_a_task_for_a_client_that_declared_them() {
     let marker = format!("dsh-task-{}", std::process::id());
     let r = c.call(
         "bash",
-        json!({"command": format!("(trap '' TERM; exec -a {marker} sleep 1000) & wait"), "description": "t"}),
+        json!({"command": format!("m={marker}; (trap '' TERM; exec -a $m-x sleep 1000) & wait"), "description": "t"}),
     );
     let task = r["result"]["taskId"].as_str().expect("a task").to_owned();
+    let marker = format!("{marker}-x");
     assert!(within_5s(|| alive_with(&marker)), "never started");
     let ack = c.request("tasks/cancel", json!({"taskId": task}));
     assert!(ack.get("error").is_none(), "{ack}");
@@ -1067,4 +1069,92 @@ fn a_client_without_the_tasks_extension_gets_the_ordinary_result() {
     assert_eq!(text(&r), "done\n", "{r}");
     let r = c.request("tasks/get", json!({"taskId": "x"}));
     assert!(r["error"].is_object(), "{r}");
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// helper-26: a settled job held its pipes and sandbox placeholders until the connection
+/// ended (a long session ran out of descriptors), and its `setsid` children outlived its
+/// `completed`.
+#[test]
+fn a_settled_job_holds_nothing_and_leaves_nothing_running() {
+    // Read-only runs under Landlock here, where no PID namespace ends the tree for dsh.
+    let mut c = Client::start();
+    let marker = format!("dsh-job-left-{}", std::process::id());
+    let r = c.call(
+        "bash",
+        json!({"command": format!("m={marker}; setsid bash -c \"exec -a $m-x sleep 1000\" & echo ok"),
+               "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    let r = c.call("job_output", json!({"job_id": "bash-1", "wait": true}));
+    assert_eq!(text(&r), "ok\n[status: completed, exit code: 0]", "{r}");
+    assert!(
+        !alive_with(&format!("{marker}-x")),
+        "a child of a completed job is still running"
+    );
+    drop(c);
+    let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
+    let r = c.call(
+        "bash",
+        json!({"command": "true", "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    c.call("job_output", json!({"job_id": "bash-1", "wait": true}));
+    // No placeholder of the job's sandbox is left in the workspace.
+    let left: Vec<String> = std::fs::read_dir(&c.ws)
+        .expect("ws")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in the workspace: {left:?}");
+    let before = fd_count(c.child.id());
+    for n in 2..=41 {
+        let r = c.call(
+            "bash",
+            json!({"command": "true", "description": "t", "run_in_background": true}),
+        );
+        assert_eq!(text(&r), format!("started background job bash-{n}"), "{r}");
+        let r = c.call(
+            "job_output",
+            json!({"job_id": format!("bash-{n}"), "wait": true}),
+        );
+        assert!(
+            text(&r).ends_with("[status: completed, exit code: 0]"),
+            "{r}"
+        );
+    }
+    let after = fd_count(c.child.id());
+    assert!(
+        after <= before + 8,
+        "{before} fds before 40 jobs, {after} after"
+    );
+}
+
+/// helper-26: a SIGTERM to dsh mcp skipped the check after a job, so what the job planted
+/// for the host's git stayed where git runs it.
+#[test]
+fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
+    let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
+    let r = c.call(
+        "bash",
+        json!({"command": "git init -q sub && printf '#!/bin/sh\\necho pwned\\n' > sub/.git/hooks/pre-commit && chmod +x sub/.git/hooks/pre-commit && echo planted && sleep 1000",
+               "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    let hook = c.ws.join("sub/.git/hooks/pre-commit");
+    assert!(
+        within_5s(|| hook.exists()),
+        "the job never planted its hook"
+    );
+    let pid = rustix::process::Pid::from_raw(c.child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+    let status = c.child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        !hook.exists(),
+        "the planted hook is still where git runs it"
+    );
 }
