@@ -69,6 +69,7 @@ pub struct DshServer {
     log_level: Arc<notices::LogLevel>,
     /// The connection's MCP tasks.
     tasks: rmcp::task_manager::TaskManager,
+    task_ids: Arc<tasks::TaskIds>,
     /// How long a `bash` call runs before it becomes a task (clients that declared tasks).
     task_after: Duration,
 }
@@ -88,6 +89,7 @@ impl DshServer {
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
             log_level: Arc::default(),
             tasks: rmcp::task_manager::TaskManager::new(),
+            task_ids: Arc::default(),
             task_after: tasks::TASK_AFTER,
         }
     }
@@ -443,7 +445,7 @@ impl DshServer {
                 }
             })
         });
-        let as_task = tasks::eligible(&flight.tool, context);
+        let as_task = tasks::eligible(&flight.tool, context) && self.task_ids.has_room(&self.tasks);
         let threshold = tokio::time::sleep(self.task_after);
         tokio::pin!(threshold);
         let leg = loop {
@@ -499,9 +501,13 @@ impl DshServer {
             Leg::Done(done) => Ok(finish(&self.desk, &flight, done).into()),
             Leg::Task => {
                 let desk = self.desk.clone();
-                let task = tasks::spawn(&self.tasks, flight, move |flight, done| {
-                    finish(&desk, &flight, done)
-                });
+                let task = tasks::spawn(
+                    &self.tasks,
+                    &self.task_ids,
+                    self.desk.clone(),
+                    flight,
+                    move |flight, done| finish(&desk, &flight, done),
+                );
                 Ok(CallToolResponse::Task(task))
             }
         }

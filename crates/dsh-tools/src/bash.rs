@@ -264,7 +264,14 @@ impl Tool for BashTool {
         let shell = world.shell();
         let result = shell.run(shell.resolve(request)?).await?;
         if result.aborted {
-            return Err(HarnessError::new(ErrorCode::Aborted, "tool call aborted"));
+            // A cancelled call may have planted something before it was stopped: the
+            // check runs all the same (helper-27: a hook survived a cancelled call).
+            let mut message = String::from("tool call aborted");
+            if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
+                message.push('\n');
+                message.push_str(&line);
+            }
+            return Err(HarnessError::new(ErrorCode::Aborted, message));
         }
         let mut markers = Vec::new();
         if let Some(facts) = result.sandbox.as_ref().filter(|f| f.denied) {

@@ -106,19 +106,27 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             // death would never be checked).
             let token = running.cancellation_token();
             let ending = server.clone();
-            let signals = tokio::spawn(async move {
+            // It lives through the cleanup below: a second signal, or a cleanup stuck
+            // (a client that stopped reading holds a write), ends dsh at once; every
+            // tree still dies with it (its reaper sees dsh gone).
+            tokio::spawn(async move {
                 if ended_by_signal().await {
                     ending.input_ended();
                     token.cancel();
+                    tokio::select! {
+                        _ = ended_by_signal() => {}
+                        () = tokio::time::sleep(SIGNAL_CLEANUP_LIMIT) => {
+                            eprintln!("dsh mcp: the cleanup after the signal took too long");
+                        }
+                    }
+                    std::process::exit(143);
                 }
             });
-            let quit = running
+            running
                 .waiting()
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string());
-            signals.abort();
-            quit
+                .map_err(|e| e.to_string())
         }
         Err(e) => Err(e.to_string()),
     };
@@ -139,6 +147,10 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
     }
     outcome.map_err(|e| HarnessError::internal(format!("the MCP connection failed: {e}")))
 }
+
+/// How long the cleanup after SIGTERM, SIGINT or SIGHUP may take before dsh exits
+/// anyway: the calls' 10 s and the trees' grace.
+const SIGNAL_CLEANUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Completes when dsh gets SIGTERM, SIGINT or SIGHUP (true), or never when those cannot
 /// be watched (false).

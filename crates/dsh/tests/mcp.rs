@@ -1158,3 +1158,53 @@ fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
         "the planted hook is still where git runs it"
     );
 }
+
+/// helper-27: a cancelled call skipped the check after the command, so a hook it planted
+/// stayed where the host's git runs it.
+#[test]
+fn a_cancelled_task_still_gets_the_check_after_its_command() {
+    let mut c = Client::start_full(
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        true,
+        &["--mode", "workspace-write", "--task-after-ms", "300"],
+    );
+    let r = c.call(
+        "bash",
+        json!({"command": "git init -q r && printf '#!/bin/sh\\necho pwned\\n' > r/.git/hooks/pre-commit && chmod +x r/.git/hooks/pre-commit && sleep 100",
+               "description": "t"}),
+    );
+    let task = r["result"]["taskId"].as_str().expect("a task").to_owned();
+    let hook = c.ws.join("r/.git/hooks/pre-commit");
+    assert!(
+        within_5s(|| hook.exists()),
+        "the call never planted its hook"
+    );
+    c.request("tasks/cancel", json!({"taskId": task}));
+    let done = settled_task(&mut c, &task);
+    assert_eq!(done["result"]["status"], "cancelled", "{done}");
+    assert!(
+        !hook.exists(),
+        "the planted hook is still where git runs it"
+    );
+}
+
+/// helper-27: after a signal, a client that stopped reading stdout held dsh mcp forever.
+#[test]
+fn a_signal_ends_dsh_mcp_even_when_the_client_stopped_reading() {
+    let mut c = Client::start();
+    for id in 1000..1003 {
+        c.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": "head -c 200000 /dev/zero | tr '\\0' x", "description": "t"}}}));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let pid = rustix::process::Pid::from_raw(c.child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(40) {
+        if c.child.try_wait().expect("try_wait").is_some() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("dsh mcp still runs 40 s after SIGTERM");
+}
