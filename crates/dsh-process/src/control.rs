@@ -235,7 +235,10 @@ impl Monitor {
             cg.remove().await;
         }
         if let Some(p) = self.pids.take() {
-            p.remove().await;
+            // Not awaited: a v1 cgroup's removal waits on the kernel (milliseconds) and
+            // nothing depends on it; one a quick exit leaves behind is removed by the
+            // next dsh's probe.
+            tokio::spawn(p.remove());
         }
         let _ = self.gone_tx.send(true);
         (self.on_gone)();
