@@ -66,6 +66,9 @@ pub struct DshServer {
     calls: Arc<AtomicU64>,
     /// Calls that may run at once; more wait their turn.
     slots: Arc<tokio::sync::Semaphore>,
+    /// The same for the job tools, which open no descriptors: a `job_output` that waits
+    /// for a job must not keep other calls from running.
+    job_slots: Arc<tokio::sync::Semaphore>,
     log_level: Arc<notices::LogLevel>,
     /// The connection's MCP tasks.
     tasks: rmcp::task_manager::TaskManager,
@@ -87,6 +90,7 @@ impl DshServer {
             desk: Arc::new(Desk::default()),
             calls: Arc::new(AtomicU64::new(1)),
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
+            job_slots: Arc::new(tokio::sync::Semaphore::new(JOB_CALL_SLOTS)),
             log_level: Arc::default(),
             tasks: rmcp::task_manager::TaskManager::new(),
             task_ids: Arc::default(),
@@ -111,6 +115,7 @@ impl DshServer {
     /// logged. Call it when the connection is over, before closing the session.
     pub async fn close(&self) {
         self.slots.close();
+        self.job_slots.close();
         self.desk.close(CLOSE_LIMIT).await;
         self.tasks.shutdown();
     }
@@ -122,6 +127,7 @@ impl DshServer {
     /// [`LineTransport::on_end_of_input`].
     pub fn input_ended(&self) {
         self.slots.close();
+        self.job_slots.close();
         self.desk.cancel_all();
         if let Some((world, session)) = self.opened() {
             let terminals = world.clone();
@@ -154,6 +160,21 @@ impl DshServer {
             .map_err(|e: HarnessError| {
                 McpError::internal_error(e.to_string(), Some(json!({"code": e.code().as_str()})))
             })
+    }
+}
+
+/// How many job tool calls (`job_output`, `job_list`, `job_kill`) may run at once, apart
+/// from the other calls: each is a task and a little memory, no descriptor.
+const JOB_CALL_SLOTS: usize = 256;
+
+impl DshServer {
+    /// The run slots a call of `tool` takes.
+    fn slots_for(&self, tool: &str) -> Arc<tokio::sync::Semaphore> {
+        if matches!(tool, "job_output" | "job_list" | "job_kill") {
+            self.job_slots.clone()
+        } else {
+            self.slots.clone()
+        }
     }
 }
 
@@ -357,7 +378,7 @@ impl ServerHandler for DshServer {
                     .and_then(|r| r.get(elicitation::INPUT_KEY));
                 let mut flight = flight;
                 // The call runs again: it takes a run slot back first.
-                flight.slot = self.slots.clone().acquire_owned().await.ok();
+                flight.slot = self.slots_for(&name).acquire_owned().await.ok();
                 let _ = reply.send(elicitation::outcome_of_response(response));
                 flight
             }
@@ -365,7 +386,7 @@ impl ServerHandler for DshServer {
                 let slot = tokio::select! {
                     biased;
                     () = context.ct.cancelled() => None,
-                    slot = self.slots.clone().acquire_owned() => slot.ok(),
+                    slot = self.slots_for(&name).acquire_owned() => slot.ok(),
                 };
                 let Some(slot) = slot else {
                     return Err(McpError::internal_error(

@@ -1208,3 +1208,30 @@ fn a_signal_ends_dsh_mcp_even_when_the_client_stopped_reading() {
     }
     panic!("dsh mcp still runs 40 s after SIGTERM");
 }
+
+/// helper-26: `job_output` waits took every call slot, so other calls waited behind them.
+#[test]
+fn waits_for_jobs_do_not_hold_up_other_calls() {
+    let mut c = Client::start();
+    let r = c.call(
+        "bash",
+        json!({"command": "sleep 100", "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    for id in 5000..5080 {
+        c.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "job_output", "arguments": {"job_id": "bash-1", "wait": true, "timeout_ms": 30000}}}));
+    }
+    // Every wait is waiting by now.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let start = std::time::Instant::now();
+    let r = c.call("bash", json!({"command": "echo hi", "description": "t"}));
+    assert_eq!(text(&r), "hi\n", "{r}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "a call waited {:?} behind 80 waits",
+        start.elapsed()
+    );
+    let r = c.call("job_kill", json!({"job_id": "bash-1"}));
+    assert_eq!(text(&r), "requested cancellation of job bash-1", "{r}");
+}
