@@ -215,6 +215,17 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
     );
     let result = world.call(Some(&session), call, interrupt.clone()).await;
     watcher.abort();
+    // Nothing the call started outlives this process; ended here (not by dsh's exit),
+    // what a background job or a terminal made still gets its check.
+    world.end_jobs(Some(session.id())).await;
+    match world.end_terminals_checked(Some(&session)).await {
+        Ok(found) => {
+            for line in found {
+                eprintln!("dsh tool: {line}");
+            }
+        }
+        Err(e) => eprintln!("dsh tool: {e}"),
+    }
     let reason = if interrupt.is_cancelled() {
         "aborted"
     } else if result.is_error {
