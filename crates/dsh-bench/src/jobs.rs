@@ -2,12 +2,10 @@
 //! against a foreground `bash` of `true`, and `dsh mcp`'s peak memory and disk while ten
 //! jobs print 1 GiB each.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::mcp::rpc;
+use crate::mcp::{rpc, start_mcp};
 use crate::measure::{bench_world, median, ratio_figure, timed_call, timed_tool};
 use crate::Figure;
 use dsh_sandbox::SandboxMode;
@@ -60,31 +58,10 @@ fn ten_gigabytes(dsh: &Path) -> Vec<Figure> {
         return Vec::new();
     };
     let ws = dsh_core::path::canonical_path(dir.path());
-    let Ok(mut child) = Command::new(dsh)
-        .args(["mcp", "-C"])
-        .arg(&ws)
-        .arg("--state")
-        .arg(ws.join("state"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+    let Some((mut child, mut stdin, mut stdout)) = start_mcp(dsh, &ws, "the job memory figures")
     else {
-        eprintln!("dsh-bench: cannot start dsh mcp; the job memory figure is skipped");
         return Vec::new();
     };
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Vec::new();
-    };
-    let mut stdout = std::io::BufReader::new(stdout);
-    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "dsh-bench", "version": "0"}});
-    rpc(&mut stdin, &mut stdout, 0, "initialize", init);
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .expect("write");
     let start = Instant::now();
     for id in 1..=10u64 {
         let args = json!({"name": "bash", "arguments": {"command": "head -c 1073741824 /dev/zero",

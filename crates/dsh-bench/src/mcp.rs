@@ -34,16 +34,22 @@ pub(crate) fn rpc(
     }
 }
 
-/// MCP: `bash` `echo hi` over one `dsh mcp` connection (read-only), interleaved with
-/// `dsh exec -- echo hi` and with the same call made in process through the pipeline.
-pub(crate) async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
-    let Some((_dir, ws, world, session, _shell)) = bench_world(SandboxMode::ReadOnly).await else {
-        return Vec::new();
-    };
+/// A `dsh mcp` of workspace `ws`, initialized: the process, its stdin and its stdout.
+/// None (saying which figures are skipped) when it cannot start.
+pub(crate) fn start_mcp(
+    dsh: &Path,
+    ws: &Path,
+    figures: &str,
+) -> Option<(
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+)> {
+    use std::io::Write;
     let mut child = match Command::new(dsh)
         .arg("mcp")
         .arg("-C")
-        .arg(&ws)
+        .arg(ws)
         .arg("--state")
         .arg(ws.join("state"))
         .stdin(Stdio::piped())
@@ -53,25 +59,32 @@ pub(crate) async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("dsh-bench: cannot start dsh mcp ({e}); the MCP figures are skipped");
-            return Vec::new();
+            eprintln!("dsh-bench: cannot start dsh mcp ({e}); {figures} are skipped");
+            return None;
         }
     };
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Vec::new();
-    };
+    let (mut stdin, stdout) = (child.stdin.take()?, child.stdout.take()?);
     let mut stdout = std::io::BufReader::new(stdout);
     let init = serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "dsh-bench", "version": "0"}});
     rpc(&mut stdin, &mut stdout, 0, "initialize", init);
-    {
-        use std::io::Write;
-        writeln!(
-            stdin,
-            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-        )
-        .expect("write");
-    }
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .expect("write");
+    Some((child, stdin, stdout))
+}
+
+/// MCP: `bash` `echo hi` over one `dsh mcp` connection (read-only), interleaved with
+/// `dsh exec -- echo hi` and with the same call made in process through the pipeline.
+pub(crate) async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
+    let Some((_dir, ws, world, session, _shell)) = bench_world(SandboxMode::ReadOnly).await else {
+        return Vec::new();
+    };
+    let Some((mut child, mut stdin, mut stdout)) = start_mcp(dsh, &ws, "the MCP figures") else {
+        return Vec::new();
+    };
     let args = serde_json::json!({"name": "bash", "arguments": {"command": "echo hi", "description": "bench"}});
     let mut call = |id: u64| {
         let start = Instant::now();

@@ -20,8 +20,19 @@ use dsh_shell::render::{outcome_detail, render_process_read};
 use dsh_shell::{ProcessStatus, ShellProcess};
 use dsh_terminal::{BackgroundSend, SessionStatus};
 
-use crate::escalation::{denial_marker, escalation_hint, wider_modes, Subject};
+use crate::escalation::{denial_lines, Subject};
 use crate::policy::AfterCheck;
+
+/// The line the check after a job's command gives (what it found, or that it could not
+/// be logged), if any.
+async fn check_line(check: &AfterCheck, policy: &SandboxPolicy) -> Option<String> {
+    match check.run(policy).await {
+        Ok(found) => found.map(|(line, _)| line),
+        Err(e) => Some(format!(
+            "[dsh: the check of what the command made could not be logged: {e}]"
+        )),
+    }
+}
 
 /// One background command. See the [module docs](self).
 pub(crate) struct BashJob {
@@ -84,19 +95,10 @@ impl Job for BashJob {
                     facts.mode
                 ));
             } else if facts.denied {
-                lines.push(denial_marker(facts.mode));
-                if !wider_modes(facts.mode).is_empty() {
-                    lines.push(escalation_hint(Subject::Command));
-                }
+                lines.extend(denial_lines(facts.mode, Subject::Command));
             }
         }
-        match self.check.run(&self.policy).await {
-            Ok(Some((line, _))) => lines.push(line),
-            Ok(None) => {}
-            Err(e) => lines.push(format!(
-                "[dsh: the check of what the command made could not be logged: {e}]"
-            )),
-        }
+        lines.extend(check_line(&self.check, &self.policy).await);
         let status = process.status();
         let detail = outcome_detail(status, process.exit_code(), process.signal());
         {
@@ -185,12 +187,7 @@ impl Job for PtySendJob {
             };
         };
         let result = send.await;
-        let after = match self.check.run(&self.policy).await {
-            Ok(found) => found.map(|(line, _)| line),
-            Err(e) => Some(format!(
-                "[dsh: the check of what the command made could not be logged: {e}]"
-            )),
-        };
+        let after = check_line(&self.check, &self.policy).await;
         match result {
             Ok(r) => {
                 let mut text = crate::terminal::render_viewport(&r);

@@ -12,9 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::escalation::{
-    denial_marker, escalation_hint, validate_escalation_args, wider_modes, Subject,
-};
+use crate::escalation::{denial_lines, validate_escalation_args, Subject};
 use async_trait::async_trait;
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
@@ -273,13 +271,10 @@ impl Tool for BashTool {
             }
             return Err(HarnessError::new(ErrorCode::Aborted, message));
         }
-        let mut markers = Vec::new();
-        if let Some(facts) = result.sandbox.as_ref().filter(|f| f.denied) {
-            markers.push(denial_marker(facts.mode));
-            if !wider_modes(facts.mode).is_empty() {
-                markers.push(escalation_hint(Subject::Command));
-            }
-        }
+        let markers = match result.sandbox.as_ref().filter(|f| f.denied) {
+            Some(facts) => denial_lines(facts.mode, Subject::Command),
+            None => Vec::new(),
+        };
         let mut text = render_result_with(&result, &markers);
         let partial = result.sandbox.as_ref().and_then(|f| match &f.enforcement {
             Some(Enforcement::Partial(why)) => Some(why.clone()),

@@ -63,6 +63,16 @@ pub fn denial_marker(mode: SandboxMode) -> String {
     format!("[sandbox: file access denied under {mode} mode]")
 }
 
+/// The lines after a denial under `mode`: the marker, and the escalation hint when a
+/// wider mode exists.
+pub fn denial_lines(mode: SandboxMode, subject: Subject) -> Vec<String> {
+    let mut lines = vec![denial_marker(mode)];
+    if !wider_modes(mode).is_empty() {
+        lines.push(escalation_hint(subject));
+    }
+    lines
+}
+
 /// What is being escalated, as the hint and the rejection name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subject {

@@ -136,6 +136,18 @@ impl World {
         }
     }
 
+    /// Ends what `session` started that outlives a call: its background jobs
+    /// ([`end_jobs`](Self::end_jobs), each checked as it ends) and the terminals
+    /// ([`end_terminals_checked`](Self::end_terminals_checked)). Returns the lines saying
+    /// what the terminals' check found.
+    ///
+    /// # Errors
+    /// `end_terminals_checked`'s.
+    pub async fn end_session(&self, session: &Arc<Session>) -> Result<Vec<String>, HarnessError> {
+        self.end_jobs(Some(session.id())).await;
+        self.end_terminals_checked(Some(session)).await
+    }
+
     /// Closes every terminal of this world (the hangup, then SIGTERM and SIGKILL after
     /// the grace to each tree); returns once every tree is gone. Nothing opens after it.
     ///

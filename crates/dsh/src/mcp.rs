@@ -133,7 +133,7 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
     server.close().await;
     if let Some((world, session)) = server.opened() {
         // The client is gone: nothing the session started may outlive it.
-        match world.end_terminals_checked(Some(&session)).await {
+        match world.end_session(&session).await {
             Ok(found) => {
                 for line in found {
                     eprintln!("dsh mcp: {line}");
@@ -141,7 +141,6 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
             }
             Err(e) => eprintln!("dsh mcp: {e}"),
         }
-        world.end_jobs(Some(session.id())).await;
         world.subprocess().shutdown().await;
         session.end_turn("completed").await?;
     }

@@ -217,8 +217,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
     watcher.abort();
     // Nothing the call started outlives this process; ended here (not by dsh's exit),
     // what a background job or a terminal made still gets its check.
-    world.end_jobs(Some(session.id())).await;
-    match world.end_terminals_checked(Some(&session)).await {
+    match world.end_session(&session).await {
         Ok(found) => {
             for line in found {
                 eprintln!("dsh tool: {line}");
