@@ -33,9 +33,9 @@ pub(crate) struct ExecPlan {
     /// Whether a leader that joins by hand and fails must not run (the cgroup holds the
     /// process limit).
     pub(crate) join_required: bool,
-    /// `cgroup.procs` of the command's cgroup v1 `pids` cgroup, which the leader joins
+    /// `tasks` of the command's cgroup v1 `pids` cgroup, which the leader (one thread) joins
     /// before `execve` (or fails); -1 without one.
-    pub(crate) pids_procs: RawFd,
+    pub(crate) pids_tasks: RawFd,
     /// The status pipe's write end, where the leader reports its pid or its exec errno;
     /// set by the reaper before the clone.
     pub(crate) status_fd: RawFd,
@@ -113,7 +113,7 @@ impl ExecPlan {
             cgroup_procs: -1,
             leader_joins: false,
             join_required: false,
-            pids_procs: -1,
+            pids_tasks: -1,
             status_fd: -1,
             reaper_pid: 0,
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),

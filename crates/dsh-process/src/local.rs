@@ -432,7 +432,7 @@ impl Subprocess for LocalSubprocess {
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
         plan.join_required = cgroup.as_ref().is_some_and(|c| c.limited);
         plan.cgroup_dir = cgroup.as_ref().map_or(-1, |c| c.dir_fd.as_raw_fd());
-        plan.pids_procs = pids.as_ref().map_or(-1, |p| p.procs.as_raw_fd());
+        plan.pids_tasks = pids.as_ref().map_or(-1, |p| p.tasks.as_raw_fd());
         let fds = ReaperFds {
             status_w: status_w.as_raw_fd(),
             control_r: control_r.as_raw_fd(),

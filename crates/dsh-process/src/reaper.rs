@@ -136,8 +136,8 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         if plan.cgroup_dir >= 0 {
             plan.cgroup_dir = high_dup(plan.cgroup_dir)?;
         }
-        if plan.pids_procs >= 0 {
-            plan.pids_procs = high_dup(plan.pids_procs)?;
+        if plan.pids_tasks >= 0 {
+            plan.pids_tasks = high_dup(plan.pids_tasks)?;
         }
         for fd in plan.carried.iter_mut() {
             *fd = high_dup(*fd)?;
@@ -177,7 +177,7 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
             cgroup_kill,
             plan.cgroup_procs,
             plan.cgroup_dir,
-            plan.pids_procs,
+            plan.pids_tasks,
             children,
         ]);
         keep[7..7 + plan.carried.len()].copy_from_slice(&plan.carried);
@@ -203,7 +203,7 @@ pub(crate) unsafe fn enter(fds: ReaperFds, plan: &mut ExecPlan) -> io::Result<()
         // Also make the group from this side, so it exists before we could ever signal it
         // (whichever of the two setpgid calls runs first wins; the other is harmless).
         libc::setpgid(pid, pid);
-        for &fd in [plan.cgroup_procs, plan.cgroup_dir, plan.pids_procs]
+        for &fd in [plan.cgroup_procs, plan.cgroup_dir, plan.pids_tasks]
             .iter()
             .chain(plan.carried.iter())
         {
@@ -413,7 +413,7 @@ extern "C" fn leader_main(arg: *mut libc::c_void) -> libc::c_int {
         let joined =
             !plan.leader_joins || libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1) == 1;
         if (!joined && plan.join_required)
-            || (plan.pids_procs >= 0 && libc::write(plan.pids_procs, b"0".as_ptr().cast(), 1) != 1)
+            || (plan.pids_tasks >= 0 && libc::write(plan.pids_tasks, b"0".as_ptr().cast(), 1) != 1)
         {
             // The process limit is promised: a leader that cannot join its pids cgroup
             // does not run.
