@@ -36,6 +36,7 @@
 //!   aarch64). Elsewhere only the prompt and silence tiers apply.
 //! - `inferred_idle` and `timeout` do not prove the foreground command ended.
 
+mod background_send;
 mod bash;
 mod config;
 mod registry;
@@ -44,12 +45,12 @@ mod screen;
 mod scrollback;
 pub mod session;
 
+pub use background_send::{BackgroundSend, SendDelta, SendReader};
 pub use bash::BashBackend;
 pub use config::{TerminalConfig, MAX_SIDE};
 pub use dsh_core::Owner;
 pub use registry::{
-    BackgroundSend, CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend,
-    Terminals,
+    CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };
 pub use scrollback::{ReadPage, Scrollback};
 pub use session::{PtySession, SendRequest, SendResult, PROMPT};

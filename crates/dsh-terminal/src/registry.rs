@@ -9,13 +9,9 @@ use async_trait::async_trait;
 use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, Owner, SessionId};
 use dsh_sandbox::SandboxPolicy;
 
+use crate::background_send::BackgroundSend;
 use crate::session::{PtySession, SendRequest, SendResult};
 use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
-
-/// A send started by [`Terminals::start_send`]: await it to run it to its end.
-pub type BackgroundSend = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<SendResult, HarnessError>> + Send + 'static>,
->;
 
 /// What `terminal_open` asks for.
 #[derive(Clone, Debug)]
@@ -455,8 +451,9 @@ impl Terminals {
 
     /// [`send`](Self::send) for a background send: the checks (`NO_SESSION`,
     /// `FOREIGN_SESSION`, the timeout, `TERMINAL_CLOSING`, `TERMINAL_EXITED`,
-    /// `SEND_ACTIVE`) now, the send in the returned future, which holds the session's
-    /// send slot until it settles.
+    /// `SEND_ACTIVE`) now, the send in the returned [`BackgroundSend`], which holds the
+    /// session's send slot until it settles and whose reader takes its output as it
+    /// comes.
     ///
     /// # Errors
     /// As listed; the future, as `send`.
@@ -474,7 +471,7 @@ impl Terminals {
                 self.config.max_timeout.as_millis()
             )));
         }
-        Ok(Box::pin(session.start_send(request, cancel)?))
+        session.start_send(request, cancel)
     }
 
     /// A page of session `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).

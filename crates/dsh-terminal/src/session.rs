@@ -26,7 +26,7 @@
 //! The scrollback, a send's output and the screen are each bounded (see
 //! [`TerminalConfig`]); a program printing without end costs CPU, not memory.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
 use tokio::time::Instant;
 
+use crate::background_send::{BackgroundSend, SendDelta, SendReader};
 use crate::sanitizer::Sanitizer;
 use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
@@ -112,6 +113,9 @@ struct OpOutput {
     tail: String,
     /// Any output at all since the write.
     any: bool,
+    /// The background send this output belongs to (its number); 0 for a foreground
+    /// send, or between sends.
+    send: u64,
 }
 
 impl OpOutput {
@@ -162,6 +166,8 @@ pub struct PtySession {
     _process: Process,
     state: Arc<Mutex<State>>,
     send_slot: Arc<tokio::sync::Mutex<()>>,
+    /// Background sends started so far (each gets the next number).
+    background_sends: AtomicU64,
     /// The active send was cancelled and waits for the interrupted program.
     interrupting: AtomicBool,
     /// A look at the foreground group is running.
@@ -218,6 +224,7 @@ impl PtySession {
             _process: process,
             state,
             send_slot: Arc::new(tokio::sync::Mutex::new(())),
+            background_sends: AtomicU64::new(0),
             interrupting: AtomicBool::new(false),
             inspecting: Arc::new(AtomicBool::new(false)),
             closing: AtomicBool::new(false),
@@ -293,8 +300,8 @@ impl PtySession {
 
     /// [`send`](Self::send) in two steps: the checks and the send slot now (so
     /// `TERMINAL_CLOSING`, `TERMINAL_EXITED` and `SEND_ACTIVE` come at once, without
-    /// waiting), the send itself in the returned future, which holds the slot until it
-    /// settles (a background send).
+    /// waiting), the send itself in the returned [`BackgroundSend`], which holds the slot
+    /// until it settles and whose reader takes its output as it comes.
     ///
     /// # Errors
     /// `TERMINAL_CLOSING`, `TERMINAL_EXITED`, `SEND_ACTIVE`; the future, as `send`.
@@ -302,18 +309,44 @@ impl PtySession {
         self: &Arc<Self>,
         request: SendRequest,
         cancel: CancelToken,
-    ) -> Result<
-        impl std::future::Future<Output = Result<SendResult, HarnessError>> + Send + 'static,
-        HarnessError,
-    > {
+    ) -> Result<BackgroundSend, HarnessError> {
         self.check_open()?;
         let slot = self
             .send_slot
             .clone()
             .try_lock_owned()
             .map_err(|_| send_active())?;
+        // The slot is held: what the op collects from now until it settles is this send's.
+        let send = self.background_sends.fetch_add(1, Ordering::Relaxed) + 1;
+        self.lock().op.get_or_insert_with(OpOutput::default).send = send;
         let session = self.clone();
-        Ok(async move { session.send_holding(slot, request, &cancel, false).await })
+        let reader = SendReader {
+            session: Arc::downgrade(self),
+            send,
+        };
+        Ok(BackgroundSend::new(
+            async move { session.send_holding(slot, request, &cancel, false).await },
+            reader,
+        ))
+    }
+
+    /// Takes background send `send`'s complete lines (see [`SendReader::take`]).
+    pub(crate) fn take_send_output(&self, send: u64) -> SendDelta {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if st.screen.alternate() {
+            return SendDelta::default();
+        }
+        match st.op.as_mut() {
+            Some(op) if op.send == send => {
+                let cut = op.text.rfind('\n').map_or(0, |n| n + 1);
+                SendDelta {
+                    text: op.text.drain(..cut).collect(),
+                    dropped: std::mem::take(&mut op.dropped),
+                }
+            }
+            _ => SendDelta::default(),
+        }
     }
 
     fn check_open(&self) -> Result<(), HarnessError> {

@@ -645,3 +645,132 @@ async fn an_interrupt_discards_input_the_interrupted_program_never_read() {
     assert!(!marker.exists(), "the shell ran a cancelled send's text");
     t.dispose().await.expect("dispose");
 }
+
+/// Waits until `reader` has taken text containing `needle`; returns everything taken.
+async fn take_until(reader: &dsh_terminal::SendReader, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut taken = String::new();
+    while !taken.contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} yet: {taken:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let delta = reader.take();
+        assert!(!delta.dropped, "{delta:?}");
+        assert!(
+            delta.text.is_empty() || delta.text.ends_with('\n'),
+            "{delta:?}"
+        );
+        taken.push_str(&delta.text);
+    }
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_send_is_read_as_it_comes_each_line_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let t = service(config(), None);
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = open_shell(&t, &owner, &ws).await;
+    std::fs::write(ws.join("go"), "").expect("go");
+    // A progress line rewritten with carriage returns, then a held line, then the rest.
+    let text = "printf 'one\\n10%%\\r50%%\\r100%%\\n'; printf 'partial'; \
+                while [ -e go ]; do sleep 0.05; done; printf ' done\\nthree\\n'";
+    let send = t
+        .start_send(
+            &owner,
+            &id,
+            SendRequest {
+                text: text.into(),
+                submit: true,
+                timeout: Duration::from_secs(20),
+            },
+            CancelToken::new(),
+        )
+        .expect("start");
+    let reader = send.reader();
+    let running = tokio::spawn(send);
+    let early = take_until(&reader, "100%\n").await;
+    // The progress line as its last rewrite left it (the typed command is echoed first).
+    let lines: Vec<&str> = early.lines().skip(1).collect();
+    assert_eq!(lines, ["one", "100%"], "{early:?}");
+    // The line being written is not taken until it ends.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(reader.take().text, "", "a partial line was taken");
+    std::fs::remove_file(ws.join("go")).expect("rm go");
+    let r = running.await.expect("join").expect("send");
+    assert_eq!(r.wait, WaitReason::StdinRead);
+    assert!(r.viewport.contains("partial done\nthree\n"), "{r:?}");
+    assert!(
+        !r.viewport.lines().any(|l| l == "one" || l == "100%"),
+        "shown twice: {r:?}"
+    );
+    // Settled: the reader takes nothing, not even the next send's output.
+    let next = t
+        .start_send(
+            &owner,
+            &id,
+            SendRequest {
+                text: "echo next-send".into(),
+                submit: true,
+                timeout: Duration::from_secs(20),
+            },
+            CancelToken::new(),
+        )
+        .expect("start next");
+    let next_reader = next.reader();
+    let next = next.await.expect("next");
+    assert!(next.viewport.contains("\nnext-send\n"), "{next:?}");
+    assert_eq!(reader.take(), dsh_terminal::SendDelta::default());
+    assert_eq!(next_reader.take(), dsh_terminal::SendDelta::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_send_says_when_output_was_dropped_between_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let t = service(
+        TerminalConfig {
+            max_read_bytes: 4096,
+            ..config()
+        },
+        None,
+    );
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = open_shell(&t, &owner, &ws).await;
+    std::fs::write(ws.join("go"), "").expect("go");
+    let send = t
+        .start_send(
+            &owner,
+            &id,
+            SendRequest {
+                text: "seq 1 5000; while [ -e go ]; do sleep 0.05; done; echo end".into(),
+                submit: true,
+                timeout: Duration::from_secs(20),
+            },
+            CancelToken::new(),
+        )
+        .expect("start");
+    let reader = send.reader();
+    let running = tokio::spawn(send);
+    // Wait for the last number, then read once: its head was dropped, and said so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let delta = loop {
+        let shown = t.read(&owner, &id, 0, 5).expect("read");
+        if shown.text.contains("\n5000") {
+            break reader.take();
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(delta.dropped, "{delta:?}");
+    assert!(delta.text.len() <= 4096, "{}", delta.text.len());
+    assert!(delta.text.ends_with("4999\n5000\n"), "{delta:?}");
+    // Said once.
+    assert!(!reader.take().dropped);
+    std::fs::remove_file(ws.join("go")).expect("rm go");
+    let r = running.await.expect("join").expect("send");
+    assert!(r.viewport.contains("end\n"), "{r:?}");
+}

@@ -18,7 +18,7 @@ use dsh_jobs::{Job, JobEnd, JobOutcome};
 use dsh_sandbox::SandboxPolicy;
 use dsh_shell::render::{outcome_detail, render_process_read};
 use dsh_shell::{ProcessStatus, ShellProcess};
-use dsh_terminal::{BackgroundSend, SessionStatus};
+use dsh_terminal::{BackgroundSend, SendReader, SessionStatus};
 
 use crate::escalation::{denial_lines, Subject};
 use crate::policy::AfterCheck;
@@ -140,16 +140,22 @@ impl Job for BashJob {
     }
 }
 
-/// A terminal send running on after its call returned. Its output comes whole when it
-/// settles: the viewport a foreground send would have shown, and the status line says why
-/// it settled (`wait: stdin_read`) or that the session ended. A kill interrupts the
-/// foreground program (SIGINT), as cancelling a foreground send does.
+/// A terminal send running on after its call returned. Its output streams: each read
+/// takes the complete lines shown since the last (the line being written waits for its
+/// end), and the first read after it settles takes the rest, as the foreground send would
+/// have shown it, with the closing lines; the status line says why it settled
+/// (`wait: stdin_read`) or that the session ended. A kill interrupts the foreground
+/// program (SIGINT), as cancelling a foreground send does.
 pub(crate) struct PtySendJob {
     send: Mutex<Option<BackgroundSend>>,
+    reader: SendReader,
     cancel: CancelToken,
     killed: AtomicBool,
     policy: SandboxPolicy,
     check: AfterCheck,
+    /// What the first read after the end gets: the rest of the output and the closing
+    /// lines.
+    last: Mutex<Option<String>>,
 }
 
 impl PtySendJob {
@@ -160,12 +166,18 @@ impl PtySendJob {
         check: AfterCheck,
     ) -> PtySendJob {
         PtySendJob {
+            reader: send.reader(),
             send: Mutex::new(Some(send)),
             cancel,
             killed: AtomicBool::new(false),
             policy,
             check,
+            last: Mutex::new(None),
         }
+    }
+
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -197,6 +209,7 @@ impl Job for PtySendJob {
                     }
                     text.push_str(&line);
                 }
+                *self.last() = Some(text);
                 let detail = match &r.status {
                     SessionStatus::Running => format!("wait: {}", r.wait.as_str()),
                     SessionStatus::Exited { code, signal } => format!(
@@ -213,14 +226,29 @@ impl Job for PtySendJob {
                         JobEnd::Completed
                     },
                     detail: Some(detail),
-                    output: Some(text),
+                    output: None,
                 }
             }
-            Err(e) => JobOutcome {
-                end: JobEnd::Failed,
-                detail: Some(e.to_string()),
-                output: after,
-            },
+            Err(e) => {
+                *self.last() = after;
+                JobOutcome {
+                    end: JobEnd::Failed,
+                    detail: Some(e.to_string()),
+                    output: None,
+                }
+            }
         }
+    }
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    fn read_output(&self) -> String {
+        // Once settled the reader takes nothing; the rest waits in `last`.
+        if let Some(last) = self.last().take() {
+            return last;
+        }
+        crate::terminal::render_send_read(&self.reader.take())
     }
 }

@@ -317,6 +317,20 @@ pub(crate) fn render_viewport(r: &SendResult) -> String {
     )
 }
 
+/// What one read of a running background send shows (the spec's `renderSendRead`): the
+/// lines since the last read, then `[output truncated]` (on its own line) when some were
+/// dropped; empty when nothing came.
+pub(crate) fn render_send_read(delta: &dsh_terminal::SendDelta) -> String {
+    let mut text = delta.text.clone();
+    if delta.dropped {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("[output truncated]");
+    }
+    text
+}
+
 /// Starts `request` as a `pty-send-<n>` job of the call's session and acknowledges it;
 /// the session's checks (`SEND_ACTIVE`, …) come before the job exists.
 fn send_in_background(
@@ -800,5 +814,19 @@ mod tests {
         assert!(cut.starts_with('é'), "{cut}");
         let tiny = bounded("abc", "\n[wait: timeout]", false, 10);
         assert_eq!(tiny, "truncated]");
+    }
+
+    #[test]
+    fn a_send_read_marks_dropped_output_on_its_own_line() {
+        let read = |text: &str, dropped| {
+            render_send_read(&dsh_terminal::SendDelta {
+                text: text.into(),
+                dropped,
+            })
+        };
+        assert_eq!(read("a\n", false), "a\n");
+        assert_eq!(read("", false), "");
+        assert_eq!(read("a\n", true), "a\n[output truncated]");
+        assert_eq!(read("", true), "[output truncated]");
     }
 }

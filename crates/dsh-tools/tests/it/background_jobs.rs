@@ -322,6 +322,7 @@ async fn a_background_terminal_send_is_a_pty_send_job() {
     // The terminal is busy with it meanwhile.
     let r = tool(&world, &session, "terminal_send", send("echo no", false)).await;
     assert_eq!(code(&r), Some("SEND_ACTIVE"), "{r:?}");
+    // Its output streams: complete lines as they come, each once, the rest at the end.
     let r = tool(
         &world,
         &session,
@@ -329,13 +330,17 @@ async fn a_background_terminal_send_is_a_pty_send_job() {
         json!({"job_id": "pty-send-1"}),
     )
     .await;
-    assert_eq!(r.text, "(no new output)\n[status: running]");
+    assert!(r.text.ends_with("[status: running]"), "{r:?}");
+    assert!(!r.text.lines().any(|l| l == "hi"), "{r:?}");
+    let mut shown = r.text.trim_end_matches("[status: running]").to_owned();
     let r = wait_output(&world, &session, "pty-send-1").await;
-    assert!(r.text.contains("\nhi\n"), "{r:?}");
     assert!(
         r.text.ends_with("[status: completed, wait: stdin_read]"),
         "{r:?}"
     );
+    shown.push_str(&r.text);
+    assert_eq!(shown.matches("\nhi\n").count(), 1, "{shown:?}");
+    assert_eq!(shown.matches("echo hi").count(), 1, "{shown:?}");
     // A kill interrupts the program; the shell lives on.
     let r = tool(&world, &session, "terminal_send", send("sleep 100", true)).await;
     assert_eq!(r.text, "started background job pty-send-2", "{r:?}");
@@ -361,4 +366,65 @@ async fn a_background_terminal_send_is_a_pty_send_job() {
     );
     let r = tool(&world, &session, "terminal_send", send("echo alive", false)).await;
     assert!(r.text.contains("\nalive\n"), "{r:?}");
+}
+
+/// `job_output` of a running background send shows the lines printed so far, before the
+/// send settles, and the final read only what came after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_terminal_send_shows_its_output_as_it_comes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::WorkspaceWrite).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    // The sleep goes on until the test has seen the first line: no race with a timer.
+    std::fs::write(ws.join("go"), "").expect("go");
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "run_in_background": true,
+               "text": "printf 'first-%s\\n' line; while [ -e go ]; do sleep 0.05; done; printf 'second-%s\\n' line"}),
+    )
+    .await;
+    assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut early = String::new();
+    while !early.contains("first-line\n") {
+        assert!(Instant::now() < deadline, "no first line yet: {early:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = tool(
+            &world,
+            &session,
+            "job_output",
+            json!({"job_id": "pty-send-1"}),
+        )
+        .await;
+        assert!(r.text.ends_with("\n[status: running]"), "{r:?}");
+        early.push_str(r.text.trim_end_matches("[status: running]"));
+    }
+    assert!(!early.contains("second-line"), "{early:?}");
+    std::fs::remove_file(ws.join("go")).expect("rm go");
+    let r = wait_output(&world, &session, "pty-send-1").await;
+    assert!(
+        r.text.ends_with("[status: completed, wait: stdin_read]"),
+        "{r:?}"
+    );
+    assert!(r.text.contains("second-line\n"), "{r:?}");
+    assert!(
+        !r.text.contains("first-line"),
+        "a line was shown twice: {r:?}"
+    );
+    // Nothing after the end.
+    let r = tool(
+        &world,
+        &session,
+        "job_output",
+        json!({"job_id": "pty-send-1"}),
+    )
+    .await;
+    assert!(
+        r.text.starts_with("(no new output)\n[status: completed"),
+        "{r:?}"
+    );
 }
