@@ -178,7 +178,13 @@ pub trait Job: Send + Sync {
 
     /// The output since the previous call (consuming: nothing is returned twice), for a
     /// job that [`streams`](Job::streams). Must not block.
-    fn read_output(&self) -> String {
+    ///
+    /// `settled` says whether the registry has recorded the job's end (the read reports
+    /// that status). A job that keeps output for after its end (the last lines, what a
+    /// check found) gives it only when `settled`, so it is read beside the status that
+    /// explains it.
+    fn read_output(&self, settled: bool) -> String {
+        let _ = settled;
         String::new()
     }
 }

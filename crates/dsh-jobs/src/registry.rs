@@ -301,7 +301,7 @@ impl Jobs {
         // The status first: a job that settles meanwhile leaves its rest for next time.
         let finished = r.status.is_finished();
         let text = if r.streams {
-            r.job.read_output()
+            r.job.read_output(finished)
         } else if finished {
             r.output.clone().unwrap_or_default()
         } else {

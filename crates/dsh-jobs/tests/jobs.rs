@@ -20,6 +20,8 @@ struct Manual {
     stream: Option<Mutex<String>>,
     /// Settle as killed when cancelled.
     settle_on_cancel: bool,
+    /// What each read of the stream was told: whether the registry had the end.
+    reads: Mutex<Vec<bool>>,
 }
 
 impl Manual {
@@ -30,6 +32,7 @@ impl Manual {
             refuse_cancel: false,
             stream: None,
             settle_on_cancel: true,
+            reads: Mutex::new(Vec::new()),
         })
     }
 
@@ -92,7 +95,8 @@ impl Job for Manual {
         self.stream.is_some()
     }
 
-    fn read_output(&self) -> String {
+    fn read_output(&self, settled: bool) -> String {
+        self.reads.lock().expect("lock").push(settled);
         self.stream
             .as_ref()
             .map(|s| std::mem::take(&mut *s.lock().expect("lock")))
@@ -263,6 +267,8 @@ async fn reads_consume_and_the_last_read_delivers_the_end() {
     assert_eq!(text, "second\n");
     assert_eq!(snap.status_line(), "[status: completed, exit code: 0]");
     assert!(snap.reported);
+    // The producer knew which read reported the end.
+    assert_eq!(*m.reads.lock().expect("lock"), [false, false, true]);
     // A job without a stream: nothing while it runs, its whole output after, every time.
     let whole = Manual::new();
     let id = start(&j, "think", &o, &whole);

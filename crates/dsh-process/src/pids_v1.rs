@@ -11,8 +11,9 @@
 //! included.
 //!
 //! The leader is a single thread, so moving that thread (`tasks`) moves the whole
-//! process, and the kernel (6.0 on) moves the calling thread alone without its global
-//! thread-group lock. A write to `cgroup.procs` takes that lock, whose first use after an
+//! process, and the kernel (Linux 6.0, and stable kernels that took the change) moves
+//! the calling thread alone without its global thread-group lock; elsewhere the write
+//! takes the lock and still works. A write to `cgroup.procs` takes that lock, whose first use after an
 //! idle moment waits an RCU grace period: about 14 ms on a 2-core VM against 0.04 ms.
 //!
 //! # Limits

@@ -73,13 +73,15 @@ pub struct SendReader {
 }
 
 impl SendReader {
-    /// The complete lines the send has shown since the previous take, and whether output
-    /// was dropped meanwhile (more than `max_read_bytes` came between two takes). Never
-    /// blocks; empty once the send has settled or its session is gone.
-    pub fn take(&self) -> SendDelta {
+    /// The complete lines the send has shown since the previous take, at most `max` bytes
+    /// of them (the rest stays for the next take; a single line longer than `max` is
+    /// split), and whether output was dropped meanwhile (more than `max_read_bytes` came
+    /// between two takes). Never blocks; empty once the send has ended (settled, failed
+    /// or dropped) or its session is gone.
+    pub fn take(&self, max: usize) -> SendDelta {
         self.session
             .upgrade()
-            .map(|s| s.take_send_output(self.send))
+            .map(|s| s.take_send_output(self.send, max))
             .unwrap_or_default()
     }
 }

@@ -148,6 +148,27 @@ impl OpOutput {
     }
 }
 
+/// A session's send slot, held for one send. A background send's slot also ends the
+/// send's claim on the collected output when it is released, first, so the send's reader
+/// can never take a later send's output.
+struct SendSlot {
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+    /// The session's state and the background send's number.
+    background: Option<(Arc<Mutex<State>>, u64)>,
+}
+
+impl Drop for SendSlot {
+    fn drop(&mut self) {
+        // Runs before `_guard` is dropped: the slot is still held.
+        if let Some((state, send)) = &self.background {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(op) = st.op.as_mut().filter(|op| op.send == *send) {
+                op.send = 0;
+            }
+        }
+    }
+}
+
 /// Appends to a prompt tail, keeping only enough to tell whether it is exactly the
 /// prompt.
 fn push_capped(tail: &mut String, s: &str) {
@@ -294,7 +315,10 @@ impl PtySession {
             }
             Err(_) => None,
         };
-        let slot = slot.ok_or_else(send_active)?;
+        let slot = SendSlot {
+            _guard: slot.ok_or_else(send_active)?,
+            background: None,
+        };
         self.send_holding(slot, request, cancel, startup).await
     }
 
@@ -317,8 +341,14 @@ impl PtySession {
             .try_lock_owned()
             .map_err(|_| send_active())?;
         // The slot is held: what the op collects from now until it settles is this send's.
+        // The slot lets go of that however the send ends (an error, or its future dropped
+        // unpolled), before another send can start.
         let send = self.background_sends.fetch_add(1, Ordering::Relaxed) + 1;
         self.lock().op.get_or_insert_with(OpOutput::default).send = send;
+        let slot = SendSlot {
+            _guard: slot,
+            background: Some((self.state.clone(), send)),
+        };
         let session = self.clone();
         let reader = SendReader {
             session: Arc::downgrade(self),
@@ -330,8 +360,9 @@ impl PtySession {
         ))
     }
 
-    /// Takes background send `send`'s complete lines (see [`SendReader::take`]).
-    pub(crate) fn take_send_output(&self, send: u64) -> SendDelta {
+    /// Takes background send `send`'s complete lines, at most `max` bytes of them (see
+    /// [`SendReader::take`]).
+    pub(crate) fn take_send_output(&self, send: u64, max: usize) -> SendDelta {
         let mut st = self.lock();
         let st = &mut *st;
         if st.screen.alternate() {
@@ -339,7 +370,17 @@ impl PtySession {
         }
         match st.op.as_mut() {
             Some(op) if op.send == send => {
-                let cut = op.text.rfind('\n').map_or(0, |n| n + 1);
+                let complete = op.text.rfind('\n').map_or(0, |n| n + 1);
+                // Whole lines up to `max`; a single line longer than that is split.
+                let cut = if complete <= max {
+                    complete
+                } else {
+                    let head = floor_boundary(&op.text, max);
+                    match op.text[..head].rfind('\n') {
+                        Some(n) => n + 1,
+                        None => head,
+                    }
+                };
                 SendDelta {
                     text: op.text.drain(..cut).collect(),
                     dropped: std::mem::take(&mut op.dropped),
@@ -365,7 +406,7 @@ impl PtySession {
     /// The send, its slot held.
     async fn send_holding(
         &self,
-        _slot: tokio::sync::OwnedMutexGuard<()>,
+        _slot: SendSlot,
         request: SendRequest,
         cancel: &CancelToken,
         startup: bool,

@@ -656,7 +656,7 @@ async fn take_until(reader: &dsh_terminal::SendReader, needle: &str) -> String {
             "no {needle:?} yet: {taken:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let delta = reader.take();
+        let delta = reader.take(usize::MAX);
         assert!(!delta.dropped, "{delta:?}");
         assert!(
             delta.text.is_empty() || delta.text.ends_with('\n'),
@@ -698,7 +698,7 @@ async fn a_background_send_is_read_as_it_comes_each_line_once() {
     assert_eq!(lines, ["one", "100%"], "{early:?}");
     // The line being written is not taken until it ends.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(reader.take().text, "", "a partial line was taken");
+    assert_eq!(reader.take(usize::MAX).text, "", "a partial line was taken");
     std::fs::remove_file(ws.join("go")).expect("rm go");
     let r = running.await.expect("join").expect("send");
     assert_eq!(r.wait, WaitReason::StdinRead);
@@ -723,8 +723,11 @@ async fn a_background_send_is_read_as_it_comes_each_line_once() {
     let next_reader = next.reader();
     let next = next.await.expect("next");
     assert!(next.viewport.contains("\nnext-send\n"), "{next:?}");
-    assert_eq!(reader.take(), dsh_terminal::SendDelta::default());
-    assert_eq!(next_reader.take(), dsh_terminal::SendDelta::default());
+    assert_eq!(reader.take(usize::MAX), dsh_terminal::SendDelta::default());
+    assert_eq!(
+        next_reader.take(usize::MAX),
+        dsh_terminal::SendDelta::default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,22 +758,100 @@ async fn a_background_send_says_when_output_was_dropped_between_reads() {
         .expect("start");
     let reader = send.reader();
     let running = tokio::spawn(send);
-    // Wait for the last number, then read once: its head was dropped, and said so.
+    // Wait for the last number, then read: its head was dropped, and said so once; a
+    // bounded take leaves the rest for the next.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let delta = loop {
+    let first = loop {
         let shown = t.read(&owner, &id, 0, 5).expect("read");
         if shown.text.contains("\n5000") {
-            break reader.take();
+            break reader.take(1000);
         }
         assert!(std::time::Instant::now() < deadline, "{shown:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(delta.dropped, "{delta:?}");
-    assert!(delta.text.len() <= 4096, "{}", delta.text.len());
-    assert!(delta.text.ends_with("4999\n5000\n"), "{delta:?}");
-    // Said once.
-    assert!(!reader.take().dropped);
+    assert!(first.dropped, "{first:?}");
+    assert!(
+        first.text.len() <= 1000 && first.text.len() > 900,
+        "{}",
+        first.text.len()
+    );
+    assert!(first.text.ends_with('\n'), "{first:?}");
+    let rest = reader.take(usize::MAX);
+    assert!(!rest.dropped, "{rest:?}");
+    assert!(rest.text.ends_with("4999\n5000\n"), "{rest:?}");
+    let taken = format!("{}{}", first.text, rest.text);
+    assert!(taken.len() <= 4096, "{}", taken.len());
+    let numbers: Vec<u32> = taken
+        .lines()
+        .skip(1)
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "not contiguous"
+    );
     std::fs::remove_file(ws.join("go")).expect("rm go");
     let r = running.await.expect("join").expect("send");
     assert!(r.viewport.contains("end\n"), "{r:?}");
+}
+
+/// Runs a slow foreground send on session `id` while `stale` (the reader of a send that
+/// ended) keeps trying to take: the foreground send must keep all its lines.
+async fn foreground_keeps_its_output(
+    t: &Arc<Terminals>,
+    owner: &Owner,
+    id: &str,
+    stale: &dsh_terminal::SendReader,
+    tag: &str,
+) {
+    let text = format!("for i in 1 2 3; do echo {tag}-$i; sleep 0.2; done");
+    let running = {
+        let (t, owner, id) = (t.clone(), owner.clone(), id.to_owned());
+        tokio::spawn(async move { send(&t, &owner, &id, &text).await })
+    };
+    while !running.is_finished() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let taken = stale.take(usize::MAX);
+        assert_eq!(taken, dsh_terminal::SendDelta::default(), "stolen");
+    }
+    let r = running.await.expect("join");
+    for i in 1..=3 {
+        let line = format!("{tag}-{i}");
+        assert_eq!(
+            r.viewport.lines().filter(|l| *l == line).count(),
+            1,
+            "{r:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_send_that_never_ran_leaves_later_output_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let t = Arc::new(service(config(), None));
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = open_shell(&t, &owner, &ws).await;
+    let request = |text: &str| SendRequest {
+        text: text.into(),
+        submit: true,
+        timeout: Duration::from_secs(20),
+    };
+    // Aborted before it typed anything (a kill that raced the start).
+    let cancel = CancelToken::new();
+    cancel.cancel(CancelReason::ClientCancelled);
+    let aborted = t
+        .start_send(&owner, &id, request("echo never"), cancel)
+        .expect("start");
+    let aborted_reader = aborted.reader();
+    let e = aborted.await.expect_err("aborted");
+    assert_eq!(e.code(), ErrorCode::Aborted, "{e}");
+    foreground_keeps_its_output(&t, &owner, &id, &aborted_reader, "after-abort").await;
+    // Dropped before it ran.
+    let dropped = t
+        .start_send(&owner, &id, request("echo never"), CancelToken::new())
+        .expect("start");
+    let dropped_reader = dropped.reader();
+    drop(dropped);
+    foreground_keeps_its_output(&t, &owner, &id, &dropped_reader, "after-drop").await;
 }

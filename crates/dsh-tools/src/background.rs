@@ -130,15 +130,24 @@ impl Job for BashJob {
         true
     }
 
-    fn read_output(&self) -> String {
+    fn read_output(&self, settled: bool) -> String {
         let slot = self.process();
         if let Some(p) = slot.as_ref() {
             return render_process_read(&p.read_output(), &[]);
         }
         drop(slot);
-        self.last().take().unwrap_or_default()
+        // Ended: the last output and the closing lines go with the status that says so.
+        if settled {
+            self.last().take().unwrap_or_default()
+        } else {
+            String::new()
+        }
     }
 }
+
+/// The most one read of a running send takes: a `job_output` result, less room for the
+/// status line and the truncation marker.
+const SEND_READ_MAX: usize = crate::terminal::MAX_RESULT_BYTES - 1024;
 
 /// A terminal send running on after its call returned. Its output streams: each read
 /// takes the complete lines shown since the last (the line being written waits for its
@@ -156,6 +165,8 @@ pub(crate) struct PtySendJob {
     /// What the first read after the end gets: the rest of the output and the closing
     /// lines.
     last: Mutex<Option<String>>,
+    /// The send has ended: its reader takes nothing more.
+    ended: AtomicBool,
 }
 
 impl PtySendJob {
@@ -173,6 +184,7 @@ impl PtySendJob {
             policy,
             check,
             last: Mutex::new(None),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -199,6 +211,7 @@ impl Job for PtySendJob {
             };
         };
         let result = send.await;
+        self.ended.store(true, Ordering::SeqCst);
         let after = check_line(&self.check, &self.policy).await;
         match result {
             Ok(r) => {
@@ -244,11 +257,14 @@ impl Job for PtySendJob {
         true
     }
 
-    fn read_output(&self) -> String {
-        // Once settled the reader takes nothing; the rest waits in `last`.
-        if let Some(last) = self.last().take() {
-            return last;
+    fn read_output(&self, settled: bool) -> String {
+        if settled {
+            // The rest of the output and the closing lines, with the end's status.
+            return self.last().take().unwrap_or_default();
         }
-        crate::terminal::render_send_read(&self.reader.take())
+        if self.ended.load(Ordering::SeqCst) {
+            return String::new();
+        }
+        crate::terminal::render_send_read(&self.reader.take(SEND_READ_MAX))
     }
 }

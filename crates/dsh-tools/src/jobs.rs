@@ -9,7 +9,7 @@
 //!   `job <id> had already finished [status: …]`.
 //!
 //! Results are bounded to [`crate::terminal::MAX_RESULT_BYTES`]: output
-//! keeps its tail and the status line, with `[output truncated]`.
+//! keeps its tail, then `[output truncated]` on its own line, then the status line.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +22,38 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::bounds::{Bound, Bounded};
-use crate::terminal::{bounded, MAX_RESULT_BYTES};
+use crate::terminal::{bounded, tail_of, MAX_RESULT_BYTES};
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolHints, ToolOutput, World};
 
 /// How long `job_output` with `wait` waits when `timeout_ms` is not given: 30 s.
 pub const WAIT_DEFAULT_MS: u64 = 30_000;
 /// The longest `job_output` wait: 600 s; a larger `timeout_ms` is clamped to it.
 pub const WAIT_MAX_MS: u64 = 600_000;
+
+/// The marker of output left out of a `job_output` result.
+const OUTPUT_TRUNCATED: &str = "[output truncated]";
+
+/// A `job_output` result: `body`, then the status line, on its own line. Past `cap`
+/// bytes, the body keeps its tail and `[output truncated]` comes between it and the
+/// status line, once (a body that already ends with the marker gets no second one).
+fn render_output(body: &str, status: &str, cap: usize) -> String {
+    let newline = if body.ends_with('\n') { "" } else { "\n" };
+    let whole = format!("{body}{newline}{status}");
+    if whole.len() <= cap {
+        return whole;
+    }
+    let body = body.strip_suffix('\n').unwrap_or(body);
+    let marker = if body.ends_with(OUTPUT_TRUNCATED) {
+        String::new()
+    } else {
+        format!("\n{OUTPUT_TRUNCATED}")
+    };
+    let suffix = format!("{marker}\n{status}");
+    if suffix.len() >= cap {
+        return tail_of(&suffix, cap).to_owned();
+    }
+    format!("{}{suffix}", tail_of(body, cap - suffix.len()))
+}
 
 const JOB_ID_BOUND: Bound = Bound {
     arg: "job_id",
@@ -164,10 +189,8 @@ impl Tool for JobOutputTool {
         } else {
             text.as_str()
         };
-        let newline = if body.ends_with('\n') { "" } else { "\n" };
-        let suffix = format!("{newline}{}", job.status_line());
         Ok(ToolOutput {
-            text: bounded(body, &suffix, false, MAX_RESULT_BYTES),
+            text: render_output(body, &job.status_line(), MAX_RESULT_BYTES),
             meta: Some(json!({"text": text, "job": public(&job)})),
             image: None,
         })
@@ -337,5 +360,34 @@ mod tests {
             "invalid job_id: expected a non-empty string, got \"\""
         );
         assert_eq!(job_id("bash-1").expect("id"), "bash-1");
+    }
+
+    #[test]
+    fn a_cut_output_says_so_once_before_its_status() {
+        let status = "[status: running]";
+        assert_eq!(render_output("a\n", status, 100), "a\n[status: running]");
+        assert_eq!(render_output("a", status, 100), "a\n[status: running]");
+        let cut = render_output(&"x\n".repeat(100), status, 60);
+        assert_eq!(cut.len(), 60, "{cut}");
+        assert!(
+            cut.ends_with("x\nx\n[output truncated]\n[status: running]"),
+            "{cut}"
+        );
+        let already = render_output(
+            &format!("{}[output truncated]", "y".repeat(100)),
+            status,
+            60,
+        );
+        assert_eq!(
+            already.matches("[output truncated]").count(),
+            1,
+            "{already}"
+        );
+        assert!(
+            already.ends_with("y[output truncated]\n[status: running]"),
+            "{already}"
+        );
+        // A status line longer than the cap keeps its tail.
+        assert!(render_output("a", status, 5).len() <= 5);
     }
 }

@@ -64,6 +64,15 @@ fn session_id(id: &str) -> Result<&str, HarnessError> {
     Ok(id)
 }
 
+/// The last `n` bytes of `s` at most, starting at a character boundary.
+pub(crate) fn tail_of(s: &str, n: usize) -> &str {
+    let mut from = s.len().saturating_sub(n);
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    &s[from..]
+}
+
 /// `text` bounded to `cap` bytes: the tail of `body`, then `suffix` whole (and the
 /// truncation marker when anything was cut or `truncated` says output was dropped
 /// upstream). If `suffix` and the marker alone exceed the cap, their tail.
@@ -72,17 +81,9 @@ pub(crate) fn bounded(body: &str, suffix: &str, truncated: bool, cap: usize) -> 
     if body.len() + suffix.len() + marker.len() <= cap {
         return format!("{body}{suffix}{marker}");
     }
-    let tail_of = |s: &str, n: usize| {
-        let from = s.len().saturating_sub(n);
-        let mut from = from;
-        while !s.is_char_boundary(from) {
-            from += 1;
-        }
-        s[from..].to_owned()
-    };
     let fixed = suffix.len() + TRUNCATED.len();
     if fixed >= cap {
-        return tail_of(&format!("{suffix}{TRUNCATED}"), cap);
+        return tail_of(&format!("{suffix}{TRUNCATED}"), cap).to_owned();
     }
     format!("{}{suffix}{TRUNCATED}", tail_of(body, cap - fixed))
 }
@@ -275,8 +276,8 @@ struct SendArgs {
     #[serde(rename = "timeout_ms")]
     timeout_ms: Option<u64>,
     /// Return a job id at once and let the send run on (a build typed into the
-    /// terminal); its output comes with `job_output` once it settles, and you are told
-    /// when it does.
+    /// terminal); `job_output` gives its output as it comes, whole lines at a time, and
+    /// you are told when it settles.
     #[serde(rename = "run_in_background")]
     run_in_background: Option<bool>,
 }
@@ -400,7 +401,8 @@ impl Tool for TerminalSendTool {
         if world.jobs().is_some() {
             d.push_str(
                 " With run_in_background: true the call returns a job id at once; the \
-                 send's output comes with job_output once it settles.",
+                 send's output comes with job_output as it is printed, whole lines at a \
+                 time.",
             );
         }
         d
