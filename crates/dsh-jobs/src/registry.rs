@@ -254,8 +254,20 @@ impl Jobs {
         drop(st);
         let shared = Arc::downgrade(&self.shared);
         let watched = id.clone();
+        // A producer that panics settles its job `failed` rather than leaving it running
+        // (and its owner's teardown waiting on it) forever.
+        let done = tokio::spawn(async move { job.done().await });
         tokio::spawn(async move {
-            let outcome = job.done().await;
+            let outcome = done.await.unwrap_or_else(|e| JobOutcome {
+                end: crate::JobEnd::Failed,
+                detail: Some(match e.try_into_panic() {
+                    Ok(payload) => HarnessError::panicked("the job", payload.as_ref())
+                        .message()
+                        .to_owned(),
+                    Err(e) => format!("the job's task ended early: {e}"),
+                }),
+                output: None,
+            });
             if let Some(shared) = shared.upgrade() {
                 shared.settle(&watched, outcome);
             }

@@ -502,3 +502,50 @@ async fn an_owners_list_keeps_its_last_hundred_settled_jobs() {
         ErrorCode::NoJob
     );
 }
+
+/// A producer whose `done` panics.
+struct Panics;
+
+#[async_trait]
+impl Job for Panics {
+    fn cancel(&self, _reason: &str) -> Result<(), HarnessError> {
+        Ok(())
+    }
+
+    async fn done(&self) -> JobOutcome {
+        tokio::task::yield_now().await;
+        panic!("a producer bug");
+    }
+}
+
+#[tokio::test]
+async fn a_producer_that_panics_fails_its_job_and_teardown_still_ends() {
+    let j = jobs();
+    let o = owner("s1");
+    let id = j
+        .start(JobStart::new("bash", "x", Some(o.clone())), || {
+            Ok(Arc::new(Panics) as Arc<dyn Job>)
+        })
+        .expect("start");
+    let snap = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let snap = j.get(id.as_str(), Some(&o)).expect("get");
+            if snap.status != JobStatus::Running {
+                return snap;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the job settled");
+    assert_eq!(snap.status, JobStatus::Failed);
+    assert!(
+        snap.status_line()
+            .contains("the job panicked: a producer bug"),
+        "{}",
+        snap.status_line()
+    );
+    tokio::time::timeout(Duration::from_secs(5), j.end_owner(&o))
+        .await
+        .expect("teardown ended");
+}

@@ -84,7 +84,7 @@ pub struct SendResult {
     pub wait: WaitReason,
     /// The session at that moment.
     pub status: SessionStatus,
-    /// Whether output was dropped (from the send's output or the scrollback).
+    /// Whether some of this send's output was dropped (more than `max_read_bytes` came).
     pub truncated: bool,
 }
 
@@ -604,7 +604,9 @@ impl PtySession {
             viewport,
             wait,
             status: status_of(self.control.outcome(), st.transport_error.is_some()),
-            truncated: op.dropped || st.scrollback.truncated(),
+            // This send's own drop only: the scrollback's flag stays set once a long
+            // session has filled it, and would mark every later send as cut.
+            truncated: op.dropped,
         }
     }
 

@@ -855,3 +855,25 @@ async fn a_background_send_that_never_ran_leaves_later_output_alone() {
     drop(dropped);
     foreground_keeps_its_output(&t, &owner, &id, &dropped_reader, "after-drop").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_is_marked_truncated_only_when_its_own_output_was_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let t = service(
+        TerminalConfig {
+            scrollback_lines: 100,
+            ..config()
+        },
+        None,
+    );
+    let owner = Owner::new(SessionId::new("s1"));
+    let id = open_shell(&t, &owner, &ws).await;
+    // 1000 lines: the scrollback drops most, the send's own output keeps them all.
+    let r = send(&t, &owner, &id, "seq 1 1000").await;
+    assert!(r.viewport.contains("\n1\n2\n") && r.viewport.contains("\n1000\n"));
+    assert!(!r.truncated, "{r:?}");
+    assert!(t.read(&owner, &id, 0, 1000).expect("read").truncated);
+    let r = send(&t, &owner, &id, "echo small").await;
+    assert!(!r.truncated, "a later send said it was cut: {r:?}");
+}
