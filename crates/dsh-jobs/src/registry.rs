@@ -296,6 +296,23 @@ impl Jobs {
         Ok(access(&st, id, caller)?.snapshot())
     }
 
+    /// Marks a settled job's end delivered by a notice the model will see (so it is
+    /// delivered once); says whether it was not delivered before. `false` for a job still
+    /// running, one whose end a read, wait or kill already delivered, a job `caller` may
+    /// not see, or one forgotten.
+    pub fn deliver_end(&self, id: &str, caller: Option<&Owner>) -> bool {
+        let mut st = self.shared.lock();
+        let Ok(i) = index(&st, id, caller) else {
+            return false;
+        };
+        let r = &mut st.records[i];
+        if !r.status.is_finished() || r.reported {
+            return false;
+        }
+        r.reported = true;
+        true
+    }
+
     /// The job's output since the previous read (a streaming job's; a job without a
     /// stream gives nothing until it settles, then its whole output, every time). A read
     /// after the end delivers the end ([`JobSnapshot::reported`]).

@@ -549,3 +549,27 @@ async fn a_producer_that_panics_fails_its_job_and_teardown_still_ends() {
         .await
         .expect("teardown ended");
 }
+
+#[tokio::test]
+async fn an_end_is_delivered_by_a_notice_once_and_never_after_a_read() {
+    let j = jobs();
+    let (o, other) = (owner("s1"), owner("s2"));
+    let m = Manual::new();
+    let id = start(&j, "bash", &o, &m);
+    assert!(!j.deliver_end(&id, Some(&o)), "still running");
+    m.finish(JobEnd::Completed, "exit code: 0", Some("out"));
+    settle().await;
+    assert!(!j.deliver_end(&id, Some(&other)), "another owner's");
+    assert!(j.deliver_end(&id, Some(&o)));
+    assert!(!j.deliver_end(&id, Some(&o)), "delivered twice");
+    assert!(j.get(&id, Some(&o)).expect("get").reported);
+    // The output is still there to read.
+    assert_eq!(j.read(&id, Some(&o)).expect("read").0, "out");
+    let read_first = Manual::new();
+    let id = start(&j, "bash", &o, &read_first);
+    read_first.finish(JobEnd::Completed, "exit code: 0", None);
+    settle().await;
+    j.read(&id, Some(&o)).expect("read");
+    assert!(!j.deliver_end(&id, Some(&o)), "a read delivered it");
+    assert!(!j.deliver_end("bash-99", Some(&o)));
+}

@@ -70,6 +70,8 @@ pub struct DshServer {
     /// for a job must not keep other calls from running.
     job_slots: Arc<tokio::sync::Semaphore>,
     log_level: Arc<notices::LogLevel>,
+    /// Job ends the model has not seen, for the next tool result.
+    inbox: Arc<notices::Inbox>,
     /// The connection's MCP tasks.
     tasks: rmcp::task_manager::TaskManager,
     task_ids: Arc<tasks::TaskIds>,
@@ -92,6 +94,7 @@ impl DshServer {
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
             job_slots: Arc::new(tokio::sync::Semaphore::new(JOB_CALL_SLOTS)),
             log_level: Arc::default(),
+            inbox: Arc::default(),
             tasks: rmcp::task_manager::TaskManager::new(),
             task_ids: Arc::default(),
             task_after: tasks::TASK_AFTER,
@@ -153,6 +156,7 @@ impl DshServer {
                     &session,
                     context.peer.clone(),
                     self.log_level.clone(),
+                    self.inbox.clone(),
                 );
                 Ok((world, session))
             })
@@ -519,7 +523,16 @@ impl DshServer {
                 let state = self.desk.park(flight, ask.reply);
                 Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
             }
-            Leg::Done(done) => Ok(finish(&self.desk, &flight, done).into()),
+            Leg::Done(done) => {
+                let mut result = finish(&self.desk, &flight, done);
+                if let Some((world, session)) = self.opened() {
+                    if let Some(jobs) = world.jobs() {
+                        let owner = world.owner(Some(session.id()));
+                        self.inbox.attach(jobs, &owner, &mut result);
+                    }
+                }
+                Ok(result.into())
+            }
             Leg::Task => {
                 let desk = self.desk.clone();
                 let task = tasks::spawn(

@@ -1,23 +1,28 @@
 //! Completion notices: a background job that ends unseen is told to its connection's
-//! client as an MCP `notifications/message` (level `info`, logger `dsh.jobs`) and logged
-//! in the session as `job/notice`.
+//! client as an MCP `notifications/message` (level `info`, logger `dsh.jobs`), logged in
+//! the session as `job/notice`, and put before the model: the connection's next tool
+//! result carries the notice as a text block of its own after the tool's content (the
+//! spec's `inject` lane; many clients show logging messages to the user but never to the
+//! model). That marks the end delivered, so no later result repeats it.
 //!
 //! A job whose end someone already collected (a kill, a `job_output` that showed the end,
-//! a wait that saw it) gets no notice; neither does a job of another connection. A client
-//! that set `logging/setLevel` above `info` gets none either; the log still has them.
+//! a wait that saw it) gets no notice, and one whose end a read collects before the next
+//! result is not carried either; neither does a job of another connection. A client that
+//! set `logging/setLevel` above `info` gets no logging message; the log and the next
+//! result still have the notice.
 
 // MCP logging is marked deprecated in rmcp (SEP-2577) but it is what clients show today,
 // and what the issue asks for; tasks will carry completion for clients that declare them.
 #![allow(deprecated)]
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dsh_core::journal::Record;
-use dsh_jobs::{completion_notice, JobSnapshot, NOTICE_MAX_BYTES};
+use dsh_jobs::{completion_notice, JobSnapshot, Jobs, NOTICE_MAX_BYTES};
 use dsh_store::session::Session;
 use dsh_tools::World;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::Peer;
 use rmcp::RoleServer;
 use serde_json::json;
@@ -49,12 +54,43 @@ fn rank(level: LoggingLevel) -> u8 {
     }
 }
 
-/// Sends `session`'s unseen job ends to `peer` from now on (see the [module docs](self)).
+/// The most notices waiting for the next result; past it the oldest go (each is still
+/// in the session log, and its job in `job_list`).
+const INBOX_MAX: usize = 100;
+
+/// Notices of job ends the model has not seen yet, for the connection's next tool result.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox(Mutex<Vec<(String, String)>>);
+
+impl Inbox {
+    fn push(&self, job_id: String, text: String) {
+        let mut pending = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.len() >= INBOX_MAX {
+            pending.remove(0);
+        }
+        pending.push((job_id, text));
+    }
+
+    /// Adds the notices of ends still undelivered to `result`, each as a text block after
+    /// its content, and marks them delivered; the others are dropped.
+    pub(crate) fn attach(&self, jobs: &Jobs, owner: &dsh_core::Owner, result: &mut CallToolResult) {
+        let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for (id, text) in pending {
+            if jobs.deliver_end(&id, Some(owner)) {
+                result.content.push(ContentBlock::text(text));
+            }
+        }
+    }
+}
+
+/// Sends `session`'s unseen job ends to `peer`, and keeps them in `inbox` for the next
+/// result, from now on (see the [module docs](self)).
 pub(crate) fn forward(
     world: &World,
     session: &Arc<Session>,
     peer: Peer<RoleServer>,
     level: Arc<LogLevel>,
+    inbox: Arc<Inbox>,
 ) {
     let Some(jobs) = world.jobs() else {
         return;
@@ -68,6 +104,8 @@ pub(crate) fn forward(
         let text = completion_notice(job, job.output_limit_bytes.unwrap_or(NOTICE_MAX_BYTES));
         let (peer, session, level) = (peer.clone(), session.clone(), level.clone());
         let id = job.id.as_str().to_owned();
+        // Before the listener returns: a result finished right after this end carries it.
+        inbox.push(id.clone(), text.clone());
         tokio::spawn(async move {
             if level.wants(LoggingLevel::Info) {
                 let mut message =

@@ -871,15 +871,24 @@ fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
     assert_eq!(text(&r), "started background job bash-1", "{r}");
     assert_eq!(r["result"]["structuredContent"]["jobId"], "bash-1", "{r}");
     let notices = c.job_notices_within(std::time::Duration::from_secs(10));
-    assert_eq!(
-        notices,
-        [
-            "background job bash-1 (bash: sleep 0.3; echo hi) finished [status: completed, \
-          exit code: 0]. Read its output with job_output."
-        ]
-    );
+    let notice = "background job bash-1 (bash: sleep 0.3; echo hi) finished [status: \
+                  completed, exit code: 0]. Read its output with job_output.";
+    assert_eq!(notices, [notice]);
+    // The model sees it too: the next result carries it after its own content, once.
+    let r = c.call("bash", json!({"command": "echo next", "description": "t"}));
+    let content = r["result"]["content"].as_array().expect("content");
+    assert_eq!(content.len(), 2, "{r}");
+    assert!(text(&r).starts_with("next\n"), "{r}");
+    assert_eq!(content[1]["type"], "text", "{r}");
+    assert_eq!(content[1]["text"], notice, "{r}");
+    // Its output is still there to read, and no later result repeats the notice.
     let r = c.call("job_output", json!({"job_id": "bash-1"}));
     assert_eq!(text(&r), "hi\n[status: completed, exit code: 0]", "{r}");
+    assert_eq!(
+        r["result"]["content"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
     // Collected by a wait, or killed: no notice.
     c.seen.clear();
     c.call(
@@ -900,6 +909,36 @@ fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
     assert!(c
         .job_notices_within(std::time::Duration::from_secs(2))
         .is_empty());
+    let r = c.call("job_list", json!({}));
+    assert_eq!(
+        r["result"]["content"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
+    // An end the model read before the next result is not carried either.
+    c.seen.clear();
+    c.call(
+        "bash",
+        json!({"command": "echo four", "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(
+        c.job_notices_within(std::time::Duration::from_secs(10))
+            .len(),
+        1
+    );
+    let r = c.call("job_output", json!({"job_id": "bash-4"}));
+    assert_eq!(text(&r), "four\n[status: completed, exit code: 0]", "{r}");
+    assert_eq!(
+        r["result"]["content"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
+    let r = c.call("job_list", json!({}));
+    assert_eq!(
+        r["result"]["content"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
     // The session log keeps the notice it sent.
     drop(c.stdin);
     let _ = c.child.wait();
@@ -908,8 +947,9 @@ fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
         .iter()
         .filter(|e| e["type"] == "job/notice")
         .collect();
-    assert_eq!(logged.len(), 1, "{events:?}");
+    assert_eq!(logged.len(), 2, "{events:?}");
     assert_eq!(logged[0]["data"]["jobId"], "bash-1");
+    assert_eq!(logged[1]["data"]["jobId"], "bash-4");
 }
 
 #[test]
