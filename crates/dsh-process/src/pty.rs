@@ -228,6 +228,21 @@ impl Pty {
         Ok(pgid)
     }
 
+    /// Sends `signal` to the members of process group `pgid` in this terminal's session
+    /// (found through pidfds while the session leader lives; nothing otherwise), whatever
+    /// group holds the foreground meanwhile. Returns how many were signalled.
+    ///
+    /// # Errors
+    /// As the session's process walk and `pidfd_send_signal`.
+    pub fn signal_group(&self, pgid: u32, signal: i32) -> io::Result<usize> {
+        match &self.leader {
+            Some(leader) => {
+                foreground::signal_in_session(self.session, leader, |_, pgrp| pgrp == pgid, signal)
+            }
+            None => Ok(0),
+        }
+    }
+
     /// Discards input typed but not read yet: what the terminal holds for the program,
     /// and what dsh wrote that the terminal has not taken in.
     ///

@@ -20,7 +20,10 @@
 //! 5. `timeout`: the send's deadline passed, whatever the output.
 //!
 //! A cancelled send gets a real SIGINT sent to the foreground group (never a `\x03`
-//! byte), and then settles as above, usually on the prompt coming back.
+//! byte), and then settles as above, usually on the prompt coming back. Cancelling a
+//! background send is a kill: a program that still holds the terminal 2 s after the
+//! interrupt gets SIGTERM, then SIGKILL 2 s later (its process group, never the shell's),
+//! and silence does not settle the send meanwhile.
 //!
 //! # Memory
 //! The scrollback, a send's output and the screen are each bounded (see
@@ -46,6 +49,10 @@ const FIRST_STEP: Duration = Duration::from_millis(2);
 
 /// The longest a send waits for one look at the foreground group.
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
+
+/// How long a killed background send's program may keep the terminal after each signal
+/// (SIGINT, then SIGTERM) before it gets the next (SIGTERM, then SIGKILL).
+const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a send waits for the slot of a cancelled send still settling.
 const INTERRUPT_WAIT: Duration = Duration::from_secs(2);
@@ -144,6 +151,23 @@ impl OpOutput {
             }
             None if self.marker => push_capped(&mut self.tail, text),
             None => {}
+        }
+    }
+}
+
+/// The last signal a killed background send sent its program, and when.
+struct Escalation {
+    sent: i32,
+    at: Instant,
+}
+
+impl Escalation {
+    /// The signal after `sent`: SIGINT, SIGTERM, SIGKILL, then none.
+    fn next(&self) -> Option<i32> {
+        match self.sent {
+            libc::SIGINT => Some(libc::SIGTERM),
+            libc::SIGTERM => Some(libc::SIGKILL),
+            _ => None,
         }
     }
 }
@@ -406,7 +430,7 @@ impl PtySession {
     /// The send, its slot held.
     async fn send_holding(
         &self,
-        _slot: SendSlot,
+        slot: SendSlot,
         request: SendRequest,
         cancel: &CancelToken,
         startup: bool,
@@ -441,6 +465,10 @@ impl PtySession {
             bytes.push(b'\r');
         }
         let mut interrupted = false;
+        // Cancelling a background send is a kill (`job_kill`): a program that keeps the
+        // terminal after the interrupt gets SIGTERM, then SIGKILL.
+        let kills = slot.background.is_some();
+        let mut kill: Option<Escalation> = None;
         if !bytes.is_empty() {
             // A program that does not read holds the write: the deadline or a cancel ends
             // it (the rest of the text is then not typed).
@@ -516,6 +544,30 @@ impl PtySession {
             if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
                 return Ok(self.settle(WaitReason::StdinRead));
             }
+            // A killed background send whose program still holds the terminal: the next
+            // signal once the grace is over; meanwhile silence does not settle it.
+            if interrupted && kills && kill.is_none() {
+                kill = Some(Escalation {
+                    sent: libc::SIGINT,
+                    at: now,
+                });
+            }
+            let mut holding = false;
+            if let (Some(k), Some(group), Some(shell)) = (kill.as_mut(), holder, shell) {
+                if group != shell {
+                    if let Some(next) = k.next().filter(|_| k.at.elapsed() >= KILL_GRACE) {
+                        *k = Escalation {
+                            sent: next,
+                            at: Instant::now(),
+                        };
+                        // The program's group by number, never "whatever holds the
+                        // foreground now", which may be the shell by then.
+                        let _ = self.pty.signal_group(group, next);
+                    }
+                    // Silence settles the send only once SIGKILL has had its grace.
+                    holding = k.sent != libc::SIGKILL || k.at.elapsed() < KILL_GRACE;
+                }
+            }
             let fg = self.inspect().await;
             if let Some(f) = fg {
                 let same = initial.is_some_and(|i| i.pgid == f.pgid);
@@ -537,7 +589,7 @@ impl PtySession {
                 } else {
                     Duration::ZERO
                 };
-            if idle >= silence && (!startup || any) {
+            if idle >= silence && (!startup || any) && !holding {
                 return Ok(self.settle(WaitReason::InferredIdle));
             }
         }

@@ -305,8 +305,10 @@ impl Tool for JobKillTool {
     }
 
     fn description(&self, _world: &World) -> String {
-        "Stop a background job: its whole process tree gets SIGTERM, then SIGKILL after a \
-         grace. Kill the jobs you no longer need."
+        "Stop a background job: a command's whole process tree gets SIGTERM, then SIGKILL \
+         after a grace; a terminal send's program gets SIGINT, then SIGTERM and SIGKILL if \
+         it keeps the terminal (the terminal's shell lives on). Kill the jobs you no longer \
+         need."
             .into()
     }
 

@@ -428,3 +428,68 @@ async fn a_background_terminal_send_shows_its_output_as_it_comes() {
         "{r:?}"
     );
 }
+
+/// `job_kill` of a background send whose program ignores the interrupt (and SIGTERM)
+/// still ends it: SIGTERM, then SIGKILL, each after a grace; the shell lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_kill_ends_a_terminal_program_that_ignores_the_interrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "run_in_background": true,
+               "text": "bash -c 'trap \"\" INT TERM; echo P=$$; exec sleep 1000'"}),
+    )
+    .await;
+    assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        let found = text
+            .lines()
+            .find_map(|l| l.strip_prefix("P=")?.trim().parse().ok());
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no pid yet: {text:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = tool(
+            &world,
+            &session,
+            "job_output",
+            json!({"job_id": "pty-send-1"}),
+        )
+        .await;
+        text.push_str(&r.text);
+    };
+    let r = tool(
+        &world,
+        &session,
+        "job_kill",
+        json!({"job_id": "pty-send-1"}),
+    )
+    .await;
+    assert_eq!(r.text, "requested cancellation of job pty-send-1", "{r:?}");
+    let r = wait_output(&world, &session, "pty-send-1").await;
+    assert!(
+        r.text.ends_with("[status: killed, wait: stdin_read]"),
+        "the shell did not get the terminal back: {r:?}"
+    );
+    assert!(
+        gone_within(pid, Duration::from_secs(2)).await,
+        "{pid} still runs"
+    );
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "echo alive"}),
+    )
+    .await;
+    assert!(r.text.contains("\nalive\n"), "{r:?}");
+}
