@@ -525,7 +525,10 @@ impl DshServer {
             }
             Leg::Done(done) => {
                 let mut result = finish(&self.desk, &flight, done);
-                if let Some((world, session)) = self.opened() {
+                // A cancelled request's answer is never sent (rmcp drops it): its notices
+                // wait for the next result.
+                if let Some((world, session)) = self.opened().filter(|_| !context.ct.is_cancelled())
+                {
                     if let Some(jobs) = world.jobs() {
                         let owner = world.owner(Some(session.id()));
                         self.inbox.attach(jobs, &owner, &mut result);

@@ -1,7 +1,8 @@
 //! Completion notices: a background job that ends unseen is told to its connection's
 //! client as an MCP `notifications/message` (level `info`, logger `dsh.jobs`), logged in
 //! the session as `job/notice`, and put before the model: the connection's next tool
-//! result carries the notice as a text block of its own after the tool's content (the
+//! result (an error result too; not the answer to a cancelled request, which is never
+//! sent) carries the notice as a text block of its own after the tool's content (the
 //! spec's `inject` lane; many clients show logging messages to the user but never to the
 //! model). That marks the end delivered, so no later result repeats it.
 //!

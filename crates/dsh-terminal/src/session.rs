@@ -155,8 +155,10 @@ impl OpOutput {
     }
 }
 
-/// The last signal a killed background send sent its program, and when.
+/// A killed background send's program: its process group, the last signal it was sent,
+/// and when.
 struct Escalation {
+    group: u32,
     sent: i32,
     at: Instant,
 }
@@ -465,9 +467,12 @@ impl PtySession {
             bytes.push(b'\r');
         }
         let mut interrupted = false;
-        // Cancelling a background send is a kill (`job_kill`): a program that keeps the
-        // terminal after the interrupt gets SIGTERM, then SIGKILL.
+        // Cancelling a background send is a kill (`job_kill`): a program the send started
+        // that keeps the terminal after the interrupt gets SIGTERM, then SIGKILL. Never
+        // the group that held the terminal before the send (a REPL the text was typed
+        // into, a nested shell): it lives on, as after a foreground cancel.
         let kills = slot.background.is_some();
+        let held_before = self.pty.foreground_group();
         let mut kill: Option<Escalation> = None;
         if !bytes.is_empty() {
             // A program that does not read holds the write: the deadline or a cancel ends
@@ -491,7 +496,8 @@ impl PtySession {
             if cancel.is_cancelled() {
                 interrupted = true;
                 self.interrupting.store(true, Ordering::SeqCst);
-                self.interrupt()?;
+                let group = self.interrupt()?;
+                kill = self.escalation(kills, group, held_before);
             }
         }
         let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
@@ -506,10 +512,17 @@ impl PtySession {
                 _ = cancel.cancelled(), if !interrupted => {
                     interrupted = true;
                     self.interrupting.store(true, Ordering::SeqCst);
-                    self.interrupt()?;
+                    let group = self.interrupt()?;
+                    kill = self.escalation(kills, group, held_before);
                 }
             }
             let now = Instant::now();
+            // A kill in progress finishes before the deadline settles the send: a program
+            // left running would take the next send's input.
+            let deadline = match &kill {
+                Some(k) => deadline.max(k.at + KILL_GRACE * 3 + self.config.idle_silence),
+                None => deadline,
+            };
             if now >= deadline {
                 return Ok(self.settle(WaitReason::Timeout));
             }
@@ -546,27 +559,24 @@ impl PtySession {
             }
             // A killed background send whose program still holds the terminal: the next
             // signal once the grace is over; meanwhile silence does not settle it.
-            if interrupted && kills && kill.is_none() {
-                kill = Some(Escalation {
-                    sent: libc::SIGINT,
-                    at: now,
-                });
-            }
+            // A killed send whose program still holds the terminal: the next signal once
+            // the grace is over; meanwhile silence does not settle it.
             let mut holding = false;
-            if let (Some(k), Some(group), Some(shell)) = (kill.as_mut(), holder, shell) {
-                if group != shell {
-                    if let Some(next) = k.next().filter(|_| k.at.elapsed() >= KILL_GRACE) {
-                        *k = Escalation {
-                            sent: next,
-                            at: Instant::now(),
-                        };
-                        // The program's group by number, never "whatever holds the
-                        // foreground now", which may be the shell by then.
-                        let _ = self.pty.signal_group(group, next);
-                    }
-                    // Silence settles the send only once SIGKILL has had its grace.
-                    holding = k.sent != libc::SIGKILL || k.at.elapsed() < KILL_GRACE;
+            if let Some(k) = kill
+                .as_mut()
+                .filter(|k| holder == Some(k.group) && shell.is_some_and(|s| s != k.group))
+            {
+                if let Some(next) = k.next().filter(|_| k.at.elapsed() >= KILL_GRACE) {
+                    k.sent = next;
+                    k.at = Instant::now();
+                    // The interrupted group by number, never "whatever holds the
+                    // foreground now"; its processes are found off the async threads.
+                    let (pty, group) = (self.pty.clone(), k.group);
+                    let _ =
+                        tokio::task::spawn_blocking(move || pty.signal_group(group, next)).await;
                 }
+                // Silence settles the send only once SIGKILL has had its grace.
+                holding = k.sent != libc::SIGKILL || k.at.elapsed() < KILL_GRACE;
             }
             let fg = self.inspect().await;
             if let Some(f) = fg {
@@ -628,11 +638,33 @@ impl PtySession {
         }
     }
 
-    fn interrupt(&self) -> Result<(), HarnessError> {
+    /// The kill a cancel of this send starts after interrupting `group`: none for a
+    /// foreground send, for no group, for the group that held the terminal before the
+    /// send (`held_before`), and for the session's leader or its shell's group.
+    fn escalation(
+        &self,
+        kills: bool,
+        group: Option<u32>,
+        held_before: Option<u32>,
+    ) -> Option<Escalation> {
+        let group = group.filter(|_| kills)?;
+        let shell = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
+        if Some(group) == held_before || Some(group) == shell || group == self.pid() {
+            return None;
+        }
+        Some(Escalation {
+            group,
+            sent: libc::SIGINT,
+            at: Instant::now(),
+        })
+    }
+
+    /// Interrupts the foreground group; returns it (`None`: nobody held the terminal).
+    fn interrupt(&self) -> Result<Option<u32>, HarnessError> {
         match self.pty.signal_foreground(libc::SIGINT) {
-            Ok(_) => Ok(()),
+            Ok(group) => Ok(Some(group)),
             // Nobody holds the terminal: the session is ending; the send settles on that.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(HarnessError::new(
                 ErrorCode::TerminalFailed,
                 "the interrupt (SIGINT) could not be sent to the terminal's foreground group",

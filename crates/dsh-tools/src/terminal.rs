@@ -272,7 +272,7 @@ struct SendArgs {
     /// Press Enter after the text (default true).
     submit: Option<bool>,
     /// How long to wait for the program to be ready, in milliseconds (default 30000, at
-    /// most 600000).
+    /// most 600000; a background send waits up to the most by default).
     #[serde(rename = "timeout_ms")]
     timeout_ms: Option<u64>,
     /// Return a job id at once and let the send run on (a build typed into the
@@ -453,6 +453,9 @@ impl Tool for TerminalSendTool {
                 )))
             }
             Some(ms) => Duration::from_millis(ms),
+            // A background send is for long work (a build): it runs to the limit unless
+            // told otherwise, so `job_kill` can still reach it.
+            None if a.run_in_background == Some(true) => max,
             None => t.config().timeout,
         };
         let policy = t.policy(&owner, id)?;

@@ -939,6 +939,32 @@ fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
         Some(1),
         "{r}"
     );
+    // A cancelled call's answer is never sent: the notice waits for the next result.
+    c.seen.clear();
+    c.call(
+        "bash",
+        json!({"command": "sleep 0.2", "description": "t", "run_in_background": true}),
+    );
+    let sleeper = format!("sleep 96.{}1", std::process::id());
+    c.send(&json!({"jsonrpc": "2.0", "id": 92, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": sleeper, "description": "t"}}}));
+    assert!(within_5s(|| alive_with(&sleeper)), "the call started");
+    assert_eq!(
+        c.job_notices_within(std::time::Duration::from_secs(10))
+            .len(),
+        1
+    );
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 92}}));
+    assert!(within_5s(|| !alive_with(&sleeper)), "the cancel ended it");
+    let r = c.call("job_list", json!({}));
+    let content = r["result"]["content"].as_array().expect("content");
+    assert_eq!(content.len(), 2, "{r}");
+    assert!(
+        content[1]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("background job bash-5 ")),
+        "{r}"
+    );
     // The session log keeps the notice it sent.
     drop(c.stdin);
     let _ = c.child.wait();
@@ -947,9 +973,10 @@ fn a_background_job_is_noticed_when_it_ends_unseen_and_not_when_collected() {
         .iter()
         .filter(|e| e["type"] == "job/notice")
         .collect();
-    assert_eq!(logged.len(), 2, "{events:?}");
+    assert_eq!(logged.len(), 3, "{events:?}");
     assert_eq!(logged[0]["data"]["jobId"], "bash-1");
     assert_eq!(logged[1]["data"]["jobId"], "bash-4");
+    assert_eq!(logged[2]["data"]["jobId"], "bash-5");
 }
 
 #[test]

@@ -430,7 +430,8 @@ async fn a_background_terminal_send_shows_its_output_as_it_comes() {
 }
 
 /// `job_kill` of a background send whose program ignores the interrupt (and SIGTERM)
-/// still ends it: SIGTERM, then SIGKILL, each after a grace; the shell lives on.
+/// still ends it: SIGTERM, then SIGKILL, each after a grace, past the send's own
+/// deadline; the shell lives on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_kill_ends_a_terminal_program_that_ignores_the_interrupt() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -442,7 +443,7 @@ async fn job_kill_ends_a_terminal_program_that_ignores_the_interrupt() {
         &world,
         &session,
         "terminal_send",
-        json!({"sessionId": "pty-1", "run_in_background": true,
+        json!({"sessionId": "pty-1", "run_in_background": true, "timeout_ms": 3000,
                "text": "bash -c 'trap \"\" INT TERM; echo P=$$; exec sleep 1000'"}),
     )
     .await;
@@ -492,4 +493,58 @@ async fn job_kill_ends_a_terminal_program_that_ignores_the_interrupt() {
     )
     .await;
     assert!(r.text.contains("\nalive\n"), "{r:?}");
+}
+
+/// `job_kill` of a background send typed into a REPL interrupts what it runs, never the
+/// REPL itself: its state survives, and the next send still goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_kill_of_a_send_into_a_repl_leaves_the_repl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let send = |text: &str, background: bool| json!({"sessionId": "pty-1", "text": text, "run_in_background": background});
+    let r = tool(&world, &session, "terminal_send", send("python3 -q", false)).await;
+    assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
+    // The REPL ignores the interrupt from now on, so nothing but a kill would stop it.
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        send(
+            "import signal, time; x = 41; signal.signal(signal.SIGINT, signal.SIG_IGN)",
+            false,
+        ),
+    )
+    .await;
+    assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        send("time.sleep(6); print('slept')", true),
+    )
+    .await;
+    assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = tool(
+        &world,
+        &session,
+        "job_kill",
+        json!({"job_id": "pty-send-1"}),
+    )
+    .await;
+    assert_eq!(r.text, "requested cancellation of job pty-send-1", "{r:?}");
+    let r = wait_output(&world, &session, "pty-send-1").await;
+    assert!(r.text.contains("[status: killed"), "{r:?}");
+    // Still the REPL, with its state, once the sleep is over.
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "print(x + 1)", "timeout_ms": 20000}),
+    )
+    .await;
+    assert!(r.text.lines().any(|l| l == "42"), "the REPL is gone: {r:?}");
 }
