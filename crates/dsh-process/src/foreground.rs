@@ -76,7 +76,7 @@ pub(crate) fn inspect(pgid: u32, session: u32, device: TerminalDevice) -> Foregr
         device,
         checks: std::cell::Cell::new(0),
     };
-    let group = members(session, |_, pgrp| pgrp == pgid);
+    let group = members(session, |m| m.pgrp == pgid);
     for pid in group.into_iter().take(MAX_MEMBERS) {
         found.reads = found.reads.saturating_add(reads(pid).unwrap_or(0));
         if !found.input_waiting {
@@ -100,12 +100,12 @@ const MAX_TREE: usize = 4096;
 /// parent (its reaper, the tree's subreaper), so the walk visits that tree alone
 /// (`/proc/<pid>/task/<tid>/children`), not all of `/proc`; where the leader is gone it
 /// falls back to scanning `/proc`.
-fn members(session: u32, pick: impl Fn(u32, u32) -> bool) -> Vec<u32> {
+fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<u32> {
     let mut buf = Vec::with_capacity(512);
     let mut out = Vec::new();
     let mut keep = |pid: u32, buf: &mut Vec<u8>| {
-        if let Some((pgrp, sid)) = group_and_session(pid, buf) {
-            if sid == session && pick(pid, pgrp) {
+        if let Some((member, sid)) = member_of(pid, buf) {
+            if sid == session && pick(&member) {
                 out.push(pid);
             }
         }
@@ -159,28 +159,78 @@ fn parent_of(pid: u32, buf: &mut Vec<u8>) -> Option<u32> {
     rest.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
-/// The process group and session of `pid`, from `/proc/<pid>/stat` (read into `buf`).
-fn group_and_session(pid: u32, buf: &mut Vec<u8>) -> Option<(u32, u32)> {
+/// One process of a terminal's session, as a walk of the session sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its pid (the host's).
+    pub pid: u32,
+    /// Its process group.
+    pub pgrp: u32,
+    /// When it started.
+    pub started: StartMark,
+}
+
+/// A moment as the kernel counts process start times: clock ticks since boot (usually
+/// 10 ms each). A process whose [`Member::started`] is at or after a mark taken before it
+/// started compares so; one started in the same tick just before the mark does too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StartMark(u64);
+
+impl StartMark {
+    /// The current tick.
+    pub fn now() -> StartMark {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes the timespec we own; CLOCK_BOOTTIME exists
+        // since Linux 2.6.39. sysconf(3) has no preconditions.
+        let (hz, _) = unsafe {
+            (
+                libc::sysconf(libc::_SC_CLK_TCK),
+                libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now),
+            )
+        };
+        let hz = u64::try_from(hz).ok().filter(|h| *h > 0).unwrap_or(100);
+        let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+        let nanos = u64::try_from(now.tv_nsec).unwrap_or(0);
+        StartMark(secs * hz + nanos * hz / 1_000_000_000)
+    }
+}
+
+/// `pid` as a [`Member`], and its session, from `/proc/<pid>/stat` (read into `buf`).
+fn member_of(pid: u32, buf: &mut Vec<u8>) -> Option<(Member, u32)> {
     buf.clear();
     fs::File::open(format!("/proc/{pid}/stat"))
         .and_then(|mut f| f.read_to_end(buf))
         .ok()?;
-    stat_group_and_session(buf)
+    let (pgrp, session, started) = stat_fields(buf)?;
+    Some((
+        Member {
+            pid,
+            pgrp,
+            started: StartMark(started),
+        },
+        session,
+    ))
 }
 
-/// The process group and session in a `/proc/<pid>/stat` line: the third and fourth
-/// fields after the command name's closing parenthesis (the name may itself hold spaces
-/// and parentheses).
-fn stat_group_and_session(stat: &[u8]) -> Option<(u32, u32)> {
+/// The process group, session and start time in a `/proc/<pid>/stat` line: the third,
+/// fourth and twentieth fields after the command name's closing parenthesis (the name
+/// may itself hold spaces and parentheses).
+fn stat_fields(stat: &[u8]) -> Option<(u32, u32, u64)> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    // state, ppid, pgrp, session
+    // state, ppid, pgrp, session, …, starttime (field 22 of the line)
     let mut it = rest.split_ascii_whitespace().skip(2);
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    let pgrp = it.next()?.parse().ok()?;
+    let session = it.next()?.parse().ok()?;
+    let started = it.nth(15)?.parse().ok()?;
+    Some((pgrp, session, started))
 }
 
-/// Sends `signal` to every process of session `session` for which `pick(pid, pgrp)`
-/// holds; returns how many. `leader` is a pidfd of the session's leader, whose pid is the
+/// Sends `signal` to every process of session `session` for which `pick` holds; returns
+/// how many (signal 0 counts them). `leader` is a pidfd of the session's leader, whose pid is the
 /// session id: while the leader is unreaped (its reaper keeps it so until the whole tree
 /// is gone), no other process can have that session. Each process is pinned with a
 /// pidfd, its session read again, and only then, if the leader is still unreaped,
@@ -192,7 +242,7 @@ fn stat_group_and_session(stat: &[u8]) -> Option<(u32, u32)> {
 pub(crate) fn signal_in_session(
     session: u32,
     leader: &std::os::fd::OwnedFd,
-    pick: impl Fn(u32, u32) -> bool,
+    pick: impl Fn(&Member) -> bool,
     signal: i32,
 ) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
@@ -225,8 +275,7 @@ pub(crate) fn signal_in_session(
             continue;
         }
         let fd = fd as libc::c_int;
-        let still = group_and_session(pid, &mut buf)
-            .is_some_and(|(pgrp, sid)| sid == session && pick(pid, pgrp));
+        let still = member_of(pid, &mut buf).is_some_and(|(m, sid)| sid == session && pick(&m));
         if still && unreaped() {
             // SAFETY: pidfd_send_signal(2) on the pidfd just opened; no siginfo.
             let r = unsafe {
@@ -459,12 +508,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_group_and_session_are_read_after_the_command_name() {
-        assert_eq!(
-            stat_group_and_session(b"12 (a) b) c) S 1 77 70 0"),
-            Some((77, 70))
-        );
-        assert_eq!(stat_group_and_session(b"12 (sh) R 1 5"), None);
+    fn the_group_session_and_start_are_read_after_the_command_name() {
+        let line = b"12 (a) b) c) S 1 77 70 34816 77 4194304 97 0 0 0 0 0 0 0 20 0 1 0 \
+                     5179203 2580480 244 18446744073709551615";
+        assert_eq!(stat_fields(line), Some((77, 70, 5_179_203)));
+        assert_eq!(stat_fields(b"12 (sh) R 1 5"), None);
+    }
+
+    #[test]
+    fn this_process_started_before_now() {
+        let mut buf = Vec::new();
+        let (me, _) = member_of(std::process::id(), &mut buf).expect("own stat");
+        assert!(me.started <= StartMark::now(), "{me:?}");
+        assert!(me.started > StartMark(0));
     }
 
     #[test]

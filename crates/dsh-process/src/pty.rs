@@ -223,22 +223,25 @@ impl Pty {
             return Ok(pgid);
         }
         if let Some(leader) = &self.leader {
-            foreground::signal_in_session(self.session, leader, |_, pgrp| pgrp == pgid, signal)?;
+            foreground::signal_in_session(self.session, leader, |m| m.pgrp == pgid, signal)?;
         }
         Ok(pgid)
     }
 
-    /// Sends `signal` to the members of process group `pgid` in this terminal's session
-    /// (found through pidfds while the session leader lives; nothing otherwise), whatever
-    /// group holds the foreground meanwhile. Returns how many were signalled.
+    /// Sends `signal` to the processes of this terminal's session for which `pick` holds
+    /// (each pinned by a pidfd and checked again before it is signalled, while the session
+    /// leader lives; nothing otherwise). Returns how many; signal 0 counts them. The walk
+    /// reads `/proc` for every process of the session: call it off the async threads.
     ///
     /// # Errors
-    /// As the session's process walk and `pidfd_send_signal`.
-    pub fn signal_group(&self, pgid: u32, signal: i32) -> io::Result<usize> {
+    /// `Unsupported` without pidfds (Linux before 5.3).
+    pub fn signal_members(
+        &self,
+        pick: impl Fn(&foreground::Member) -> bool,
+        signal: i32,
+    ) -> io::Result<usize> {
         match &self.leader {
-            Some(leader) => {
-                foreground::signal_in_session(self.session, leader, |_, pgrp| pgrp == pgid, signal)
-            }
+            Some(leader) => foreground::signal_in_session(self.session, leader, pick, signal),
             None => Ok(0),
         }
     }
@@ -275,7 +278,7 @@ impl Pty {
         foreground::signal_in_session(
             session,
             leader,
-            |pid, pgrp| pid == session || Some(pgrp) == fg,
+            |m| m.pid == session || Some(m.pgrp) == fg,
             libc::SIGHUP,
         )?;
         Ok(())

@@ -21,9 +21,9 @@
 //!
 //! A cancelled send gets a real SIGINT sent to the foreground group (never a `\x03`
 //! byte), and then settles as above, usually on the prompt coming back. Cancelling a
-//! background send is a kill: a program that still holds the terminal 2 s after the
-//! interrupt gets SIGTERM, then SIGKILL 2 s later (its process group, never the shell's),
-//! and silence does not settle the send meanwhile.
+//! background send is a kill: what the send started and still runs 2 s after the
+//! interrupt gets SIGTERM, then SIGKILL 2 s later (never what ran before the send), and
+//! meanwhile only the prompt settles the send, or the kill's own deadline.
 //!
 //! # Memory
 //! The scrollback, a send's output and the screen are each bounded (see
@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
+use dsh_process::foreground::StartMark;
 use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
 use tokio::time::Instant;
 
@@ -50,8 +51,8 @@ const FIRST_STEP: Duration = Duration::from_millis(2);
 /// The longest a send waits for one look at the foreground group.
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
 
-/// How long a killed background send's program may keep the terminal after each signal
-/// (SIGINT, then SIGTERM) before it gets the next (SIGTERM, then SIGKILL).
+/// How long what a killed background send started may run after each signal (SIGINT,
+/// then SIGTERM) before it gets the next (SIGTERM, then SIGKILL).
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a send waits for the slot of a cancelled send still settling.
@@ -155,21 +156,31 @@ impl OpOutput {
     }
 }
 
-/// A killed background send's program: its process group, the last signal it was sent,
-/// and when.
-struct Escalation {
-    group: u32,
-    sent: i32,
+/// A killed background send (`job_kill`). What the send started is ended in steps, each
+/// [`KILL_GRACE`] after the last: the interrupt (SIGINT to the foreground group, as any
+/// cancel); then SIGINT to the shell (a loop it runs itself stops at its next command)
+/// and SIGTERM to every process of the session started since the write; then SIGKILL to
+/// those, again at each look while any is left. What ran before the send (the shell, the
+/// session's leader, a REPL the text was typed into, a program resumed with `fg`) gets
+/// the interrupt only, as after a foreground cancel.
+struct Kill {
+    /// The tick of the write: processes started since are the send's.
+    since: StartMark,
+    /// When the interrupt went out.
     at: Instant,
+    /// Signalling steps taken after the interrupt.
+    steps: u8,
+    /// Processes the send started may still run.
+    left: bool,
 }
 
-impl Escalation {
-    /// The signal after `sent`: SIGINT, SIGTERM, SIGKILL, then none.
-    fn next(&self) -> Option<i32> {
-        match self.sent {
-            libc::SIGINT => Some(libc::SIGTERM),
-            libc::SIGTERM => Some(libc::SIGKILL),
-            _ => None,
+impl Kill {
+    fn new(since: StartMark) -> Kill {
+        Kill {
+            since,
+            at: Instant::now(),
+            steps: 0,
+            left: true,
         }
     }
 }
@@ -445,7 +456,7 @@ impl PtySession {
             ));
         }
         let start = Instant::now();
-        let deadline = start + request.timeout;
+        let mut deadline = start + request.timeout;
         // The startup send counts everything the shell printed since it started; a later
         // send only what follows its write.
         if !startup {
@@ -467,13 +478,11 @@ impl PtySession {
             bytes.push(b'\r');
         }
         let mut interrupted = false;
-        // Cancelling a background send is a kill (`job_kill`): a program the send started
-        // that keeps the terminal after the interrupt gets SIGTERM, then SIGKILL. Never
-        // the group that held the terminal before the send (a REPL the text was typed
-        // into, a nested shell): it lives on, as after a foreground cancel.
+        // Cancelling a background send is a kill (`job_kill`, see `Kill`): what the send
+        // started is ended, what ran before it is only interrupted.
         let kills = slot.background.is_some();
-        let held_before = self.pty.foreground_group();
-        let mut kill: Option<Escalation> = None;
+        let since = StartMark::now();
+        let mut kill: Option<Kill> = None;
         if !bytes.is_empty() {
             // A program that does not read holds the write: the deadline or a cancel ends
             // it (the rest of the text is then not typed).
@@ -496,8 +505,11 @@ impl PtySession {
             if cancel.is_cancelled() {
                 interrupted = true;
                 self.interrupting.store(true, Ordering::SeqCst);
-                let group = self.interrupt()?;
-                kill = self.escalation(kills, group, held_before);
+                self.interrupt()?;
+                if kills {
+                    kill = Some(Kill::new(since));
+                    deadline = Instant::now() + self.kill_limit();
+                }
             }
         }
         let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
@@ -512,17 +524,15 @@ impl PtySession {
                 _ = cancel.cancelled(), if !interrupted => {
                     interrupted = true;
                     self.interrupting.store(true, Ordering::SeqCst);
-                    let group = self.interrupt()?;
-                    kill = self.escalation(kills, group, held_before);
+                    self.interrupt()?;
+                    if kills {
+                        kill = Some(Kill::new(since));
+                        // Fixed from the interrupt, whatever the send's own deadline was.
+                        deadline = Instant::now() + self.kill_limit();
+                    }
                 }
             }
             let now = Instant::now();
-            // A kill in progress finishes before the deadline settles the send: a program
-            // left running would take the next send's input.
-            let deadline = match &kill {
-                Some(k) => deadline.max(k.at + KILL_GRACE * 3 + self.config.idle_silence),
-                None => deadline,
-            };
             if now >= deadline {
                 return Ok(self.settle(WaitReason::Timeout));
             }
@@ -557,28 +567,14 @@ impl PtySession {
             if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
                 return Ok(self.settle(WaitReason::StdinRead));
             }
-            // A killed background send whose program still holds the terminal: the next
-            // signal once the grace is over; meanwhile silence does not settle it.
-            // A killed send whose program still holds the terminal: the next signal once
-            // the grace is over; meanwhile silence does not settle it.
+            // While what a killed send started still runs, only the prompt (above), the
+            // session's end or the kill's deadline settles it.
             let mut holding = false;
-            if let Some(k) = kill
-                .as_mut()
-                .filter(|k| holder == Some(k.group) && shell.is_some_and(|s| s != k.group))
-            {
-                if let Some(next) = k.next().filter(|_| k.at.elapsed() >= KILL_GRACE) {
-                    k.sent = next;
-                    k.at = Instant::now();
-                    // The interrupted group by number, never "whatever holds the
-                    // foreground now"; its processes are found off the async threads.
-                    let (pty, group) = (self.pty.clone(), k.group);
-                    let _ =
-                        tokio::task::spawn_blocking(move || pty.signal_group(group, next)).await;
-                }
-                // Silence settles the send only once SIGKILL has had its grace.
-                holding = k.sent != libc::SIGKILL || k.at.elapsed() < KILL_GRACE;
+            if let Some(k) = kill.as_mut() {
+                self.advance_kill(k, shell).await;
+                holding = k.left;
             }
-            let fg = self.inspect().await;
+            let fg = if holding { None } else { self.inspect().await };
             if let Some(f) = fg {
                 let same = initial.is_some_and(|i| i.pgid == f.pgid);
                 if same && !f.input_waiting {
@@ -638,33 +634,52 @@ impl PtySession {
         }
     }
 
-    /// The kill a cancel of this send starts after interrupting `group`: none for a
-    /// foreground send, for no group, for the group that held the terminal before the
-    /// send (`held_before`), and for the session's leader or its shell's group.
-    fn escalation(
-        &self,
-        kills: bool,
-        group: Option<u32>,
-        held_before: Option<u32>,
-    ) -> Option<Escalation> {
-        let group = group.filter(|_| kills)?;
-        let shell = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
-        if Some(group) == held_before || Some(group) == shell || group == self.pid() {
-            return None;
-        }
-        Some(Escalation {
-            group,
-            sent: libc::SIGINT,
-            at: Instant::now(),
-        })
+    /// How long a killed background send may take to settle after its interrupt: the
+    /// kill's three steps and the silence after them.
+    fn kill_limit(&self) -> Duration {
+        KILL_GRACE * 3 + self.config.idle_silence
     }
 
-    /// Interrupts the foreground group; returns it (`None`: nobody held the terminal).
-    fn interrupt(&self) -> Result<Option<u32>, HarnessError> {
+    /// Takes the kill's next step if its time has come (see [`Kill`]), and learns whether
+    /// anything the send started is left. The walks run off the async threads.
+    async fn advance_kill(&self, k: &mut Kill, shell: Option<u32>) {
+        if !k.left {
+            return;
+        }
+        let elapsed = k.at.elapsed();
+        let signal = match k.steps {
+            0 if elapsed >= KILL_GRACE => libc::SIGTERM,
+            1 if elapsed >= KILL_GRACE * 2 => libc::SIGKILL,
+            n if n >= 2 => libc::SIGKILL,
+            // Within a grace: only count.
+            _ => 0,
+        };
+        let stop_shell = k.steps == 0 && signal != 0;
+        let (pty, since, leader) = (self.pty.clone(), k.since, self.pid());
+        let found = tokio::task::spawn_blocking(move || {
+            if stop_shell {
+                // A loop the shell itself runs stops at its next command.
+                if let Some(shell) = shell {
+                    let _ = pty.signal_members(|m| m.pid == shell, libc::SIGINT);
+                }
+            }
+            pty.signal_members(
+                |m| m.started >= since && Some(m.pid) != shell && m.pid != leader,
+                signal,
+            )
+        })
+        .await;
+        k.left = !matches!(found, Ok(Ok(0)));
+        if signal != 0 {
+            k.steps = k.steps.saturating_add(1);
+        }
+    }
+
+    fn interrupt(&self) -> Result<(), HarnessError> {
         match self.pty.signal_foreground(libc::SIGINT) {
-            Ok(group) => Ok(Some(group)),
+            Ok(_) => Ok(()),
             // Nobody holds the terminal: the session is ending; the send settles on that.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(HarnessError::new(
                 ErrorCode::TerminalFailed,
                 "the interrupt (SIGINT) could not be sent to the terminal's foreground group",
@@ -833,8 +848,10 @@ impl Drop for PtySession {
 fn send_active() -> HarnessError {
     HarnessError::new(
         ErrorCode::SendActive,
-        "another send to this terminal session is still active; wait for it to settle, or \
-         cancel it, then send again",
+        "another send to this terminal session is still active; wait for it to settle \
+         (job_output with wait, for a background send), or end it (cancel the call, or \
+         job_kill its job; terminal_signal reaches the program, terminal_close the whole \
+         session), then send again",
     )
 }
 

@@ -154,8 +154,8 @@ const SEND_READ_MAX: usize = crate::terminal::MAX_RESULT_BYTES - 1024;
 /// end), and the first read after it settles takes the rest, as the foreground send would
 /// have shown it, with the closing lines; the status line says why it settled
 /// (`wait: stdin_read`) or that the session ended. A kill interrupts the foreground
-/// program (SIGINT), as cancelling a foreground send does, and a program that keeps the
-/// terminal anyway gets SIGTERM, then SIGKILL.
+/// program (SIGINT), as cancelling a foreground send does, and what the send started
+/// that runs on anyway gets SIGTERM, then SIGKILL.
 pub(crate) struct PtySendJob {
     send: Mutex<Option<BackgroundSend>>,
     reader: SendReader,

@@ -306,8 +306,8 @@ impl Tool for JobKillTool {
 
     fn description(&self, _world: &World) -> String {
         "Stop a background job: a command's whole process tree gets SIGTERM, then SIGKILL \
-         after a grace; a terminal send's program gets SIGINT, then SIGTERM and SIGKILL if \
-         it keeps the terminal (the terminal's shell lives on). Kill the jobs you no longer \
+         after a grace; a terminal send's program gets SIGINT, then what the send started \
+         gets SIGTERM and SIGKILL if it runs on (the terminal's shell lives on). Kill the jobs you no longer \
          need."
             .into()
     }

@@ -548,3 +548,54 @@ async fn job_kill_of_a_send_into_a_repl_leaves_the_repl() {
     .await;
     assert!(r.text.lines().any(|l| l == "42"), "the REPL is gone: {r:?}");
 }
+
+/// `job_kill` ends what a background send started even when no single program holds
+/// out: a shell loop whose items shrug off the interrupt stops, and a program that waits
+/// for input after ignoring it does not take the next send's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let cases = [
+        // Each item catches the interrupt and the loop goes on to the next.
+        "for i in 1 2 3 4 5 6 7 8 9; do python3 -c 'import time\ntry: time.sleep(1)\nexcept KeyboardInterrupt: pass'; echo item-$i; done",
+        // Ignores the interrupt, then asks.
+        "bash -c 'trap \"\" INT; sleep 1.5; read -p \"Proceed? \" a; echo got=$a'",
+    ];
+    for (n, text) in cases.iter().enumerate() {
+        let id = format!("pty-send-{}", n + 1);
+        let r = tool(
+            &world,
+            &session,
+            "terminal_send",
+            json!({"sessionId": "pty-1", "run_in_background": true, "text": text}),
+        )
+        .await;
+        assert_eq!(r.text, format!("started background job {id}"), "{r:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let r = tool(&world, &session, "job_kill", json!({"job_id": id})).await;
+        assert!(!r.is_error, "{r:?}");
+        let r = wait_output(&world, &session, &id).await;
+        assert!(
+            r.text.ends_with("[status: killed, wait: stdin_read]"),
+            "{text}: the shell did not get the terminal back: {r:?}"
+        );
+        // The loop stopped at the kill (its items take a second each).
+        assert!(!r.text.contains("item-5"), "{text}: it ran on: {r:?}");
+        let r = tool(
+            &world,
+            &session,
+            "terminal_send",
+            json!({"sessionId": "pty-1", "text": "echo alive"}),
+        )
+        .await;
+        assert!(r.text.lines().any(|l| l == "alive"), "{text}: {r:?}");
+        assert!(
+            !r.text.contains("got=") && !r.text.contains("item-"),
+            "{text}: {r:?}"
+        );
+    }
+}
