@@ -77,7 +77,7 @@ pub(crate) fn inspect(pgid: u32, session: u32, device: TerminalDevice) -> Foregr
         checks: std::cell::Cell::new(0),
     };
     let group = members(session, |m| m.pgrp == pgid);
-    for pid in group.into_iter().take(MAX_MEMBERS) {
+    for pid in group.into_iter().take(MAX_MEMBERS).map(|m| m.pid) {
         found.reads = found.reads.saturating_add(reads(pid).unwrap_or(0));
         if !found.input_waiting {
             found.input_waiting = waits_for_input(pid, &look);
@@ -95,18 +95,18 @@ struct Look {
 /// The most processes of a terminal's tree one walk visits.
 const MAX_TREE: usize = 4096;
 
-/// The pids of session `session` for which `pick(pid, pgrp)` holds. Every process of
+/// The processes of session `session` for which `pick` holds. Every process of
 /// the session descends from the session's leader or was re-parented to the leader's
 /// parent (its reaper, the tree's subreaper), so the walk visits that tree alone
 /// (`/proc/<pid>/task/<tid>/children`), not all of `/proc`; where the leader is gone it
 /// falls back to scanning `/proc`.
-fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<u32> {
+pub(crate) fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<Member> {
     let mut buf = Vec::with_capacity(512);
     let mut out = Vec::new();
     let mut keep = |pid: u32, buf: &mut Vec<u8>| {
         if let Some((member, sid)) = member_of(pid, buf) {
             if sid == session && pick(&member) {
-                out.push(pid);
+                out.push(member);
             }
         }
     };
@@ -168,12 +168,14 @@ pub struct Member {
     pub pgrp: u32,
     /// When it started.
     pub started: StartMark,
+    /// It has exited and waits to be reaped (a zombie): nothing left to signal.
+    pub exited: bool,
 }
 
 /// A moment as the kernel counts process start times: clock ticks since boot (usually
 /// 10 ms each). A process whose [`Member::started`] is at or after a mark taken before it
 /// started compares so; one started in the same tick just before the mark does too.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StartMark(u64);
 
 impl StartMark {
@@ -204,29 +206,31 @@ fn member_of(pid: u32, buf: &mut Vec<u8>) -> Option<(Member, u32)> {
     fs::File::open(format!("/proc/{pid}/stat"))
         .and_then(|mut f| f.read_to_end(buf))
         .ok()?;
-    let (pgrp, session, started) = stat_fields(buf)?;
+    let (state, pgrp, session, started) = stat_fields(buf)?;
     Some((
         Member {
             pid,
             pgrp,
             started: StartMark(started),
+            exited: matches!(state, 'Z' | 'X' | 'x'),
         },
         session,
     ))
 }
 
-/// The process group, session and start time in a `/proc/<pid>/stat` line: the third,
-/// fourth and twentieth fields after the command name's closing parenthesis (the name
-/// may itself hold spaces and parentheses).
-fn stat_fields(stat: &[u8]) -> Option<(u32, u32, u64)> {
+/// The state, process group, session and start time in a `/proc/<pid>/stat` line: the
+/// first, third, fourth and twentieth fields after the command name's closing
+/// parenthesis (the name may itself hold spaces and parentheses).
+fn stat_fields(stat: &[u8]) -> Option<(char, u32, u32, u64)> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     // state, ppid, pgrp, session, …, starttime (field 22 of the line)
-    let mut it = rest.split_ascii_whitespace().skip(2);
-    let pgrp = it.next()?.parse().ok()?;
+    let mut it = rest.split_ascii_whitespace();
+    let state = it.next()?.chars().next()?;
+    let pgrp = it.nth(1)?.parse().ok()?;
     let session = it.next()?.parse().ok()?;
     let started = it.nth(15)?.parse().ok()?;
-    Some((pgrp, session, started))
+    Some((state, pgrp, session, started))
 }
 
 /// Sends `signal` to every process of session `session` for which `pick` holds; returns
@@ -261,7 +265,7 @@ pub(crate) fn signal_in_session(
     };
     let mut buf = Vec::with_capacity(512);
     let mut sent = 0;
-    for pid in members(session, &pick) {
+    for pid in members(session, &pick).into_iter().map(|m| m.pid) {
         // SAFETY: pidfd_open(2) with no flags; the result is an fd we own, or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
         if fd < 0 {
@@ -511,7 +515,7 @@ mod tests {
     fn the_group_session_and_start_are_read_after_the_command_name() {
         let line = b"12 (a) b) c) S 1 77 70 34816 77 4194304 97 0 0 0 0 0 0 0 20 0 1 0 \
                      5179203 2580480 244 18446744073709551615";
-        assert_eq!(stat_fields(line), Some((77, 70, 5_179_203)));
+        assert_eq!(stat_fields(line), Some(('S', 77, 70, 5_179_203)));
         assert_eq!(stat_fields(b"12 (sh) R 1 5"), None);
     }
 

@@ -228,6 +228,16 @@ impl Pty {
         Ok(pgid)
     }
 
+    /// The processes of this terminal's session now (none once the session leader is
+    /// gone). The walk reads `/proc` for every process of the session: call it off the
+    /// async threads.
+    pub fn members(&self) -> Vec<foreground::Member> {
+        match &self.leader {
+            Some(_) => foreground::members(self.session, |_| true),
+            None => Vec::new(),
+        }
+    }
+
     /// Sends `signal` to the processes of this terminal's session for which `pick` holds
     /// (each pinned by a pidfd and checked again before it is signalled, while the session
     /// leader lives; nothing otherwise). Returns how many; signal 0 counts them. The walk

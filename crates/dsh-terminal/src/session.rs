@@ -21,7 +21,7 @@
 //!
 //! A cancelled send gets a real SIGINT sent to the foreground group (never a `\x03`
 //! byte), and then settles as above, usually on the prompt coming back. Cancelling a
-//! background send is a kill: what the send started and still runs 2 s after the
+//! background send is a kill: what the send started (see `Kill`) and still runs 2 s after the
 //! interrupt gets SIGTERM, then SIGKILL 2 s later (never what ran before the send), and
 //! meanwhile only the prompt settles the send, or the kill's own deadline.
 //!
@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
-use dsh_process::foreground::StartMark;
+use dsh_process::foreground::{Member, StartMark};
 use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
 use tokio::time::Instant;
 
@@ -50,6 +50,10 @@ const FIRST_STEP: Duration = Duration::from_millis(2);
 
 /// The longest a send waits for one look at the foreground group.
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
+
+/// How often a killed background send looks again at what it started (each look walks
+/// the terminal's whole session).
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// How long what a killed background send started may run after each signal (SIGINT,
 /// then SIGTERM) before it gets the next (SIGTERM, then SIGKILL).
@@ -159,29 +163,61 @@ impl OpOutput {
 /// A killed background send (`job_kill`). What the send started is ended in steps, each
 /// [`KILL_GRACE`] after the last: the interrupt (SIGINT to the foreground group, as any
 /// cancel); then SIGINT to the shell (a loop it runs itself stops at its next command)
-/// and SIGTERM to every process of the session started since the write; then SIGKILL to
-/// those, again at each look while any is left. What ran before the send (the shell, the
-/// session's leader, a REPL the text was typed into, a program resumed with `fg`) gets
-/// the interrupt only, as after a foreground cancel.
+/// unless a program that ran before the send holds the terminal, and SIGTERM to what the
+/// send started; then SIGKILL to that, again at each look while any is left. What the
+/// send started: the processes of the session that were not there just before the write
+/// and are in a process group that was not there either (or in the shell's own). So
+/// what ran before the send (the shell, the session's leader, a REPL the text was typed
+/// into, a program resumed with `fg`, a job started by an earlier send, and the children
+/// any of them make meanwhile) gets the interrupt only, as after a foreground cancel.
 struct Kill {
-    /// The tick of the write: processes started since are the send's.
-    since: StartMark,
+    /// The session just before the write.
+    before: Arc<Before>,
     /// When the interrupt went out.
     at: Instant,
     /// Signalling steps taken after the interrupt.
     steps: u8,
-    /// Processes the send started may still run.
+    /// Processes the send started may still run (as of the last look).
     left: bool,
+    /// When the last look was.
+    looked: Option<Instant>,
 }
 
 impl Kill {
-    fn new(since: StartMark) -> Kill {
+    fn new(before: Arc<Before>) -> Kill {
         Kill {
-            since,
+            before,
             at: Instant::now(),
             steps: 0,
             left: true,
+            looked: None,
         }
+    }
+}
+
+/// A terminal's session just before a background send's write.
+struct Before {
+    /// Its processes, by pid and start (a pid reused since is another process).
+    processes: std::collections::HashSet<(u32, StartMark)>,
+    /// Their process groups.
+    groups: std::collections::HashSet<u32>,
+}
+
+impl Before {
+    fn new(members: &[Member]) -> Before {
+        Before {
+            processes: members.iter().map(|m| (m.pid, m.started)).collect(),
+            groups: members.iter().map(|m| m.pgrp).collect(),
+        }
+    }
+
+    /// Whether `m` is something the send started, still running (see [`Kill`]).
+    fn started_by_the_send(&self, m: &Member, shell: Option<u32>, leader: u32) -> bool {
+        !m.exited
+            && !self.processes.contains(&(m.pid, m.started))
+            && (!self.groups.contains(&m.pgrp) || Some(m.pgrp) == shell)
+            && Some(m.pid) != shell
+            && m.pid != leader
     }
 }
 
@@ -481,7 +517,12 @@ impl PtySession {
         // Cancelling a background send is a kill (`job_kill`, see `Kill`): what the send
         // started is ended, what ran before it is only interrupted.
         let kills = slot.background.is_some();
-        let since = StartMark::now();
+        // Without a look at the session before the write, a kill is the interrupt alone.
+        let before = if kills {
+            self.session_now().await.map(|m| Arc::new(Before::new(&m)))
+        } else {
+            None
+        };
         let mut kill: Option<Kill> = None;
         if !bytes.is_empty() {
             // A program that does not read holds the write: the deadline or a cancel ends
@@ -506,8 +547,8 @@ impl PtySession {
                 interrupted = true;
                 self.interrupting.store(true, Ordering::SeqCst);
                 self.interrupt()?;
-                if kills {
-                    kill = Some(Kill::new(since));
+                if let Some(before) = &before {
+                    kill = Some(Kill::new(before.clone()));
                     deadline = Instant::now() + self.kill_limit();
                 }
             }
@@ -525,8 +566,8 @@ impl PtySession {
                     interrupted = true;
                     self.interrupting.store(true, Ordering::SeqCst);
                     self.interrupt()?;
-                    if kills {
-                        kill = Some(Kill::new(since));
+                    if let Some(before) = &before {
+                        kill = Some(Kill::new(before.clone()));
                         // Fixed from the interrupt, whatever the send's own deadline was.
                         deadline = Instant::now() + self.kill_limit();
                     }
@@ -571,7 +612,7 @@ impl PtySession {
             // session's end or the kill's deadline settles it.
             let mut holding = false;
             if let Some(k) = kill.as_mut() {
-                self.advance_kill(k, shell).await;
+                self.advance_kill(k, shell, holder).await;
                 holding = k.left;
             }
             let fg = if holding { None } else { self.inspect().await };
@@ -640,36 +681,47 @@ impl PtySession {
         KILL_GRACE * 3 + self.config.idle_silence
     }
 
+    /// The processes of the session now, looked up off the async threads within
+    /// [`INSPECT_LIMIT`]; `None` when the look failed.
+    async fn session_now(&self) -> Option<Vec<Member>> {
+        let pty = self.pty.clone();
+        let look = tokio::task::spawn_blocking(move || pty.members());
+        tokio::time::timeout(INSPECT_LIMIT, look).await.ok()?.ok()
+    }
+
     /// Takes the kill's next step if its time has come (see [`Kill`]), and learns whether
-    /// anything the send started is left. The walks run off the async threads.
-    async fn advance_kill(&self, k: &mut Kill, shell: Option<u32>) {
-        if !k.left {
+    /// anything the send started is left. A look walks the whole session, off the async
+    /// threads: a due step looks at once, counting and repeated SIGKILLs every
+    /// [`LOOK_EVERY`]; a look that takes longer than [`INSPECT_LIMIT`] counts as "left".
+    async fn advance_kill(&self, k: &mut Kill, shell: Option<u32>, holder: Option<u32>) {
+        let elapsed = k.at.elapsed();
+        let (signal, due) = match k.steps {
+            0 if elapsed >= KILL_GRACE => (libc::SIGTERM, true),
+            1 if elapsed >= KILL_GRACE * 2 => (libc::SIGKILL, true),
+            n if n >= 2 => (libc::SIGKILL, false),
+            // Within a grace: only count.
+            _ => (0, false),
+        };
+        if !due && k.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
             return;
         }
-        let elapsed = k.at.elapsed();
-        let signal = match k.steps {
-            0 if elapsed >= KILL_GRACE => libc::SIGTERM,
-            1 if elapsed >= KILL_GRACE * 2 => libc::SIGKILL,
-            n if n >= 2 => libc::SIGKILL,
-            // Within a grace: only count.
-            _ => 0,
-        };
-        let stop_shell = k.steps == 0 && signal != 0;
-        let (pty, since, leader) = (self.pty.clone(), k.since, self.pid());
-        let found = tokio::task::spawn_blocking(move || {
+        // The shell is stopped only when it runs what holds the terminal: itself, or a
+        // group the send made (never a REPL from before, whose end the shell waits for).
+        let stop_shell = k.steps == 0
+            && signal != 0
+            && holder.is_some_and(|h| Some(h) == shell || !k.before.groups.contains(&h));
+        let (pty, before, leader) = (self.pty.clone(), k.before.clone(), self.pid());
+        let walk = tokio::task::spawn_blocking(move || {
             if stop_shell {
-                // A loop the shell itself runs stops at its next command.
                 if let Some(shell) = shell {
                     let _ = pty.signal_members(|m| m.pid == shell, libc::SIGINT);
                 }
             }
-            pty.signal_members(
-                |m| m.started >= since && Some(m.pid) != shell && m.pid != leader,
-                signal,
-            )
-        })
-        .await;
-        k.left = !matches!(found, Ok(Ok(0)));
+            pty.signal_members(|m| before.started_by_the_send(m, shell, leader), signal)
+        });
+        let found = tokio::time::timeout(INSPECT_LIMIT, walk).await;
+        k.left = !matches!(found, Ok(Ok(Ok(0))));
+        k.looked = Some(Instant::now());
         if signal != 0 {
             k.steps = k.steps.saturating_add(1);
         }

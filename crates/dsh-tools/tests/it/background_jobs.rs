@@ -559,11 +559,29 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
     let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
     let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
     assert!(!r.is_error, "{r:?}");
+    // A job an earlier send started, forking all along: the kills must leave it alone.
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "(while sleep 0.1; do echo tick >> ticks; done) &"}),
+    )
+    .await;
+    assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
+    let ticks = || {
+        std::fs::read_to_string(ws.join("ticks"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
     let cases = [
         // Each item catches the interrupt and the loop goes on to the next.
         "for i in 1 2 3 4 5 6 7 8 9; do python3 -c 'import time\ntry: time.sleep(1)\nexcept KeyboardInterrupt: pass'; echo item-$i; done",
         // Ignores the interrupt, then asks.
         "bash -c 'trap \"\" INT; sleep 1.5; read -p \"Proceed? \" a; echo got=$a'",
+        // Catches the interrupt and goes on; then a quiet moment; then a stubborn one.
+        "python3 -c 'import time\ntry: time.sleep(5)\nexcept KeyboardInterrupt: time.sleep(5)'; \
+         for ((j=0;j<200000;j++)); do :; done; \
+         python3 -c 'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(40)'",
     ];
     for (n, text) in cases.iter().enumerate() {
         let id = format!("pty-send-{}", n + 1);
@@ -598,4 +616,8 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
             "{text}: {r:?}"
         );
     }
+    let seen = ticks();
+    assert!(seen > 0, "the earlier job never ran");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(ticks() > seen, "the kills ended the earlier send's job");
 }
