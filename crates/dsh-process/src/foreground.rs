@@ -101,13 +101,44 @@ const MAX_TREE: usize = 4096;
 /// (`/proc/<pid>/task/<tid>/children`), not all of `/proc`; where the leader is gone it
 /// falls back to scanning `/proc`.
 pub(crate) fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<Member> {
+    let mut out = walk(session, false).unwrap_or_default();
+    out.retain(|m| pick(m));
+    out
+}
+
+/// Every process of session `session`, or `None` unless the walk saw them all: no read
+/// failed but for a process that ended meanwhile, and the tree was within its bounds.
+pub(crate) fn all_members(session: u32) -> Option<Vec<Member>> {
+    walk(session, true)
+}
+
+/// The walk of [`members`]; `strict`: `None` at the first read that failed for another
+/// reason than a process ending, or at a bound.
+fn walk(session: u32, strict: bool) -> Option<Vec<Member>> {
     let mut buf = Vec::with_capacity(512);
     let mut out = Vec::new();
-    let mut keep = |pid: u32, buf: &mut Vec<u8>| {
-        if let Some((member, sid)) = member_of(pid, buf) {
-            if sid == session && pick(&member) {
-                out.push(member);
-            }
+    // A process that ended meanwhile is no failure.
+    let vanished = |e: &std::io::Error| {
+        e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+    };
+    let mut complete = true;
+    let mut keep = |pid: u32, buf: &mut Vec<u8>, complete: &mut bool| {
+        buf.clear();
+        let read = fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read_to_end(buf));
+        match read {
+            Ok(_) => match stat_fields(buf) {
+                Some((state, pgrp, sid, ppid, started)) if sid == session => out.push(Member {
+                    pid,
+                    ppid,
+                    pgrp,
+                    started: StartMark(started),
+                    exited: matches!(state, 'Z' | 'X' | 'x'),
+                }),
+                Some(_) => {}
+                None => *complete = false,
+            },
+            Err(e) if vanished(&e) => {}
+            Err(_) => *complete = false,
         }
     };
     match parent_of(session, &mut buf) {
@@ -117,35 +148,57 @@ pub(crate) fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<Membe
             while i < tree.len() && tree.len() < MAX_TREE {
                 let pid = tree[i];
                 i += 1;
-                if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
-                    for t in tasks.flatten().take(MAX_THREADS) {
-                        let children =
-                            fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                        tree.extend(
-                            children
-                                .split_ascii_whitespace()
-                                .filter_map(|c| c.parse::<u32>().ok()),
-                        );
+                match fs::read_dir(format!("/proc/{pid}/task")) {
+                    Ok(tasks) => {
+                        for (n, t) in tasks.enumerate() {
+                            let Ok(t) = t else {
+                                complete = false;
+                                continue;
+                            };
+                            if n >= MAX_THREADS {
+                                complete = false;
+                                break;
+                            }
+                            match fs::read_to_string(t.path().join("children")) {
+                                Ok(children) => tree.extend(
+                                    children
+                                        .split_ascii_whitespace()
+                                        .filter_map(|c| c.parse::<u32>().ok()),
+                                ),
+                                Err(e) if vanished(&e) => {}
+                                Err(_) => complete = false,
+                            }
+                        }
                     }
+                    Err(e) if vanished(&e) => {}
+                    Err(_) => complete = false,
                 }
             }
+            if tree.len() >= MAX_TREE {
+                complete = false;
+            }
             for pid in tree.into_iter().skip(1).take(MAX_TREE) {
-                keep(pid, &mut buf);
+                keep(pid, &mut buf, &mut complete);
             }
         }
         None => {
-            let Ok(dir) = fs::read_dir("/proc") else {
-                return out;
+            let dir = match fs::read_dir("/proc") {
+                Ok(dir) => dir,
+                Err(_) => return (!strict).then_some(out),
             };
-            for entry in dir.flatten() {
+            for entry in dir {
+                let Ok(entry) = entry else {
+                    complete = false;
+                    continue;
+                };
                 let name = entry.file_name();
                 if let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) {
-                    keep(pid, &mut buf);
+                    keep(pid, &mut buf, &mut complete);
                 }
             }
         }
     }
-    out
+    (complete || !strict).then_some(out)
 }
 
 /// The parent of `pid`, from `/proc/<pid>/stat`.
@@ -164,6 +217,8 @@ fn parent_of(pid: u32, buf: &mut Vec<u8>) -> Option<u32> {
 pub struct Member {
     /// Its pid (the host's).
     pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
     /// Its process group.
     pub pgrp: u32,
     /// When it started.
@@ -206,10 +261,11 @@ fn member_of(pid: u32, buf: &mut Vec<u8>) -> Option<(Member, u32)> {
     fs::File::open(format!("/proc/{pid}/stat"))
         .and_then(|mut f| f.read_to_end(buf))
         .ok()?;
-    let (state, pgrp, session, started) = stat_fields(buf)?;
+    let (state, pgrp, session, ppid, started) = stat_fields(buf)?;
     Some((
         Member {
             pid,
+            ppid,
             pgrp,
             started: StartMark(started),
             exited: matches!(state, 'Z' | 'X' | 'x'),
@@ -218,19 +274,20 @@ fn member_of(pid: u32, buf: &mut Vec<u8>) -> Option<(Member, u32)> {
     ))
 }
 
-/// The state, process group, session and start time in a `/proc/<pid>/stat` line: the
-/// first, third, fourth and twentieth fields after the command name's closing
-/// parenthesis (the name may itself hold spaces and parentheses).
-fn stat_fields(stat: &[u8]) -> Option<(char, u32, u32, u64)> {
+/// The state, process group, session, parent and start time in a `/proc/<pid>/stat`
+/// line: the first, third, fourth, second and twentieth fields after the command name's
+/// closing parenthesis (the name may itself hold spaces and parentheses).
+fn stat_fields(stat: &[u8]) -> Option<(char, u32, u32, u32, u64)> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     // state, ppid, pgrp, session, …, starttime (field 22 of the line)
     let mut it = rest.split_ascii_whitespace();
     let state = it.next()?.chars().next()?;
-    let pgrp = it.nth(1)?.parse().ok()?;
+    let ppid = it.next()?.parse().ok()?;
+    let pgrp = it.next()?.parse().ok()?;
     let session = it.next()?.parse().ok()?;
     let started = it.nth(15)?.parse().ok()?;
-    Some((state, pgrp, session, started))
+    Some((state, pgrp, session, ppid, started))
 }
 
 /// Sends `signal` to every process of session `session` for which `pick` holds; returns
@@ -515,7 +572,7 @@ mod tests {
     fn the_group_session_and_start_are_read_after_the_command_name() {
         let line = b"12 (a) b) c) S 1 77 70 34816 77 4194304 97 0 0 0 0 0 0 0 20 0 1 0 \
                      5179203 2580480 244 18446744073709551615";
-        assert_eq!(stat_fields(line), Some(('S', 77, 70, 5_179_203)));
+        assert_eq!(stat_fields(line), Some(('S', 77, 70, 1, 5_179_203)));
         assert_eq!(stat_fields(b"12 (sh) R 1 5"), None);
     }
 

@@ -228,14 +228,13 @@ impl Pty {
         Ok(pgid)
     }
 
-    /// The processes of this terminal's session now (none once the session leader is
-    /// gone). The walk reads `/proc` for every process of the session: call it off the
-    /// async threads.
-    pub fn members(&self) -> Vec<foreground::Member> {
-        match &self.leader {
-            Some(_) => foreground::members(self.session, |_| true),
-            None => Vec::new(),
-        }
+    /// Every process of this terminal's session now, or `None` when the walk could not
+    /// see them all (a read failed, a bound was reached) or the session leader is gone.
+    /// The walk reads `/proc` for every process of the session: call it off the async
+    /// threads.
+    pub fn members(&self) -> Option<Vec<foreground::Member>> {
+        self.leader.as_ref()?;
+        foreground::all_members(self.session)
     }
 
     /// Sends `signal` to the processes of this terminal's session for which `pick` holds

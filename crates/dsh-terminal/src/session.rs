@@ -34,6 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
+use std::collections::{HashMap, HashSet};
+
 use dsh_process::foreground::{Member, StartMark};
 use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
 use tokio::time::Instant;
@@ -164,15 +166,19 @@ impl OpOutput {
 /// [`KILL_GRACE`] after the last: the interrupt (SIGINT to the foreground group, as any
 /// cancel); then SIGINT to the shell (a loop it runs itself stops at its next command)
 /// unless a program that ran before the send holds the terminal, and SIGTERM to what the
-/// send started; then SIGKILL to that, again at each look while any is left. What the
-/// send started: the processes of the session that were not there just before the write
-/// and are in a process group that was not there either (or in the shell's own). So
-/// what ran before the send (the shell, the session's leader, a REPL the text was typed
-/// into, a program resumed with `fg`, a job started by an earlier send, and the children
-/// any of them make meanwhile) gets the interrupt only, as after a foreground cancel.
+/// send started; then SIGKILL to that, again at each look while any is left.
+///
+/// What the send started: a process that was not in the terminal's session just before
+/// the write and whose parent is the shell or something the send started (an orphan, its
+/// parent gone: one in a process group that was not there before). So what ran before
+/// the send (the shell, the session's leader, a REPL the text was typed into, a program
+/// resumed with `fg`, a job an earlier send started, and every child any of them makes
+/// meanwhile, in whatever group) gets the interrupt only, as after a foreground cancel.
 struct Kill {
     /// The session just before the write.
     before: Arc<Before>,
+    /// What the send started, as found so far (by pid and start).
+    theirs: HashSet<(u32, StartMark)>,
     /// When the interrupt went out.
     at: Instant,
     /// Signalling steps taken after the interrupt.
@@ -187,6 +193,7 @@ impl Kill {
     fn new(before: Arc<Before>) -> Kill {
         Kill {
             before,
+            theirs: HashSet::new(),
             at: Instant::now(),
             steps: 0,
             left: true,
@@ -195,29 +202,47 @@ impl Kill {
     }
 }
 
-/// A terminal's session just before a background send's write.
+/// A terminal's session just before a background send's write: a complete look, with
+/// the shell in it.
 struct Before {
     /// Its processes, by pid and start (a pid reused since is another process).
-    processes: std::collections::HashSet<(u32, StartMark)>,
+    processes: HashSet<(u32, StartMark)>,
     /// Their process groups.
-    groups: std::collections::HashSet<u32>,
+    groups: HashSet<u32>,
+    /// The shell's pid (its process group).
+    shell: u32,
 }
 
 impl Before {
-    fn new(members: &[Member]) -> Before {
-        Before {
+    fn new(members: &[Member], shell: u32) -> Option<Before> {
+        members.iter().any(|m| m.pid == shell).then(|| Before {
             processes: members.iter().map(|m| (m.pid, m.started)).collect(),
             groups: members.iter().map(|m| m.pgrp).collect(),
-        }
+            shell,
+        })
     }
 
-    /// Whether `m` is something the send started, still running (see [`Kill`]).
-    fn started_by_the_send(&self, m: &Member, shell: Option<u32>, leader: u32) -> bool {
-        !m.exited
-            && !self.processes.contains(&(m.pid, m.started))
-            && (!self.groups.contains(&m.pgrp) || Some(m.pgrp) == shell)
-            && Some(m.pid) != shell
-            && m.pid != leader
+    /// Adds to `theirs` what in `members` (the session now) the send started (see
+    /// [`Kill`]). Parents start before their children, so one pass in start order finds
+    /// whole trees.
+    fn find_theirs(&self, mut members: Vec<Member>, theirs: &mut HashSet<(u32, StartMark)>) {
+        members.sort_by_key(|m| (m.started, m.pid));
+        let present: HashMap<u32, StartMark> = members.iter().map(|m| (m.pid, m.started)).collect();
+        for m in &members {
+            if self.processes.contains(&(m.pid, m.started)) || m.pid == self.shell {
+                continue;
+            }
+            let parent = present.get(&m.ppid).map(|started| (m.ppid, *started));
+            let found = match parent {
+                Some(_) if m.ppid == self.shell => true,
+                Some(parent) => theirs.contains(&parent),
+                // Its parent left the session or ended: an orphan.
+                None => !self.groups.contains(&m.pgrp),
+            };
+            if found {
+                theirs.insert((m.pid, m.started));
+            }
+        }
     }
 }
 
@@ -517,11 +542,16 @@ impl PtySession {
         // Cancelling a background send is a kill (`job_kill`, see `Kill`): what the send
         // started is ended, what ran before it is only interrupted.
         let kills = slot.background.is_some();
-        // Without a look at the session before the write, a kill is the interrupt alone.
-        let before = if kills {
-            self.session_now().await.map(|m| Arc::new(Before::new(&m)))
-        } else {
-            None
+        // Without a complete look at the session before the write (with the shell in
+        // it), a kill is the interrupt alone.
+        let shell_now = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
+        let before = match (kills, shell_now) {
+            (true, Some(shell)) => self
+                .session_now()
+                .await
+                .and_then(|m| Before::new(&m, shell))
+                .map(Arc::new),
+            _ => None,
         };
         let mut kill: Option<Kill> = None;
         if !bytes.is_empty() {
@@ -636,7 +666,10 @@ impl PtySession {
                 } else {
                     Duration::ZERO
                 };
-            if idle >= silence && (!startup || any) && !holding {
+            // A killed send is not settled by silence before its first step: a quiet
+            // moment (the shell between two commands) is not the end of what it runs.
+            let first_grace = kill.as_ref().is_some_and(|k| k.steps == 0);
+            if idle >= silence && (!startup || any) && !holding && !first_grace {
                 return Ok(self.settle(WaitReason::InferredIdle));
             }
         }
@@ -681,12 +714,12 @@ impl PtySession {
         KILL_GRACE * 3 + self.config.idle_silence
     }
 
-    /// The processes of the session now, looked up off the async threads within
-    /// [`INSPECT_LIMIT`]; `None` when the look failed.
+    /// Every process of the session now, looked up off the async threads within
+    /// [`INSPECT_LIMIT`]; `None` when the look failed or was incomplete.
     async fn session_now(&self) -> Option<Vec<Member>> {
         let pty = self.pty.clone();
         let look = tokio::task::spawn_blocking(move || pty.members());
-        tokio::time::timeout(INSPECT_LIMIT, look).await.ok()?.ok()
+        tokio::time::timeout(INSPECT_LIMIT, look).await.ok()?.ok()?
     }
 
     /// Takes the kill's next step if its time has come (see [`Kill`]), and learns whether
@@ -711,16 +744,34 @@ impl PtySession {
             && signal != 0
             && holder.is_some_and(|h| Some(h) == shell || !k.before.groups.contains(&h));
         let (pty, before, leader) = (self.pty.clone(), k.before.clone(), self.pid());
+        let mut theirs = std::mem::take(&mut k.theirs);
         let walk = tokio::task::spawn_blocking(move || {
-            if stop_shell {
-                if let Some(shell) = shell {
-                    let _ = pty.signal_members(|m| m.pid == shell, libc::SIGINT);
-                }
+            if let Some(now) = pty.members() {
+                before.find_theirs(now, &mut theirs);
             }
-            pty.signal_members(|m| before.started_by_the_send(m, shell, leader), signal)
+            if stop_shell {
+                let _ = pty.signal_members(|m| m.pid == before.shell, libc::SIGINT);
+            }
+            let sent = pty.signal_members(
+                |m| {
+                    !m.exited
+                        && m.pid != before.shell
+                        && m.pid != leader
+                        && theirs.contains(&(m.pid, m.started))
+                },
+                signal,
+            );
+            (theirs, sent)
         });
-        let found = tokio::time::timeout(INSPECT_LIMIT, walk).await;
-        k.left = !matches!(found, Ok(Ok(Ok(0))));
+        match tokio::time::timeout(INSPECT_LIMIT, walk).await {
+            Ok(Ok((theirs, sent))) => {
+                k.theirs = theirs;
+                k.left = !matches!(sent, Ok(0));
+            }
+            // A look that did not finish: assume something is left (what it found so far
+            // is found again next time).
+            _ => k.left = true,
+        }
         k.looked = Some(Instant::now());
         if signal != 0 {
             k.steps = k.steps.saturating_add(1);

@@ -564,7 +564,8 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
         &world,
         &session,
         "terminal_send",
-        json!({"sessionId": "pty-1", "text": "(while sleep 0.1; do echo tick >> ticks; done) &"}),
+        // `timeout` puts each child in a group of its own.
+        json!({"sessionId": "pty-1", "text": "(while :; do timeout 20 sleep 0.1; echo rc=$? >> ticks; done) &"}),
     )
     .await;
     assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
@@ -582,6 +583,10 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
         "python3 -c 'import time\ntry: time.sleep(5)\nexcept KeyboardInterrupt: time.sleep(5)'; \
          for ((j=0;j<200000;j++)); do :; done; \
          python3 -c 'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(40)'",
+        // The same, killed after a long quiet: the quiet moment must not end the kill.
+        "python3 -c 'import time\ntry: time.sleep(30)\nexcept KeyboardInterrupt: time.sleep(0.8)'; \
+         for ((j=0;j<900000;j++)); do :; done; \
+         python3 -c 'import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(40)'",
     ];
     for (n, text) in cases.iter().enumerate() {
         let id = format!("pty-send-{}", n + 1);
@@ -593,7 +598,8 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
         )
         .await;
         assert_eq!(r.text, format!("started background job {id}"), "{r:?}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let quiet = if n == 3 { 2500 } else { 300 };
+        tokio::time::sleep(Duration::from_millis(quiet)).await;
         let r = tool(&world, &session, "job_kill", json!({"job_id": id})).await;
         assert!(!r.is_error, "{r:?}");
         let r = wait_output(&world, &session, &id).await;
@@ -620,4 +626,9 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
     assert!(seen > 0, "the earlier job never ran");
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(ticks() > seen, "the kills ended the earlier send's job");
+    let log = std::fs::read_to_string(ws.join("ticks")).expect("ticks");
+    assert!(
+        log.lines().all(|l| l == "rc=0"),
+        "the kills reached the earlier job's children: {log}"
+    );
 }
