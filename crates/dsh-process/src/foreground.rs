@@ -107,7 +107,8 @@ pub(crate) fn members(session: u32, pick: impl Fn(&Member) -> bool) -> Vec<Membe
 }
 
 /// Every process of session `session`, or `None` unless the walk saw them all: no read
-/// failed but for a process that ended meanwhile, and the tree was within its bounds.
+/// failed but for a process that ended meanwhile. It scans all of `/proc`, so no bound
+/// on a process's threads or children can hide one.
 pub(crate) fn all_members(session: u32) -> Option<Vec<Member>> {
     walk(session, true)
 }
@@ -141,7 +142,7 @@ fn walk(session: u32, strict: bool) -> Option<Vec<Member>> {
             Err(_) => *complete = false,
         }
     };
-    match parent_of(session, &mut buf) {
+    match parent_of(session, &mut buf).filter(|_| !strict) {
         Some(root) => {
             let mut tree = vec![root];
             let mut i = 0;

@@ -169,16 +169,21 @@ impl OpOutput {
 /// send started; then SIGKILL to that, again at each look while any is left.
 ///
 /// What the send started: a process that was not in the terminal's session just before
-/// the write and whose parent is the shell or something the send started (an orphan, its
-/// parent gone: one in a process group that was not there before). So what ran before
-/// the send (the shell, the session's leader, a REPL the text was typed into, a program
-/// resumed with `fg`, a job an earlier send started, and every child any of them makes
-/// meanwhile, in whatever group) gets the interrupt only, as after a foreground cancel.
+/// the write and whose parent is what read the text (the shell, or the program holding
+/// the terminal then: a REPL, a nested shell) or something the send started. An orphan
+/// (its parent gone, or re-parented to the shell's own parent, a PID namespace's init)
+/// counts when its process group is new and it was not seen before with a parent that
+/// is not the send's. So what ran before the send (the shell, the session's leader, the
+/// REPL itself, a program resumed with `fg`, a job an earlier send started, and the
+/// children those jobs make meanwhile, in whatever group) gets the interrupt only.
 struct Kill {
     /// The session just before the write.
     before: Arc<Before>,
     /// What the send started, as found so far (by pid and start).
     theirs: HashSet<(u32, StartMark)>,
+    /// New processes found not to be the send's (their parent was not), by pid and
+    /// start: they stay so when they are orphaned later.
+    passed: HashSet<(u32, StartMark)>,
     /// When the interrupt went out.
     at: Instant,
     /// Signalling steps taken after the interrupt.
@@ -194,6 +199,7 @@ impl Kill {
         Kill {
             before,
             theirs: HashSet::new(),
+            passed: HashSet::new(),
             at: Instant::now(),
             steps: 0,
             left: true,
@@ -211,36 +217,76 @@ struct Before {
     groups: HashSet<u32>,
     /// The shell's pid (its process group).
     shell: u32,
+    /// What reads the text: the shell and the processes of the group holding the
+    /// terminal at the write.
+    readers: HashSet<u32>,
+    /// The shell's ancestors in the session (a PID namespace's init, the sandbox's
+    /// runner): a process they adopted is an orphan.
+    ancestors: HashSet<u32>,
 }
 
 impl Before {
-    fn new(members: &[Member], shell: u32) -> Option<Before> {
-        members.iter().any(|m| m.pid == shell).then(|| Before {
+    fn new(members: &[Member], shell: u32, holder: Option<u32>) -> Option<Before> {
+        let by_pid: HashMap<u32, &Member> = members.iter().map(|m| (m.pid, m)).collect();
+        let mut ancestors = HashSet::new();
+        let mut at = by_pid.get(&shell)?.ppid;
+        while let Some(m) = by_pid.get(&at) {
+            if !ancestors.insert(m.pid) {
+                break;
+            }
+            at = m.ppid;
+        }
+        // At the prompt the shell alone reads (its group may hold earlier jobs, `set +m`).
+        let mut readers: HashSet<u32> = members
+            .iter()
+            .filter(|m| Some(m.pgrp) == holder && holder != Some(shell))
+            .map(|m| m.pid)
+            .collect();
+        readers.insert(shell);
+        Some(Before {
             processes: members.iter().map(|m| (m.pid, m.started)).collect(),
             groups: members.iter().map(|m| m.pgrp).collect(),
             shell,
+            readers,
+            ancestors,
         })
     }
 
     /// Adds to `theirs` what in `members` (the session now) the send started (see
     /// [`Kill`]). Parents start before their children, so one pass in start order finds
     /// whole trees.
-    fn find_theirs(&self, mut members: Vec<Member>, theirs: &mut HashSet<(u32, StartMark)>) {
+    fn find_theirs(
+        &self,
+        mut members: Vec<Member>,
+        theirs: &mut HashSet<(u32, StartMark)>,
+        passed: &mut HashSet<(u32, StartMark)>,
+    ) {
         members.sort_by_key(|m| (m.started, m.pid));
         let present: HashMap<u32, StartMark> = members.iter().map(|m| (m.pid, m.started)).collect();
         for m in &members {
-            if self.processes.contains(&(m.pid, m.started)) || m.pid == self.shell {
+            let me = (m.pid, m.started);
+            if self.processes.contains(&me) || m.pid == self.shell || passed.contains(&me) {
                 continue;
             }
-            let parent = present.get(&m.ppid).map(|started| (m.ppid, *started));
-            let found = match parent {
-                Some(_) if m.ppid == self.shell => true,
-                Some(parent) => theirs.contains(&parent),
+            let parent = present
+                .get(&m.ppid)
+                .map(|started| (m.ppid, *started))
+                .filter(|_| !self.ancestors.contains(&m.ppid));
+            match parent {
+                Some(_) if self.readers.contains(&m.ppid) => {
+                    theirs.insert(me);
+                }
+                Some(parent) if theirs.contains(&parent) => {
+                    theirs.insert(me);
+                }
+                Some(_) => {
+                    passed.insert(me);
+                }
                 // Its parent left the session or ended: an orphan.
-                None => !self.groups.contains(&m.pgrp),
-            };
-            if found {
-                theirs.insert((m.pid, m.started));
+                None if !self.groups.contains(&m.pgrp) => {
+                    theirs.insert(me);
+                }
+                None => {}
             }
         }
     }
@@ -546,11 +592,13 @@ impl PtySession {
         // it), a kill is the interrupt alone.
         let shell_now = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
         let before = match (kills, shell_now) {
-            (true, Some(shell)) => self
-                .session_now()
-                .await
-                .and_then(|m| Before::new(&m, shell))
-                .map(Arc::new),
+            (true, Some(shell)) => {
+                let holder = self.pty.foreground_group();
+                self.session_now()
+                    .await
+                    .and_then(|m| Before::new(&m, shell, holder))
+                    .map(Arc::new)
+            }
             _ => None,
         };
         let mut kill: Option<Kill> = None;
@@ -745,9 +793,10 @@ impl PtySession {
             && holder.is_some_and(|h| Some(h) == shell || !k.before.groups.contains(&h));
         let (pty, before, leader) = (self.pty.clone(), k.before.clone(), self.pid());
         let mut theirs = std::mem::take(&mut k.theirs);
+        let mut passed = std::mem::take(&mut k.passed);
         let walk = tokio::task::spawn_blocking(move || {
             if let Some(now) = pty.members() {
-                before.find_theirs(now, &mut theirs);
+                before.find_theirs(now, &mut theirs, &mut passed);
             }
             if stop_shell {
                 let _ = pty.signal_members(|m| m.pid == before.shell, libc::SIGINT);
@@ -761,11 +810,12 @@ impl PtySession {
                 },
                 signal,
             );
-            (theirs, sent)
+            (theirs, passed, sent)
         });
         match tokio::time::timeout(INSPECT_LIMIT, walk).await {
-            Ok(Ok((theirs, sent))) => {
+            Ok(Ok((theirs, passed, sent))) => {
                 k.theirs = theirs;
+                k.passed = passed;
                 k.left = !matches!(sent, Ok(0));
             }
             // A look that did not finish: assume something is left (what it found so far

@@ -632,3 +632,89 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
         "the kills reached the earlier job's children: {log}"
     );
 }
+
+/// A send typed into a nested shell is the nested shell's to run: `job_kill` ends what it
+/// started there, and the nested shell lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_kill_ends_what_a_send_into_a_nested_shell_started() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session, _log) = world(&ws, SandboxMode::DangerFullAccess).await;
+    let r = tool(&world, &session, "terminal_open", json!({"type": "shell"})).await;
+    assert!(!r.is_error, "{r:?}");
+    let level = |r: &ToolResult| -> u32 {
+        r.text
+            .lines()
+            .find_map(|l| l.strip_prefix("level-")?.parse().ok())
+            .unwrap_or_else(|| panic!("no level: {r:?}"))
+    };
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "echo level-$SHLVL"}),
+    )
+    .await;
+    let outer = level(&r);
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "bash --norc -i", "timeout_ms": 3000}),
+    )
+    .await;
+    assert!(!r.is_error, "{r:?}");
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "run_in_background": true,
+               "text": "python3 -c 'import os, signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(\"P=%d\" % os.getpid(), flush=True); time.sleep(100)'"}),
+    )
+    .await;
+    assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        // The line the program prints (the echoed command holds "P=%d").
+        let found = text.split("P=").skip(1).find_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u32>().ok()
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no pid yet: {text:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = tool(
+            &world,
+            &session,
+            "job_output",
+            json!({"job_id": "pty-send-1"}),
+        )
+        .await;
+        text.push_str(&r.text);
+    };
+    let r = tool(
+        &world,
+        &session,
+        "job_kill",
+        json!({"job_id": "pty-send-1"}),
+    )
+    .await;
+    assert!(!r.is_error, "{r:?}");
+    let r = wait_output(&world, &session, "pty-send-1").await;
+    assert!(r.text.contains("[status: killed"), "{r:?}");
+    assert!(
+        gone_within(pid, Duration::from_secs(2)).await,
+        "{pid} still runs"
+    );
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "echo level-$SHLVL", "timeout_ms": 5000}),
+    )
+    .await;
+    assert_eq!(level(&r), outer + 1, "not the nested shell: {r:?}");
+}
