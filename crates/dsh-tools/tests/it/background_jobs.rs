@@ -57,6 +57,26 @@ async fn background(world: &World, session: &Arc<Session>, command: &str) -> Too
     .await
 }
 
+/// Reads job `id` until its program has printed `P=<pid>`; returns the pid. (The echoed
+/// command line may hold "P=" too: only digits after it count.)
+async fn printed_pid(world: &World, session: &Arc<Session>, id: &str) -> u32 {
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = text.split("P=").skip(1).find_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u32>().ok()
+        });
+        if let Some(pid) = found {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid yet: {text:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = tool(world, session, "job_output", json!({"job_id": id})).await;
+        text.push_str(&r.text);
+    }
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit(')')
@@ -448,26 +468,7 @@ async fn job_kill_ends_a_terminal_program_that_ignores_the_interrupt() {
     )
     .await;
     assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
-    let mut text = String::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pid: u32 = loop {
-        let found = text
-            .lines()
-            .find_map(|l| l.strip_prefix("P=")?.trim().parse().ok());
-        if let Some(pid) = found {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "no pid yet: {text:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let r = tool(
-            &world,
-            &session,
-            "job_output",
-            json!({"job_id": "pty-send-1"}),
-        )
-        .await;
-        text.push_str(&r.text);
-    };
+    let pid = printed_pid(&world, &session, "pty-send-1").await;
     let r = tool(
         &world,
         &session,
@@ -673,28 +674,7 @@ async fn job_kill_ends_what_a_send_into_a_nested_shell_started() {
     )
     .await;
     assert_eq!(r.text, "started background job pty-send-1", "{r:?}");
-    let mut text = String::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pid: u32 = loop {
-        // The line the program prints (the echoed command holds "P=%d").
-        let found = text.split("P=").skip(1).find_map(|rest| {
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<u32>().ok()
-        });
-        if let Some(pid) = found {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "no pid yet: {text:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let r = tool(
-            &world,
-            &session,
-            "job_output",
-            json!({"job_id": "pty-send-1"}),
-        )
-        .await;
-        text.push_str(&r.text);
-    };
+    let pid = printed_pid(&world, &session, "pty-send-1").await;
     let r = tool(
         &world,
         &session,
