@@ -172,8 +172,8 @@ impl OpOutput {
 /// the write and whose parent is what read the text (the shell, or the program holding
 /// the terminal then: a REPL, a nested shell) or something the send started. An orphan
 /// (its parent gone, or re-parented to the shell's own parent, a PID namespace's init)
-/// counts when its process group is new and it was not seen before with a parent that
-/// is not the send's. So what ran before the send (the shell, the session's leader, the
+/// counts when its process group is new and not its own making, and it was not seen
+/// before with a parent that is not the send's. So what ran before the send (the shell, the session's leader, the
 /// REPL itself, a program resumed with `fg`, a job an earlier send started, and the
 /// children those jobs make meanwhile, in whatever group) gets the interrupt only.
 struct Kill {
@@ -282,11 +282,16 @@ impl Before {
                 Some(_) => {
                     passed.insert(me);
                 }
-                // Its parent left the session or ended: an orphan.
-                None if !self.groups.contains(&m.pgrp) => {
+                // Its parent left the session or ended: an orphan. The send's when it is
+                // in a new group it did not make itself (the shell made it for the
+                // send's job); one that made its own group (`timeout`, a daemon) may be
+                // an earlier job's and is spared.
+                None if !self.groups.contains(&m.pgrp) && m.pgrp != m.pid => {
                     theirs.insert(me);
                 }
-                None => {}
+                None => {
+                    passed.insert(me);
+                }
             }
         }
     }

@@ -570,6 +570,15 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
     )
     .await;
     assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
+    // Another whose children are orphans at once, each in a group of its own.
+    let r = tool(
+        &world,
+        &session,
+        "terminal_send",
+        json!({"sessionId": "pty-1", "text": "(while :; do (timeout 20 sh -c 'trap \"echo TERM >> terms\" TERM; sleep 1.5 & wait' &); sleep 0.3; done) &"}),
+    )
+    .await;
+    assert!(r.text.contains("[wait: stdin_read]"), "{r:?}");
     let ticks = || {
         std::fs::read_to_string(ws.join("ticks"))
             .map(|t| t.lines().count())
@@ -631,6 +640,10 @@ async fn job_kill_stops_a_shell_loop_and_a_program_waiting_for_input() {
     assert!(
         log.lines().all(|l| l == "rc=0"),
         "the kills reached the earlier job's children: {log}"
+    );
+    assert!(
+        !ws.join("terms").exists(),
+        "the kills reached the earlier job's orphans"
     );
 }
 
