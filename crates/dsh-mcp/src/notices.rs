@@ -2,9 +2,9 @@
 //! client as an MCP `notifications/message` (level `info`, logger `dsh.jobs`), logged in
 //! the session as `job/notice`, and put before the model: the connection's next tool
 //! result (an error result too; not the answer to a cancelled request, which is never
-//! sent) carries the notice as a text block of its own after the tool's content (the
-//! spec's `inject` lane; many clients show logging messages to the user but never to the
-//! model). That marks the end delivered, so no later result repeats it.
+//! sent) carries the notice as a text block of its own after the tool's content, and after
+//! a blank line in its structured `text` (the spec's `inject` lane; many clients show
+//! logging messages to the user but never to the model). That marks the end delivered, so no later result repeats it.
 //!
 //! A job whose end someone already collected (a kill, a `job_output` that showed the end,
 //! a wait that saw it) gets no notice, and one whose end a read collects before the next
@@ -23,7 +23,7 @@ use dsh_core::journal::Record;
 use dsh_jobs::{completion_notice, JobSnapshot, Jobs, NOTICE_MAX_BYTES};
 use dsh_store::session::Session;
 use dsh_tools::World;
-use rmcp::model::{CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::Peer;
 use rmcp::RoleServer;
 use serde_json::json;
@@ -72,15 +72,15 @@ impl Inbox {
         pending.push((job_id, text));
     }
 
-    /// Adds the notices of ends still undelivered to `result`, each as a text block after
-    /// its content, and marks them delivered; the others are dropped.
-    pub(crate) fn attach(&self, jobs: &Jobs, owner: &dsh_core::Owner, result: &mut CallToolResult) {
+    /// The notices of ends still undelivered, for the result being sent, which are marked
+    /// delivered; the others are dropped.
+    pub(crate) fn take(&self, jobs: &Jobs, owner: &dsh_core::Owner) -> Vec<String> {
         let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
-        for (id, text) in pending {
-            if jobs.deliver_end(&id, Some(owner)) {
-                result.content.push(ContentBlock::text(text));
-            }
-        }
+        pending
+            .into_iter()
+            .filter(|(id, _)| jobs.deliver_end(id, Some(owner)))
+            .map(|(_, text)| text)
+            .collect()
     }
 }
 

@@ -270,6 +270,20 @@ fn error(id: Value, code: i64, message: String, data: Option<Value>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": e})
 }
 
+/// `request` without `params._meta.progressToken` (and without `_meta` once it is empty).
+fn without_progress_token(request: &mut Value) {
+    let Some(params) = request.get_mut("params").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
+        return;
+    };
+    meta.remove("progressToken");
+    if meta.is_empty() {
+        params.remove("_meta");
+    }
+}
+
 impl<Role, R, W> Transport<Role> for LineTransport<R, W>
 where
     Role: ServiceRole,
@@ -283,8 +297,18 @@ where
         item: TxJsonRpcMessage<Role>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
         let writer = self.writer.clone();
+        let is_request = matches!(item, rmcp::model::JsonRpcMessage::Request(_));
         async move {
-            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            let mut bytes = if is_request {
+                // A request of the server's (an elicitation, roots/list) asks for no progress:
+                // the SDK gives every request a progress token, which a client may take for
+                // a promise of progress notifications that never come.
+                let mut v = serde_json::to_value(&item).map_err(std::io::Error::other)?;
+                without_progress_token(&mut v);
+                serde_json::to_vec(&v).map_err(std::io::Error::other)?
+            } else {
+                serde_json::to_vec(&item).map_err(std::io::Error::other)?
+            };
             bytes.push(b'\n');
             let mut w = writer.lock().await;
             w.write_all(&bytes).await?;

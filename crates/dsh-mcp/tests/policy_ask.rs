@@ -75,7 +75,11 @@ async fn a_policy_ask_is_elicited_and_its_answer_decides() {
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     for (id, action, want) in [
         (2, "accept", "asked\n"),
-        (3, "decline", "Error: the user rejected tool \"bash\""),
+        (
+            3,
+            "decline",
+            "Error: tool \"bash\" was declined by the user or the client",
+        ),
     ] {
         send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "bash", "arguments": {"command": "echo asked", "description": "x"}}}))

@@ -125,6 +125,25 @@ impl SandboxMode {
     pub const fn is_confined(self) -> bool {
         !matches!(self, SandboxMode::DangerFullAccess)
     }
+
+    /// What the mode lets a command do, in one sentence for a person deciding on it or a
+    /// model working in it.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => {
+                "commands and file tools can read files (secrets excepted) but write nothing"
+            }
+            SandboxMode::WorkspaceWrite => {
+                "commands and file tools can write in the workspace and the configured writable \
+                 roots, except protected paths (git hooks and config, editor, agent and tool \
+                 settings, .dsh/); everything else stays read-only"
+            }
+            SandboxMode::DangerFullAccess => {
+                "no sandbox at all: commands run with all of your user's rights, can read and \
+                 change any file you can, and reach the network"
+            }
+        }
+    }
 }
 
 impl fmt::Display for SandboxMode {

@@ -49,7 +49,11 @@ pub struct ShellConfig {
     pub timeout_ms: u64,
     /// Cap on any timeout, in ms. Default: 600 000.
     pub max_timeout_ms: u64,
-    /// In-memory budget per stream, in bytes. Default: 64 000.
+    /// The most bytes of each stream a result shows (its tail); the rest is in the spill
+    /// file. Default: 16 000, so a result with both streams, escaped as JSON, stays within
+    /// what agent clients pass to the model inline (measured: Claude Code 50 000
+    /// characters, Codex CLI 48 000 bytes with its default models, Gemini CLI 40 000
+    /// characters).
     pub max_output_bytes: usize,
     /// Spill file cap per stream, in bytes. Default: 67 108 864 (64 MiB).
     pub max_spill_bytes: u64,
@@ -64,7 +68,7 @@ impl Default for ShellConfig {
             cwd: None,
             timeout_ms: 120_000,
             max_timeout_ms: 600_000,
-            max_output_bytes: 64_000,
+            max_output_bytes: 16_000,
             max_spill_bytes: 64 * 1024 * 1024,
             grace_ms: 3000,
         }

@@ -156,7 +156,8 @@ pub fn render_result(result: &RunResult) -> String {
 pub fn render_result_with(result: &RunResult, leading_markers: &[String]) -> String {
     let stdout = stream_text(&result.stdout);
     let stderr = stream_text(&result.stderr);
-    let mut text = join_streams(&stdout, &stderr);
+    let mut text = truncation_notice(&result.stdout, &result.stderr).unwrap_or_default();
+    text.push_str(&join_streams(&stdout, &stderr));
     if text.is_empty() {
         text.push_str(NO_OUTPUT);
     }
@@ -179,6 +180,46 @@ pub fn render_result_with(result: &RunResult, leading_markers: &[String]) -> Str
         text.push_str(&markers.join("\n"));
     }
     text
+}
+
+/// Starts the notice that opens a result with a cut stream: `[output truncated: …]`.
+pub const TRUNCATION_NOTICE_PREFIX: &str = "[output truncated: ";
+
+/// The line that opens a result whose streams were cut (with its newline), so a client
+/// that shows only the start of a long result (a preview) still shows where the rest is:
+/// `[output truncated: this shows the last N bytes of stdout of T; the rest is in PATH
+/// (page it with read's offset and limit, or search it with grep)]`. `None` when neither
+/// stream was cut. The pinned marker after each cut stream stays as it is.
+pub fn truncation_notice(stdout: &CollectedOutput, stderr: &CollectedOutput) -> Option<String> {
+    let parts: Vec<String> = [("stdout", stdout), ("stderr", stderr)]
+        .into_iter()
+        .filter(|(_, o)| o.truncated)
+        .map(|(name, o)| {
+            let kept = o.text.len();
+            let whole = o.total_bytes;
+            let place = match &o.spill {
+                Some(s) if s.complete => format!("the whole stream is in {}", s.path.display()),
+                Some(s) => format!("its first {} bytes are in {}", s.bytes, s.path.display()),
+                None => "the rest was not kept".to_owned(),
+            };
+            format!("the last {kept} of {whole} bytes of {name} are shown; {place}")
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    let kept_somewhere = [stdout, stderr]
+        .iter()
+        .any(|o| o.truncated && o.spill.is_some());
+    let how = if kept_somewhere {
+        " (page it with the read tool's offset and limit, or search it with grep)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{TRUNCATION_NOTICE_PREFIX}{}{how}{MARKER_END}\n",
+        parts.join("; ")
+    ))
 }
 
 fn stream_text(output: &CollectedOutput) -> Cow<'_, str> {
@@ -616,7 +657,9 @@ mod tests {
         };
         assert_eq!(
             render_result(&r),
-            "line-0099\nline-0100\n\n[output truncated; full output: /tmp/s/stdout-1]"
+            "[output truncated: the last 20 of 1000000 bytes of stdout are shown; the whole \
+             stream is in /tmp/s/stdout-1 (page it with the read tool's offset and limit, or search it with grep)]\n\
+             line-0099\nline-0100\n\n[output truncated; full output: /tmp/s/stdout-1]"
         );
     }
 
@@ -628,7 +671,8 @@ mod tests {
         };
         assert_eq!(
             render_result(&r),
-            "tail\n[output truncated; full output: (unavailable)]"
+            "[output truncated: the last 4 of 1000000 bytes of stdout are shown; the rest \
+             was not kept]\ntail\n[output truncated; full output: (unavailable)]"
         );
     }
 
@@ -641,7 +685,9 @@ mod tests {
         };
         assert_eq!(
             render_result(&r),
-            "tail\n[output truncated; first 67108864 bytes in: /tmp/s/stdout-1]"
+            "[output truncated: the last 4 of 1000000 bytes of stdout are shown; its first \
+             67108864 bytes are in /tmp/s/stdout-1 (page it with the read tool's offset and limit, or search it with grep)]\n\
+             tail\n[output truncated; first 67108864 bytes in: /tmp/s/stdout-1]"
         );
     }
 
@@ -654,7 +700,10 @@ mod tests {
         };
         assert_eq!(
             render_result(&r),
-            "out\n[output truncated; full output: /s/out]\n\
+            "[output truncated: the last 3 of 1000000 bytes of stdout are shown; the whole \
+             stream is in /s/out; the last 3 of 1000000 bytes of stderr are shown; the rest was \
+             not kept (page it with the read tool's offset and limit, or search it with grep)]\n\
+             out\n[output truncated; full output: /s/out]\n\
              [stderr]\nerr\n[output truncated; full output: (unavailable)]\n\
              [exit code: 4]"
         );
@@ -669,7 +718,8 @@ mod tests {
         };
         assert_eq!(
             render_result(&r),
-            "out\n[stderr]\n\n[output truncated; full output: (unavailable)]"
+            "[output truncated: the last 0 of 1000000 bytes of stderr are shown; the rest \
+             was not kept]\nout\n[stderr]\n\n[output truncated; full output: (unavailable)]"
         );
     }
 

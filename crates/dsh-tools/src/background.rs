@@ -41,16 +41,24 @@ pub(crate) struct BashJob {
     process: Mutex<Option<Arc<ShellProcess>>>,
     policy: SandboxPolicy,
     check: AfterCheck,
+    /// Whether a person could be asked for a wider mode when the job started.
+    can_ask: bool,
     /// What the first read after the end gets: the last output and the closing lines.
     last: Mutex<Option<String>>,
 }
 
 impl BashJob {
-    pub(crate) fn new(process: ShellProcess, policy: SandboxPolicy, check: AfterCheck) -> BashJob {
+    pub(crate) fn new(
+        process: ShellProcess,
+        policy: SandboxPolicy,
+        check: AfterCheck,
+        can_ask: bool,
+    ) -> BashJob {
         BashJob {
             process: Mutex::new(Some(Arc::new(process))),
             policy,
             check,
+            can_ask,
             last: Mutex::new(None),
         }
     }
@@ -95,7 +103,7 @@ impl Job for BashJob {
                     facts.mode
                 ));
             } else if facts.denied {
-                lines.extend(denial_lines(facts.mode, Subject::Command));
+                lines.extend(denial_lines(facts.mode, Subject::Command, self.can_ask));
             }
         }
         lines.extend(check_line(&self.check, &self.policy).await);

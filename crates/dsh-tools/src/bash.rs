@@ -99,6 +99,7 @@ fn start_in_background(
     mut request: ShellRequest,
     label: String,
     policy: dsh_sandbox::SandboxPolicy,
+    can_ask: bool,
 ) -> Result<ToolOutput, HarnessError> {
     let Some(jobs) = ctx.world.jobs() else {
         return Err(HarnessError::new(
@@ -119,7 +120,7 @@ fn start_in_background(
     let check = AfterCheck::of(ctx);
     let id = jobs.start(JobStart::new("bash", label, Some(owner)), move || {
         let process = shell.start(shell.resolve(request)?)?;
-        Ok(Arc::new(BashJob::new(process, policy, check)) as Arc<dyn dsh_jobs::Job>)
+        Ok(Arc::new(BashJob::new(process, policy, check, can_ask)) as Arc<dyn dsh_jobs::Job>)
     })?;
     Ok(ToolOutput {
         image: None,
@@ -188,10 +189,20 @@ impl Tool for BashTool {
         if world.confines() {
             d.push_str(
                 " Commands run in a sandbox: a write it refuses shows as `[sandbox: file access \
-                 denied under <mode> mode]`; do not try to work around it. To retry one call in \
-                 a wider mode, pass `sandbox_permissions` (the narrowest mode that suffices) and \
-                 a one-sentence `justification`; the user is asked, and may refuse.",
+                 denied under <mode> mode]`; do not try to work around it.",
             );
+            if world.approval().has_answerer() {
+                d.push_str(
+                    " To retry one call in a wider mode, pass `sandbox_permissions` (the \
+                     narrowest mode that suffices) and a one-sentence `justification`; the user \
+                     is asked, and may refuse.",
+                );
+            } else {
+                d.push_str(
+                    " Nobody can approve a wider mode in this session: if the task needs one, \
+                     say so to the user, who can restart dsh with a wider `--mode`.",
+                );
+            }
         }
         d
     }
@@ -256,7 +267,8 @@ impl Tool for BashTool {
         request.timeout_ms = a.timeout_ms;
         request.dsh_env = Some(dsh_env);
         if a.run_in_background == Some(true) {
-            return start_in_background(ctx, request, label, policy);
+            let can_ask = world.can_ask(ctx.session.map(|s| &**s)).await;
+            return start_in_background(ctx, request, label, policy, can_ask);
         }
         request.cancel = Some(ctx.cancel.clone());
         let shell = world.shell();
@@ -272,7 +284,11 @@ impl Tool for BashTool {
             return Err(HarnessError::new(ErrorCode::Aborted, message));
         }
         let markers = match result.sandbox.as_ref().filter(|f| f.denied) {
-            Some(facts) => denial_lines(facts.mode, Subject::Command),
+            Some(facts) => denial_lines(
+                facts.mode,
+                Subject::Command,
+                world.can_ask(ctx.session.map(|s| &**s)).await,
+            ),
             None => Vec::new(),
         };
         let mut text = render_result_with(&result, &markers);
@@ -296,10 +312,11 @@ impl Tool for BashTool {
             "timedOut": result.timed_out,
             "timeoutMs": result.timeout_ms,
             "truncated": result.stdout.truncated || result.stderr.truncated,
-            "spill": {
+            // Left out when nothing spilled (an empty object says nothing).
+            "spill": (result.stdout.spill.is_some() || result.stderr.spill.is_some()).then(|| json!({
                 "stdout": result.stdout.spill.as_ref().map(|s| s.path.clone()),
                 "stderr": result.stderr.spill.as_ref().map(|s| s.path.clone()),
-            },
+            })),
             "sandbox": result.sandbox.as_ref().map(|f| json!({
                 "mode": f.mode.as_str(),
                 "denied": f.denied,

@@ -327,6 +327,12 @@ impl Tool for PersistentBashTool {
                 ("timedOut", json!({"type": "boolean"})),
                 ("shellReset", json!({"type": "boolean"})),
                 ("sessionId", json!({"type": "string"})),
+                (
+                    "sandbox",
+                    json!({"type": "object", "properties": {
+                        "mode": {"type": "string"},
+                        "appeared": {"type": "array", "items": {"type": "string"}}}}),
+                ),
             ],
             &["timedOut", "shellReset"],
         )
@@ -520,9 +526,19 @@ impl Tool for PersistentBashTool {
         // protected, as after a one-shot call (also when the call failed or was cut).
         let after = crate::policy::after_call(ctx, &policy).await;
         let mut out = ran?;
-        if let Some((line, _)) = after? {
+        let after = after?;
+        if let Some((line, _)) = &after {
             out.text.push('\n');
-            out.text.push_str(&line);
+            out.text.push_str(line);
+        }
+        // The shell's sandbox facts, as a one-shot call gives them.
+        if let Some(Value::Object(facts)) = out.meta.as_mut() {
+            let mut sandbox = serde_json::Map::new();
+            sandbox.insert("mode".into(), json!(policy.mode.as_str()));
+            if let Some((_, appeared)) = after {
+                sandbox.insert("appeared".into(), json!(appeared));
+            }
+            facts.insert("sandbox".into(), Value::Object(sandbox));
         }
         Ok(out)
     }

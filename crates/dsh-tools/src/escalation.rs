@@ -63,14 +63,28 @@ pub fn denial_marker(mode: SandboxMode) -> String {
     format!("[sandbox: file access denied under {mode} mode]")
 }
 
-/// The lines after a denial under `mode`: the marker, and the escalation hint when a
-/// wider mode exists.
-pub fn denial_lines(mode: SandboxMode, subject: Subject) -> Vec<String> {
+/// The lines after a denial under `mode`: the marker, then, when a wider mode exists,
+/// the escalation hint if a person can be asked (`can_ask`), else how the user can widen
+/// the session ([`no_escalation_hint`]): a model is never told to ask where nobody can
+/// answer.
+pub fn denial_lines(mode: SandboxMode, subject: Subject, can_ask: bool) -> Vec<String> {
     let mut lines = vec![denial_marker(mode)];
-    if !wider_modes(mode).is_empty() {
-        lines.push(escalation_hint(subject));
+    match wider_modes(mode).first() {
+        Some(_) if can_ask => lines.push(escalation_hint(subject)),
+        Some(wider) => lines.push(no_escalation_hint(*wider)),
+        None => {}
     }
     lines
+}
+
+/// The line after a denial where nobody can approve a wider mode (the client cannot ask
+/// its user, or the approval policy is `never`): who can widen the session, and how.
+pub fn no_escalation_hint(wider: SandboxMode) -> String {
+    format!(
+        "[sandbox: nobody can approve a wider mode in this session; if the task needs it, \
+         tell the user: they can restart dsh with --mode {wider} (or set mode in their dsh \
+         config)]"
+    )
 }
 
 /// What is being escalated, as the hint and the rejection name it.
@@ -180,8 +194,17 @@ where
         ApprovalOutcome::Rejected => Err(HarnessError::new(
             ErrorCode::ApprovalRejected,
             format!(
-                "the user rejected escalating this {} to \"{mode}\"",
+                "escalating this {} to \"{mode}\" was declined by the user or the client \
+                 (some clients decline without asking anyone); do not retry it: work within \
+                 the current mode, or tell the user what you need",
                 request.subject.as_str()
+            ),
+        )),
+        ApprovalOutcome::Expired => Err(HarnessError::new(
+            ErrorCode::ApprovalCancelled,
+            format!(
+                "approval for escalating to \"{mode}\" expired: nobody answered in time, and \
+                 nothing ran"
             ),
         )),
         ApprovalOutcome::Cancelled => Err(HarnessError::new(
@@ -350,7 +373,9 @@ mod tests {
         assert_eq!(rejected.code(), ErrorCode::ApprovalRejected);
         assert_eq!(
             rejected.message(),
-            "the user rejected escalating this command to \"danger-full-access\""
+            "escalating this command to \"danger-full-access\" was declined by the user or the \
+             client (some clients decline without asking anyone); do not retry it: work within \
+             the current mode, or tell the user what you need"
         );
         assert_eq!(
             run(ApprovalOutcome::Cancelled).message(),

@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde_json::Value;
 
 use crate::bounds::Bounded;
-use crate::escalation::{denial_marker, escalation_hint, Subject};
+use crate::escalation::{denial_lines, Subject};
 use crate::policy::Escalation;
 use crate::{invalid_args, CallContext, World};
 
@@ -36,8 +36,11 @@ pub use write::WriteTool;
 pub const READ_LIMIT: u64 = 2000;
 /// Characters kept of one line.
 pub const READ_MAX_LINE_CHARS: usize = 2000;
-/// Bytes of the lines of one `read`.
-pub const READ_MAX_BYTES: usize = 51_200;
+/// Bytes of the lines of one `read`: 32 KiB, so a result, escaped as JSON in its
+/// structured form, stays within what agent clients pass to the model inline (Claude Code
+/// 50 000 characters, Codex CLI 48 000 bytes, Gemini CLI 40 000 characters; the
+/// reference's 51 200 would not).
+pub const READ_MAX_BYTES: usize = 32 << 10;
 pub use crate::bounds::WRITE_MAX_BYTES;
 
 const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
@@ -84,16 +87,13 @@ pub(super) fn envelope(path: &Path, body: &str) -> String {
     )
 }
 
-/// The model-facing form of a failed write or edit.
-pub(super) fn remediate(e: HarnessError, mode: SandboxMode) -> HarnessError {
+/// The model-facing form of a failed write or edit; `can_ask`: whether a wider mode can
+/// be asked for ([`World::can_ask`]).
+pub(super) fn remediate(e: HarnessError, mode: SandboxMode, can_ask: bool) -> HarnessError {
     match e.code() {
         ErrorCode::FsSandboxDenied => HarnessError::new(
             ErrorCode::FsSandboxDenied,
-            format!(
-                "{}\n{}",
-                denial_marker(mode),
-                escalation_hint(Subject::Operation)
-            ),
+            denial_lines(mode, Subject::Operation, can_ask).join("\n"),
         ),
         ErrorCode::FsStaleVersion => HarnessError::new(
             ErrorCode::FsStaleVersion,
@@ -124,17 +124,25 @@ pub(super) fn schema_of<T: JsonSchema + Bounded>(world: &World) -> Value {
 }
 
 /// What a `write` or `edit` of `path` does, as an approval question shows it.
-pub(super) fn file_action(path: &str) -> Action {
+pub(super) fn file_action(path: &str, change: Option<String>) -> Action {
     Action::File {
         path: path.to_owned(),
+        change,
         resolved: None,
     }
 }
 
-/// [`Tool::action`] of `write` and `edit`: the file, else the arguments.
+/// [`Tool::action`] of `write` and `edit`: the file and the change in short (a `write`'s
+/// `content`, an `edit`'s `old_string` and `new_string`), else the arguments.
 pub(super) fn file_action_of(args: &Value) -> Action {
-    match args.get("file_path").and_then(Value::as_str) {
-        Some(path) => file_action(path),
+    let text = |k: &str| args.get(k).and_then(Value::as_str);
+    let change = match (text("content"), text("old_string"), text("new_string")) {
+        (Some(content), _, _) => Some(dsh_approval::file_change(None, content)),
+        (None, Some(old), Some(new)) => Some(dsh_approval::file_change(Some(old), new)),
+        _ => None,
+    };
+    match text("file_path") {
+        Some(path) => file_action(path, change),
         None => Action::Arguments(args.clone()),
     }
 }
@@ -145,6 +153,7 @@ pub(super) async fn target_and_policy(
     requested: Option<Escalation>,
     justification: Option<&str>,
     tool: &str,
+    action: Action,
 ) -> Result<(FsTarget, SandboxPolicy), HarnessError> {
     let fs = fs_of(ctx.world)?;
     let policy = crate::policy::call_policy(
@@ -153,7 +162,7 @@ pub(super) async fn target_and_policy(
         justification,
         Subject::Operation,
         tool,
-        file_action(path),
+        action,
     )
     .await?;
     let base = base_dir(ctx, ctx.world.confines().then_some(&policy), path);

@@ -75,6 +75,10 @@ impl Tool for ReadImageTool {
         crate::ToolHints::READ_ONLY
     }
 
+    fn is_structured(&self) -> bool {
+        false
+    }
+
     fn output_schema(&self) -> Value {
         crate::object_schema(
             &[

@@ -160,8 +160,8 @@ impl Tool for JobOutputTool {
 
     fn output_schema(&self) -> Value {
         crate::object_schema(
-            &[("text", json!({"type": "string"})), ("job", job_schema())],
-            &["text", "job"],
+            &[("output", json!({"type": "string"})), ("job", job_schema())],
+            &["output", "job"],
         )
     }
 
@@ -191,7 +191,7 @@ impl Tool for JobOutputTool {
         };
         Ok(ToolOutput {
             text: render_output(body, &job.status_line(), MAX_RESULT_BYTES),
-            meta: Some(json!({"text": text, "job": public(&job)})),
+            meta: Some(json!({"output": text, "job": public(&job)})),
             image: None,
         })
     }

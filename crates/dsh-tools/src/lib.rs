@@ -54,11 +54,13 @@ mod policy;
 pub mod policy_service;
 pub mod preset;
 pub mod search;
+pub mod structured;
 pub mod terminal;
 mod world;
 
 pub use policy_service::{AfterCommand, PolicyService};
 pub use preset::{BashMode, Preset, WorldConfig};
+pub use structured::structured_schema;
 pub use world::{World, WorldBuilder};
 
 /// One call as a model makes it.
@@ -109,7 +111,8 @@ pub struct ToolResult {
     pub is_error: bool,
     /// `{name, code}` of a failure.
     pub error: Option<ErrorInfo>,
-    /// Structured facts for programs (not shown to the model).
+    /// Structured facts for programs, beside the text in the result's
+    /// [structured form](structured).
     pub meta: Option<Value>,
     /// An image the model sees beside the text (`read_image`).
     pub image: Option<Image>,
@@ -235,9 +238,18 @@ pub trait Tool: Send + Sync {
     }
 
     /// The JSON schema of a successful result's structured facts ([`ToolResult::meta`],
-    /// which never holds a `null`: an absent fact is left out). Default: any object.
+    /// which never holds a `null`: an absent fact is left out, and never a `text` or
+    /// `error` field: the [structured form](structured) adds those). Default: any object.
     fn output_schema(&self) -> Value {
         serde_json::json!({"type": "object"})
+    }
+
+    /// Whether a successful result carries a [structured form](structured) and the tool
+    /// declares an output schema. A tool whose results hold what only content blocks can
+    /// carry (an image) says no: a client that passes the structured form to its model
+    /// drops the content blocks, image included. Default: true.
+    fn is_structured(&self) -> bool {
+        true
     }
 
     /// Runs the call.

@@ -78,6 +78,10 @@ impl World {
                 result.text = text;
             }
         }
+        if let Some(line) = session.and_then(|s| self.take_mode_change(s.id())) {
+            result.text.push('\n');
+            result.text.push_str(&line);
+        }
         if let Some(s) = session {
             let logged = Record::ToolResult(ToolResultRecord {
                 turn,
@@ -215,9 +219,12 @@ impl World {
             .await?;
         Ok(match outcome {
             ApprovalOutcome::AllowedOnce => PreDecision::Allow,
-            ApprovalOutcome::Rejected => {
-                PreDecision::Deny(format!("the user rejected tool \"{name}\""))
-            }
+            ApprovalOutcome::Rejected => PreDecision::Deny(format!(
+                "tool \"{name}\" was declined by the user or the client"
+            )),
+            ApprovalOutcome::Expired => PreDecision::Deny(format!(
+                "approval for tool \"{name}\" expired: nobody answered in time"
+            )),
             ApprovalOutcome::Cancelled => PreDecision::Deny(cancelled_text(name)),
             ApprovalOutcome::Unavailable => PreDecision::Deny(format!(
                 "tool \"{name}\" requires approval, but no approval channel is available (no \

@@ -70,6 +70,7 @@ pub(crate) async fn call_policy(
         has_session: ctx.session.is_some(),
     };
     let action = with_resolved_path(action, &standing.workspace_root);
+    let standing_mode = standing.mode;
     let approver = |q: ApprovalQuestion| async move {
         let Some(session) = ctx.session else {
             return ApprovalOutcome::Unavailable;
@@ -83,6 +84,7 @@ pub(crate) async fn call_policy(
                     call_id: Some(q.call_id),
                     action: Some(action),
                     requested: Some(wanted.to_string()),
+                    current: Some(standing_mode.to_string()),
                     justification: Some(why.to_owned()),
                     reason: Some(q.reason),
                     cancel: Some(ctx.cancel.clone()),
@@ -112,6 +114,7 @@ fn with_resolved_path(action: Action, root: &std::path::Path) -> Action {
     match action {
         Action::File {
             path,
+            change,
             resolved: None,
         } => {
             let r = dsh_core::path::fold_dots(&root.join(&path))
@@ -120,6 +123,7 @@ fn with_resolved_path(action: Action, root: &std::path::Path) -> Action {
             Action::File {
                 resolved: (r != path).then_some(r),
                 path,
+                change,
             }
         }
         other => other,

@@ -243,6 +243,60 @@ impl PolicyService {
             .map(|_| ())
     }
 
+    /// What a model is told of its sandbox at the start of a session (MCP's server
+    /// instructions): the mode and what it allows, the workspace root, the writable roots,
+    /// the network, what stays protected and unreadable, and how to ask for more. `root`
+    /// is `None` where the workspace is not known yet (the client's roots decide it).
+    pub fn brief(
+        mode: SandboxMode,
+        network: Network,
+        root: Option<&Path>,
+        writable_roots: &[PathBuf],
+    ) -> String {
+        let quoted = |p: &Path| Value::String(p.to_string_lossy().into_owned()).to_string();
+        let mut lines = vec![format!(
+            "dsh runs your commands and file operations in a sandbox the kernel enforces. This \
+             session's sandbox mode is {mode}: {}.",
+            mode.meaning()
+        )];
+        lines.push(match root {
+            Some(r) => format!("Workspace root: {}.", quoted(r)),
+            None => "Workspace root: the client's first root, else the directory dsh was \
+                     started in."
+                .to_owned(),
+        });
+        if mode == SandboxMode::WorkspaceWrite {
+            let mut writable = vec!["the workspace root".to_owned()];
+            writable.extend(writable_roots.iter().map(|p| quoted(p)));
+            writable.push("a private temporary directory ($TMPDIR)".to_owned());
+            lines.push(format!(
+                "Writable: {}. Protected (read-only even there): git hooks and config, \
+                 editor, agent and tool settings (.vscode/, .claude/, .cargo/, .npmrc, …), \
+                 .dsh/ and shell rc files; a repository or hooks a command makes is set \
+                 aside after the call.",
+                writable.join(", ")
+            ));
+        }
+        if mode.is_confined() {
+            lines.push(format!(
+                "Network: {}. Credential stores (~/.ssh, ~/.aws, tokens, …) are unreadable.",
+                match network {
+                    Network::Deny => "denied (no socket reaches outside the sandbox)",
+                    Network::Allow => "allowed",
+                }
+            ));
+        }
+        lines.push(
+            "Check the `[exit code: N]` marker of every bash result. A sandbox denial shows as \
+             `[sandbox: file access denied under <mode> mode]`; do not work around it. The \
+             line after a denial says how to get a wider mode: with `sandbox_permissions` and \
+             a `justification` where the user can be asked, else by asking the user to restart \
+             dsh with a wider `--mode`. Results say when the session's mode changes."
+                .to_owned(),
+        );
+        lines.join("\n")
+    }
+
     /// The paragraph a system prompt carries about the policy. Byte-stable: host temp
     /// paths are never named.
     pub fn context_text(policy: &SandboxPolicy) -> String {

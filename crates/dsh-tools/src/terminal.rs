@@ -26,8 +26,10 @@ use crate::bounds::{self, Bound, Bounded};
 use crate::escalation::Subject;
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolHints, ToolOutput, World};
 
-/// The most bytes of one terminal tool result: 256 KiB.
-pub const MAX_RESULT_BYTES: usize = 256 << 10;
+/// The most bytes of one terminal or job tool result: 32 KiB, so a result, escaped as JSON
+/// in its structured form, stays within what agent clients pass to the model inline (see
+/// [`crate::files::READ_MAX_BYTES`]).
+pub const MAX_RESULT_BYTES: usize = 32 << 10;
 
 /// The most bytes one `terminal_send` may type: 64 KiB, more than a person pastes;
 /// write a file with `write` and run it instead.
@@ -446,13 +448,8 @@ impl Tool for TerminalSendTool {
         let max = t.config().max_timeout;
         let timeout = match a.timeout_ms {
             Some(0) => return Err(invalid_args("timeout_ms must be at least 1")),
-            Some(ms) if Duration::from_millis(ms) > max => {
-                return Err(invalid_args(format!(
-                    "timeout_ms must be at most {}",
-                    max.as_millis()
-                )))
-            }
-            Some(ms) => Duration::from_millis(ms),
+            // Clamped to the most, as `bash` and `job_output` do.
+            Some(ms) => Duration::from_millis(ms).min(max),
             // A background send is for long work (a build): it runs to the limit unless
             // told otherwise, so `job_kill` can still reach it.
             None if a.run_in_background == Some(true) => max,

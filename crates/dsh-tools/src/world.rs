@@ -37,6 +37,10 @@ pub struct World {
     pub(crate) owners: std::sync::Mutex<std::collections::HashMap<Option<SessionId>, Owner>>,
     /// What each session last saw of each file: the read-before-edit memory.
     pub(crate) observations: std::sync::Mutex<Observations>,
+    /// Each session's mode change the model has not been told of: (from, to).
+    pub(crate) mode_changes: std::sync::Mutex<
+        std::collections::HashMap<SessionId, (dsh_sandbox::SandboxMode, dsh_sandbox::SandboxMode)>,
+    >,
     pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
     pub(crate) pre: Vec<Arc<dyn PreExecute>>,
     pub(crate) post: Vec<Arc<dyn PostExecute>>,
@@ -194,6 +198,19 @@ impl World {
         ended.map(|()| lines)
     }
 
+    /// Whether a wider mode can be asked for in `session`: an answerer is installed (a
+    /// terminal, a client that declared elicitation, a script) and the session's approval
+    /// policy is `ask`. Where it cannot, nothing offers the model an escalation.
+    pub async fn can_ask(&self, session: Option<&Session>) -> bool {
+        if !self.approval.has_answerer() {
+            return false;
+        }
+        match session {
+            Some(s) => self.approval.effective_policy(s).await == dsh_approval::ApprovalPolicy::Ask,
+            None => false,
+        }
+    }
+
     /// Sets `session`'s sandbox mode (one `sandbox/mode` event), unless the session has
     /// terminals open or opening and the mode would change: a terminal keeps the policy
     /// it opened with, so the session's mode may not move away from it.
@@ -222,7 +239,37 @@ impl World {
                 )));
             }
         }
-        self.policy.set_mode(session, mode).await
+        // A session the model has worked in was told its old mode: its next result says so.
+        // A session with no call yet is told its mode from the start (the instructions).
+        let worked = session
+            .last_of(dsh_core::journal::EventKind::ToolCall)
+            .await
+            .is_some();
+        self.policy.set_mode(session, mode).await?;
+        if !worked {
+            return Ok(());
+        }
+        let mut changes = self.mode_changes.lock().unwrap_or_else(|p| p.into_inner());
+        let from = changes
+            .remove(session.id())
+            .map_or(current, |(from, _)| from);
+        if from != mode {
+            changes.insert(session.id().clone(), (from, mode));
+        }
+        Ok(())
+    }
+
+    /// The line telling the model `session`'s mode changed since it was last told, once.
+    pub(crate) fn take_mode_change(&self, session: &SessionId) -> Option<String> {
+        let (from, to) = self
+            .mode_changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session)?;
+        Some(format!(
+            "[sandbox: this session's mode changed from {from} to {to}: {}]",
+            to.meaning()
+        ))
     }
 
     fn observations(&self) -> std::sync::MutexGuard<'_, Observations> {
@@ -455,6 +502,7 @@ impl WorldBuilder {
             jobs: self.jobs,
             owners: std::sync::Mutex::new(std::collections::HashMap::new()),
             observations: std::sync::Mutex::new(Observations::default()),
+            mode_changes: std::sync::Mutex::default(),
             tools: self.tools,
             pre: self.pre,
             post: self.post,

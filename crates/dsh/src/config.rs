@@ -12,7 +12,7 @@
 //! | `runner` | `bwrap`, `landlock`, `seatbelt` | the only sandbox runner to use (default: the fastest that fully enforces) |
 //! | `timeout_ms` | integer | a command's timeout when the call names none (default 120000) |
 //! | `max_timeout_ms` | integer | the cap on any command's timeout (default 600000) |
-//! | `max_output_bytes` | integer | output kept in memory per stream (default 64000) |
+//! | `max_output_bytes` | integer | output a result shows per stream (default 16000) |
 //! | `max_spill_bytes` | integer | the spill file cap per stream (default 64 MiB) |
 //! | `allow_partial` | bool | run where the sandbox is enforced only in part (default false: refused) |
 //! | `protected` | list of paths | more protected paths (relative: in the workspace root) |

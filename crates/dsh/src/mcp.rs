@@ -65,6 +65,17 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         bash: args.bash,
         ..crate::config::Flags::default()
     };
+    // What the model is told of its sandbox, from the configuration of the workspace as
+    // known now (the client's roots, asked later, may name another). A config that does
+    // not load is reported at the first tool request, as before.
+    let instructions = crate::config::load(&dir, &flags).ok().map(|config| {
+        dsh_tools::PolicyService::brief(
+            mode.unwrap_or(config.mode.value),
+            config.network.value,
+            explicit.then_some(config.workspace.as_path()),
+            &config.writable_roots.value,
+        )
+    });
     let opener: Opener = Arc::new(move |cwd: PathBuf| {
         let (sessions, state, flags) = (sessions.clone(), state.clone(), flags.clone());
         Box::pin(async move {
@@ -88,6 +99,9 @@ async fn run(args: McpArgs) -> Result<(), HarnessError> {
         })
     });
     let mut server = DshServer::new(Workspace { dir, explicit }, opener);
+    if let Some(instructions) = instructions {
+        server = server.with_instructions(instructions);
+    }
     if let Some(ms) = args.task_after_ms {
         server = server.with_task_after(std::time::Duration::from_millis(ms));
     }

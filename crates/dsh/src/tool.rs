@@ -196,7 +196,16 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         None => sessions.create(&cwd).await?,
     };
     eprintln!("dsh tool: session {}", session.id());
-    let world = world(sessions.clone(), &config, args.answer.clone(), &state, true)?;
+    // A terminal answers only where stdin is one: elsewhere nobody can be asked, and the
+    // model is not offered an escalation.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let world = world(
+        sessions.clone(),
+        &config,
+        args.answer.clone(),
+        &state,
+        terminal,
+    )?;
     apply_flags(&world, &session, args.mode, args.approval).await?;
     session.begin_turn().await?;
     let interrupt = CancelToken::new();

@@ -121,8 +121,10 @@ impl Tool for EditTool {
             a.sandbox_permissions,
             a.justification.as_deref(),
             "edit",
+            file_action_of(args),
         )
         .await?;
+        let can_ask = ctx.world.can_ask(ctx.session.map(|s| &**s)).await;
         let session = ctx.session.map(|s| s.id());
         let d = target.display().display().to_string();
         let expected = match observation(ctx, target.key()).await {
@@ -140,6 +142,7 @@ impl Tool for EditTool {
                         format!("edit requires reading \"{d}\" first"),
                     ),
                     policy.mode,
+                    can_ask,
                 ))
             }
         };
@@ -153,7 +156,7 @@ impl Tool for EditTool {
         let out = fs
             .edit_text(&target, &req, Some(&expected), &policy)
             .await
-            .map_err(|e| remediate(e, policy.mode))?;
+            .map_err(|e| remediate(e, policy.mode, can_ask))?;
         ctx.world.observe(
             session,
             target.key(),

@@ -110,8 +110,10 @@ impl Tool for WriteTool {
             a.sandbox_permissions,
             a.justification.as_deref(),
             "write",
+            file_action_of(args),
         )
         .await?;
+        let can_ask = ctx.world.can_ask(ctx.session.map(|s| &**s)).await;
         let session = ctx.session.map(|s| s.id());
         let intent = match observation(ctx, target.key()).await {
             Some(Observation::Present(v)) => WriteIntent::ReplaceIfVersion(v),
@@ -121,7 +123,7 @@ impl Tool for WriteTool {
         let out = fs
             .write_text(&target, &a.content, Some(intent), &policy)
             .await
-            .map_err(|e| remediate(e, policy.mode))?;
+            .map_err(|e| remediate(e, policy.mode, can_ask))?;
         ctx.world.observe(
             session,
             target.key(),

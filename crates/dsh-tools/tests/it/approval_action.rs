@@ -92,11 +92,13 @@ async fn a_file_escalation_asks_about_the_path_and_where_it_leads() {
             Some(Action::File {
                 path: "sub/../f.txt".into(),
                 resolved: Some(inside.clone()),
+                change: Some("writes 1 bytes:\n+ x".into()),
             }),
             // An absolute path that needs no folding is shown once.
             Some(Action::File {
                 path: inside.clone(),
                 resolved: None,
+                change: Some("- a\n+ b".into()),
             }),
         ]
     );

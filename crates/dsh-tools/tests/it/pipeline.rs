@@ -206,7 +206,10 @@ async fn ask_goes_to_approval_and_maps_every_outcome() {
         .world
         .call(s, call("echo", json!({"text": "x"})), CancelToken::new())
         .await;
-    assert_eq!(r.text, "Error: the user rejected tool \"echo\"");
+    assert_eq!(
+        r.text,
+        "Error: tool \"echo\" was declined by the user or the client"
+    );
     let r = f
         .world
         .call(s, call("echo", json!({"text": "x"})), CancelToken::new())

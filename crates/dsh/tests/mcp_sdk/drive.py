@@ -4,6 +4,10 @@ Usage: python drive.py DSH_BINARY MODE SCRATCH_DIR
 MODE is the SDK's connect mode: `legacy` (the initialize handshake, elicitation as a
 server-to-client request) or `auto` (2026-07-28 when the server offers it, elicitation
 through InputRequiredResult and a retry). Exits non-zero, saying what failed.
+
+It also runs the every-tool pass of `every_tool.py` (each of the 16 tools, a success and an
+error each, in read-only, workspace-write and persistent-bash sessions) through this Client
+and MODE: every result, error results included, must validate against its outputSchema.
 """
 
 import json
@@ -13,6 +17,9 @@ from pathlib import Path
 
 import anyio
 from mcp import Client, StdioServerParameters, types
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import every_tool  # noqa: E402  (the every-tool pass, shared with every_tool.py for mcp 1.x)
 
 DSH, MODE, SCRATCH = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 TOOLS = {
@@ -196,6 +203,11 @@ async def a_background_job_is_noticed() -> None:
         check(text(r) == "bash-1 [bash] completed — sleep 0.2; echo bg", "the job list", r)
 
 
+async def every_tool_validates_against_its_output_schema() -> None:
+    failed = await every_tool.run(DSH, SCRATCH / MODE / "every-tool", client=MODE)
+    check(failed == 0, "every tool's results, error results included, validate against their outputSchema")
+
+
 async def main() -> None:
     await the_workspace_is_the_first_root()
     await a_background_job_is_noticed()
@@ -203,6 +215,7 @@ async def main() -> None:
     await escalations_are_elicited()
     await no_elicitation_fails_closed()
     await a_client_gone_while_asked_cancels_the_call()
+    await every_tool_validates_against_its_output_schema()
     print(f"[{MODE}] ok")
 
 
