@@ -465,6 +465,9 @@ impl Answerer for ScriptedAnswerer {
 /// At most this many lines of each side of a [`file_change`] are shown.
 const CHANGE_LINES: usize = 6;
 
+/// At most this many characters of each line of a [`file_change`] are shown.
+const CHANGE_LINE_CHARS: usize = 120;
+
 /// A file change in short, as a question shows it: for a `write` (`old` is `None`) its
 /// size and first lines as `+ …`; for an `edit`, the lines taken out as `- …` and put in
 /// as `+ …`. At most six lines a side, each ending with how many more there are.
@@ -478,7 +481,11 @@ pub fn file_change(old: Option<&str>, new: &str) -> String {
     fn side(out: &mut Vec<String>, sign: char, text: &str) {
         let lines: Vec<&str> = text.lines().collect();
         for line in lines.iter().take(CHANGE_LINES) {
-            out.push(format!("{sign} {line}"));
+            // A line is shown up to 120 characters, so the change cannot push the rest of
+            // the question (the asked mode) out of a dialog.
+            let cut: String = line.chars().take(CHANGE_LINE_CHARS).collect();
+            let more = if cut.len() < line.len() { " …" } else { "" };
+            out.push(format!("{sign} {cut}{more}"));
         }
         if lines.len() > CHANGE_LINES {
             out.push(format!(

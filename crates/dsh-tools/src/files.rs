@@ -136,9 +136,17 @@ pub(super) fn file_action(path: &str, change: Option<String>) -> Action {
 /// `content`, an `edit`'s `old_string` and `new_string`), else the arguments.
 pub(super) fn file_action_of(args: &Value) -> Action {
     let text = |k: &str| args.get(k).and_then(Value::as_str);
-    let change = match (text("content"), text("old_string"), text("new_string")) {
-        (Some(content), _, _) => Some(dsh_approval::file_change(None, content)),
-        (None, Some(old), Some(new)) => Some(dsh_approval::file_change(Some(old), new)),
+    // Each tool's own arguments only: an unknown key (a `content` beside an edit's
+    // strings) is ignored by the call, so it must not be what the question shows.
+    let edit = args.get("old_string").is_some() || args.get("new_string").is_some();
+    let change = match (
+        edit,
+        text("content"),
+        text("old_string"),
+        text("new_string"),
+    ) {
+        (false, Some(content), _, _) => Some(dsh_approval::file_change(None, content)),
+        (true, _, Some(old), Some(new)) => Some(dsh_approval::file_change(Some(old), new)),
         _ => None,
     };
     match text("file_path") {
