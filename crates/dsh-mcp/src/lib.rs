@@ -547,16 +547,13 @@ impl DshServer {
             Leg::Done(done) => {
                 // A cancelled request's answer is never sent (rmcp drops it): its notices
                 // wait for the next result.
-                let notices = match self.opened().filter(|_| !context.ct.is_cancelled()) {
-                    Some((world, session)) => world.jobs().map_or_else(Vec::new, |jobs| {
-                        self.inbox.take(jobs, &world.owner(Some(session.id())))
-                    }),
-                    None => Vec::new(),
-                };
-                let structured = self
-                    .opened()
-                    .and_then(|(world, _)| world.tool(&flight.tool).map(|t| t.is_structured()))
-                    .unwrap_or(true);
+                let (mut notices, mut structured) = (Vec::new(), true);
+                if let Some((world, session)) = self.opened() {
+                    structured = world.tool(&flight.tool).is_none_or(|t| t.is_structured());
+                    if let Some(jobs) = world.jobs().filter(|_| !context.ct.is_cancelled()) {
+                        notices = self.inbox.take(jobs, &world.owner(Some(session.id())));
+                    }
+                }
                 Ok(finish(&self.desk, &flight, done, &notices, structured).into())
             }
             Leg::Task => {

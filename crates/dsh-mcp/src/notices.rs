@@ -4,7 +4,8 @@
 //! result (an error result too; not the answer to a cancelled request, which is never
 //! sent) carries the notice as a text block of its own after the tool's content, and after
 //! a blank line in its structured `text` (the spec's `inject` lane; many clients show
-//! logging messages to the user but never to the model). That marks the end delivered, so no later result repeats it.
+//! logging messages to the user but never to the model). That marks the end delivered, so
+//! no later result repeats it.
 //!
 //! A job whose end someone already collected (a kill, a `job_output` that showed the end,
 //! a wait that saw it) gets no notice, and one whose end a read collects before the next
