@@ -29,17 +29,21 @@ pub struct SpillDir {
 
 impl SpillDir {
     /// Creates a fresh private directory `dsh-spill-<pid>-<random>` under `parent`
-    /// (default: the system temp directory, `$TMPDIR` or `/tmp`), first removing the ones
-    /// there of dsh processes that died without removing theirs. It is removed on drop.
+    /// (default: [`private_parent`], else the system temp directory), first removing the
+    /// ones there of dsh processes that died without removing theirs. It is removed on
+    /// drop.
     ///
     /// # Errors
     /// `IO_FAILED` when the directory cannot be created.
     pub fn create(parent: Option<&Path>) -> Result<SpillDir, HarnessError> {
-        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let parent = match parent {
+            Some(p) => p.to_path_buf(),
+            None => ensure_private_parent().unwrap_or_else(|_| std::env::temp_dir()),
+        };
         remove_stale(&parent);
         for _ in 0..8 {
             let path = parent.join(format!(
-                "{STALE_PREFIX}{}-{}",
+                "{DIR_PREFIX}{}-{}",
                 std::process::id(),
                 random_hex(12)
             ));
@@ -125,8 +129,46 @@ impl Drop for SpillDir {
     }
 }
 
-/// The name prefix of a spill directory that is removed with its process.
-const STALE_PREFIX: &str = "dsh-spill-";
+/// The one directory where this user's dsh processes keep their private directories (spill
+/// directories, sandbox areas): `dsh-<uid>` in `/var/tmp` (on disk, and shared by every
+/// process of the user whatever its `TMPDIR`), else in the temp directory. Confined
+/// commands cannot read it (it is closed as a home is: see `dsh_sandbox::deny_read`).
+pub fn private_parent() -> PathBuf {
+    let base = if Path::new("/var/tmp").is_dir() {
+        PathBuf::from("/var/tmp")
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("dsh-{}", rustix::process::getuid().as_raw()))
+}
+
+/// [`private_parent`], made (0700) if it is not there yet.
+///
+/// # Errors
+/// When it cannot be made, or what is there is not a directory of this user's that nobody
+/// else may enter (a link or a directory someone else made in a shared `/var/tmp`).
+pub fn ensure_private_parent() -> io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let p = private_parent();
+    match rustix::fs::mkdir(&p, Mode::RWXU) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(io::Error::from(e)),
+    }
+    let st = std::fs::symlink_metadata(&p)?;
+    let ours =
+        st.is_dir() && st.uid() == rustix::process::getuid().as_raw() && st.mode() & 0o077 == 0;
+    if !ours {
+        return Err(io::Error::other(format!(
+            "{} is not a private directory of this user's",
+            p.display()
+        )));
+    }
+    Ok(p)
+}
+
+/// The name prefix of a spill directory (`dsh-spill-<pid>-<random>`), removed with its
+/// process.
+pub const DIR_PREFIX: &str = "dsh-spill-";
 
 /// Removes the spill directories in `parent` of dsh processes that no longer exist (killed
 /// before they could remove their own): `dsh-spill-<pid>-*` directories of ours whose pid
@@ -140,7 +182,7 @@ fn remove_stale(parent: &Path) {
     for e in entries.flatten() {
         // The entry's own metadata: a link is a link here, not its target.
         let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        if ours && is_stale_name(&e.file_name(), STALE_PREFIX) {
+        if ours && is_stale_name(&e.file_name(), DIR_PREFIX) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -155,6 +197,15 @@ pub fn is_stale_name(name: &std::ffi::OsStr, prefix: &str) -> bool {
         .and_then(|rest| rest.split('-').next())
         .and_then(|p| p.parse::<u32>().ok())
         .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Whether `name` is `<prefix><pid>-…` for this process's own pid: a private directory
+/// of this dsh process.
+pub fn is_own_name(name: &std::ffi::OsStr, prefix: &str) -> bool {
+    name.to_str()
+        .and_then(|n| n.strip_prefix(prefix))
+        .and_then(|rest| rest.split('-').next())
+        .is_some_and(|p| p == std::process::id().to_string())
 }
 
 /// `n` random lowercase hex digits from the kernel's CSPRNG (`getrandom(2)`).

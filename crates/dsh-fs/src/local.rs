@@ -51,6 +51,11 @@ impl LocalFs {
         }
     }
 
+    /// The directory relative paths are resolved against.
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
     /// Keeps the previous text of a write for a diff only below `bytes`. Default 10 MiB.
     pub fn diff_max_bytes(mut self, bytes: u64) -> LocalFs {
         self.diff_max = bytes.max(1);
@@ -409,7 +414,7 @@ impl FileSystem for LocalFs {
         cancel: &CancelToken,
     ) -> Result<GrepFound, HarnessError> {
         let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
-        blocking(move || crate::search::grep(&root, &query, &[], &cancel)).await
+        blocking(move || crate::search::grep(&root, &query, &Default::default(), &cancel)).await
     }
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {

@@ -16,13 +16,15 @@ use crate::{
     GlobFound, GlobQuery, GrepFound, GrepQuery, WriteIntent, WriteOutcome,
 };
 
-/// The host filesystem with a fence on writes and edits, and on reads of the paths a
-/// policy denies (credential stores: see [`dsh_sandbox::deny_read`]).
+/// The host filesystem with a fence on writes and edits, and on reads of what confined
+/// commands may not read (see [`dsh_sandbox::deny_read`]).
 ///
 /// Reads of a path [`with_deny_read`](SandboxedFs::with_deny_read) names (as written,
-/// where its links lead, or beneath it) are `FS_SANDBOX_DENIED`, whatever the call's mode;
-/// the file is opened at its resolved path with no symlink allowed on the way, so what was
-/// checked is what is read. Other reads are not restricted.
+/// where its links lead, or beneath it), and of a path in a home outside the allow-list
+/// ([`with_read_allow`](SandboxedFs::with_read_allow), the workspace, the writable roots,
+/// the temp directory), are `FS_SANDBOX_DENIED`, whatever the call's mode; `grep` never
+/// opens them and `glob` does not list them. The file is opened at its resolved path with
+/// no symlink allowed on the way, so what was checked is what is read.
 ///
 /// For each write or edit, the call's policy (required; no default) decides:
 /// danger-full-access writes anywhere; read-only refuses (`FS_SANDBOX_DENIED`); under
@@ -52,25 +54,71 @@ pub struct SandboxedFs {
     local: LocalFs,
     temp: Option<PathBuf>,
     deny_read: Vec<PathBuf>,
+    /// The closed homes, what stays readable in them, and the roots readable besides.
+    homes: Vec<PathBuf>,
+    read_allow: Vec<PathBuf>,
+    roots: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for SandboxedFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxedFs")
             .field("deny_read", &self.deny_read)
+            .field("read_allow", &self.read_allow)
             .finish_non_exhaustive()
     }
 }
 
 impl SandboxedFs {
     /// A fenced provider over `local`: each write and edit under its call's policy, reads
-    /// refused where [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) say.
+    /// refused where [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) say and in
+    /// the homes but for [`read_allow_defaults`](dsh_sandbox::deny_read::read_allow_defaults)
+    /// and `local`'s directory.
     pub fn new(local: LocalFs) -> SandboxedFs {
+        let roots = vec![dsh_core::path::canonical_path(local.cwd())];
         SandboxedFs {
             local,
             temp: None,
             deny_read: dsh_sandbox::deny_read::defaults(),
+            homes: dsh_sandbox::deny_read::closed_dirs(),
+            read_allow: dsh_sandbox::deny_read::read_allow_defaults(),
+            roots,
         }
+    }
+
+    /// Keeps `patterns` readable in the homes too (absolute; `*` and `?` in the last
+    /// component). Default: [`read_allow_defaults`](dsh_sandbox::deny_read::read_allow_defaults).
+    pub fn with_read_allow(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
+        for p in patterns {
+            if !self.read_allow.contains(&p) {
+                self.read_allow.push(p);
+            }
+        }
+        self
+    }
+
+    /// Keeps the directories `roots` readable (the writable roots besides the workspace).
+    pub fn with_readable_roots(mut self, roots: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
+        for r in roots {
+            let r = dsh_core::path::canonical_path(&r);
+            if !self.roots.contains(&r) {
+                self.roots.push(r);
+            }
+        }
+        self
+    }
+
+    /// The read fence of one call, as the disk is now.
+    fn read_fence(&self) -> dsh_sandbox::deny_read::Matcher {
+        let mut roots = self.roots.clone();
+        roots.extend(self.temp.iter().cloned());
+        // This process's spill files: the notice of a cut result names them to be read.
+        roots.extend(dsh_sandbox::deny_read::own_private_dirs());
+        dsh_sandbox::deny_read::Matcher::new(&self.deny_read).with_homes(
+            &self.homes,
+            &self.read_allow,
+            &roots,
+        )
     }
 
     /// Refuses reads of `patterns` too (absolute; `*` and `?` in the last component).
@@ -84,22 +132,9 @@ impl SandboxedFs {
         self
     }
 
-    /// `FS_SANDBOX_DENIED` when `target` is a path whose reads are denied.
+    /// `FS_SANDBOX_DENIED` when `target` is a path whose reads are refused.
     fn check_read(&self, target: &FsTarget) -> Result<(), HarnessError> {
-        let denied = [target.display(), target.key()]
-            .iter()
-            .any(|p| dsh_sandbox::deny_read::denies(&self.deny_read, p));
-        if denied {
-            return Err(fs_error(
-                ErrorCode::FsSandboxDenied,
-                format!(
-                    "cannot read \"{}\": it holds credentials, and the sandbox denies reading it \
-                     (deny_read); ask the user for what you need from it",
-                    target.display().display()
-                ),
-            ));
-        }
-        Ok(())
+        refuse_read(&self.read_fence(), target.display(), target.key())
     }
 
     /// Also allows writes beneath `dir` under workspace-write (the sandbox's private temp
@@ -330,6 +365,58 @@ fn leads_to(path: &Path) -> PathBuf {
     out
 }
 
+/// `FS_SANDBOX_DENIED` when `fence` refuses reading `display` (as the caller wrote it) or
+/// `key` (where it resolved), naming why and what the user can change.
+fn refuse_read(
+    fence: &dsh_sandbox::deny_read::Matcher,
+    display: &Path,
+    key: &Path,
+) -> Result<(), HarnessError> {
+    let why = fence.refusal(display).or_else(|| fence.refusal(key));
+    refused(why, display)
+}
+
+/// `FS_SANDBOX_DENIED` when `fence` refuses searching the directory `display` (as
+/// [`refuse_read`]).
+fn refuse_search(
+    fence: &dsh_sandbox::deny_read::Matcher,
+    display: &Path,
+    key: &Path,
+) -> Result<(), HarnessError> {
+    let why = fence
+        .search_refusal(display)
+        .or_else(|| fence.search_refusal(key));
+    refused(why, display)
+}
+
+/// The error of a refused read of `display`, if `why` says it is refused.
+fn refused(
+    why: Option<dsh_sandbox::deny_read::Refusal>,
+    display: &Path,
+) -> Result<(), HarnessError> {
+    use dsh_sandbox::deny_read::Refusal;
+    let d = display.display();
+    match why {
+        None => Ok(()),
+        Some(Refusal::Denied) => Err(fs_error(
+            ErrorCode::FsSandboxDenied,
+            format!(
+                "cannot read \"{d}\": it holds credentials or dsh's own state, and the sandbox \
+                 denies reading it (deny_read); ask the user for what you need from it"
+            ),
+        )),
+        Some(Refusal::OutsideAllowList) => Err(fs_error(
+            ErrorCode::FsSandboxDenied,
+            format!(
+                "cannot read \"{d}\": it is in a home directory, which the sandbox keeps closed \
+                 but for the workspace and the paths read_allow names (a home holds tokens and \
+                 keys no list can name); ask the user for what you need from it, or to add it \
+                 to read_allow in ~/.config/dsh/config.toml"
+            ),
+        )),
+    }
+}
+
 #[async_trait]
 impl FileSystem for SandboxedFs {
     async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
@@ -376,26 +463,37 @@ impl FileSystem for SandboxedFs {
         self.local.list_dir(target).await
     }
 
+    /// A root whose reads this provider refuses is refused; a file it refuses is not
+    /// listed.
     async fn glob(
         &self,
         root: &FsTarget,
         query: &GlobQuery,
         cancel: &CancelToken,
     ) -> Result<GlobFound, HarnessError> {
-        self.local.glob(root, query, cancel).await
+        let fence = self.read_fence();
+        refuse_search(&fence, root.display(), root.key())?;
+        let mut found = self.local.glob(root, query, cancel).await?;
+        let before = found.paths.len();
+        found
+            .paths
+            .retain(|p| !fence.denies_canonical(&dsh_core::path::canonical_path(p)));
+        found.total = found.total.saturating_sub(before - found.paths.len());
+        Ok(found)
     }
 
-    /// A file whose reads this provider denies ([`with_deny_read`](Self::with_deny_read))
-    /// is never opened.
+    /// A root whose reads this provider refuses is refused; a file it refuses is never
+    /// opened.
     async fn grep(
         &self,
         root: &FsTarget,
         query: &GrepQuery,
         cancel: &CancelToken,
     ) -> Result<GrepFound, HarnessError> {
+        let fence = self.read_fence();
+        refuse_search(&fence, root.display(), root.key())?;
         let (root, query, cancel) = (root.key().to_path_buf(), query.clone(), cancel.clone());
-        let deny = self.deny_read.clone();
-        blocking(move || crate::search::grep(&root, &query, &deny, &cancel)).await
+        blocking(move || crate::search::grep(&root, &query, &fence, &cancel)).await
     }
 
     async fn write_text(

@@ -220,18 +220,17 @@ fn keep_first(kept: &Kept, limit: usize, key: (String, u64), path: &Path, line: 
 }
 
 /// The lines beneath `root` matching `query` (see the [module docs](self)); files whose
-/// reads `deny` denies (see [`dsh_sandbox::deny_read`]) are never opened. Blocking.
+/// reads `deny` refuses (see [`dsh_sandbox::deny_read`]) are never opened. Blocking.
 ///
 /// # Errors
 /// `SEARCH_INVALID_PATTERN`, `SEARCH_ABORTED`, `SEARCH_RAW_OUTPUT_OVERFLOW`.
 pub fn grep(
     root: &Path,
     query: &GrepQuery,
-    deny: &[PathBuf],
+    deny: &dsh_sandbox::deny_read::Matcher,
     cancel: &CancelToken,
 ) -> Result<GrepFound, HarnessError> {
     // The walk follows no link, so an entry's canonical path is the root's plus its own rest.
-    let deny = dsh_sandbox::deny_read::Matcher::new(deny);
     let canonical_root = dsh_core::path::canonical_path(root);
     let matcher = RegexMatcher::new_line_matcher(&query.pattern).map_err(|e| {
         HarnessError::new(
@@ -270,7 +269,7 @@ pub fn grep(
                 &seen,
                 &inc,
                 cancel,
-                &deny,
+                deny,
                 &canonical_root,
             );
             Box::new(move |entry| {
@@ -291,7 +290,6 @@ pub fn grep(
                 }
                 if deny.denies_as_written(entry.path())
                     || deny.denies_canonical(&canonical_root.join(rel))
-                    || deny.denies_canonical(canonical_root)
                 {
                     return WalkState::Continue;
                 }

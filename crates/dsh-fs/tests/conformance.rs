@@ -310,7 +310,7 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
     assert_eq!(found.total, 0, "{:?}", found.matches);
     // Regression (review, helper-21): a denied name that is a link (a dotfiles
     // `~/.gnupg -> dots/gnupg`) left its target readable and searchable; the denied name
-    // as the root finds nothing.
+    // as the root is refused, saying so.
     std::fs::create_dir_all(ws.join("dots/gnupg")).expect("dots");
     std::fs::write(ws.join("dots/gnupg/key"), "alpha key\n").expect("key");
     std::os::unix::fs::symlink("dots/gnupg", ws.join(".gnupg")).expect("link");
@@ -322,11 +322,11 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
     let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
     assert!(!paths.contains(&ws.join("dots/gnupg/key")), "{paths:?}");
     let gnupg = gpg.resolve(".gnupg", Some(&ws)).await.expect("resolve");
-    let found = gpg
+    let e = gpg
         .grep(&gnupg, &q, &CancelToken::new())
         .await
-        .expect("grep");
-    assert_eq!(found.total, 0, "{:?}", found.matches);
+        .expect_err("a denied root");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
     let key = gpg
         .resolve("dots/gnupg/key", Some(&ws))
         .await

@@ -6,7 +6,9 @@
 //! `--die-with-parent --new-session --unshare-pid --unshare-ipc --cap-drop ALL`, then
 //! `--unshare-net` when the network is denied (the namespace cuts IP and abstract
 //! sockets), and `--seccomp FD` (the filter cuts connecting to host Unix socket paths,
-//! which a read-only bind does not, and the user's keyrings), and under workspace-write:
+//! which a read-only bind does not, and the user's keyrings), then `--tmpfs D` for each
+//! closed directory (every home: see [`deny_read`](crate::deny_read)) and `--ro-bind P P`
+//! for each open path in one, and under workspace-write:
 //! `--bind TMP TMP --bind TMP /tmp --bind ROOT ROOT ...` (the private temp directory, also
 //! as `/tmp` unless a writable root lies under `/tmp`; the workspace; the extra roots), then
 //! `--bind D D` for each directory between a writable root and a protected path (`.git`:
@@ -15,7 +17,8 @@
 //! after the writable binds so it wins: the path itself when it exists, else an empty
 //! read-only placeholder over its first missing component, so it cannot be created (a
 //! missing `commondir` gets one holding `.`, see the `protected` module).
-//! Finally `-- ARGV`.
+//! Then `--remount-ro D` for each closed directory (its mount points are made by then),
+//! and finally `-- ARGV`.
 //!
 //! `/dev` is bubblewrap's own minimal one, remounted read-only so that `/dev/shm` takes no
 //! writes (device nodes such as `/dev/null` stay writable: a read-only mount does not
@@ -61,6 +64,11 @@ pub struct Layout {
     pub seccomp_fd: Option<i32>,
     /// The protected carve-outs, in order.
     pub carves: Vec<Carve>,
+    /// The homes, each covered by an empty tmpfs (read-only once the binds are in).
+    pub homes: Vec<PathBuf>,
+    /// The allowed paths in the homes, bound back read-only at their own names, outer ones
+    /// first.
+    pub home_binds: Vec<PathBuf>,
 }
 
 /// Removes `--new-session` from a bwrap argv (before its `--`), for a command on a private
@@ -113,6 +121,15 @@ pub fn argv(
         out.push("--seccomp".into());
         out.push(fd.to_string().into());
     }
+    for h in &layout.homes {
+        out.push("--tmpfs".into());
+        out.push(h.into());
+    }
+    for a in &layout.home_binds {
+        out.push("--ro-bind".into());
+        out.push(a.into());
+        out.push(a.into());
+    }
     if policy.mode == SandboxMode::WorkspaceWrite {
         let mut bind = |flag: &str, from: &Path, to: &Path| {
             out.push(flag.into());
@@ -134,6 +151,11 @@ pub fn argv(
         for carve in &layout.carves {
             bind("--ro-bind", &carve.source, &carve.at);
         }
+    }
+    // After every bind that needs a mount point made in a home's tmpfs.
+    for h in &layout.homes {
+        out.push("--remount-ro".into());
+        out.push(h.into());
     }
     out.push("--".into());
     out.extend(argv.iter().cloned());
@@ -207,6 +229,7 @@ mod tests {
                 at: "/ws/.git/hooks".into(),
                 source: "/ws/.git/hooks".into(),
             }],
+            ..Layout::default()
         };
         let a = argv(
             Path::new("bwrap"),

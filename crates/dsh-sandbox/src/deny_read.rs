@@ -1,25 +1,43 @@
-//! Read denial: paths no confined command may read, whatever its mode, so their contents
-//! never reach the model.
+//! Read denial: what no confined command may read, whatever its mode, so it never
+//! reaches the model.
 //!
-//! The default list is the user's credential stores ([`DEFAULT_DENY_READ`]). A policy's
-//! `deny_read` holds absolute patterns: `*` and `?` may appear in the last component
-//! (`~/.ssh/id_*`, say). Each confinement [expands](expand) them to the paths that exist now,
-//! canonical (a link's target is what is denied, so the link cannot reach it either); the
-//! runners then enforce them:
-//! - bubblewrap mounts an empty, read-only file or directory over each;
-//! - Landlock, which can only allow, grants reads around them: beneath every other entry of
-//!   each directory on the way to a denied path, never beneath the path itself (listing
-//!   directories stays allowed everywhere);
-//! - Seatbelt denies `file-read*` on each.
+//! Two rules, enforced together:
+//! - **Homes are closed.** Every home directory on the machine ([`homes`]: `/home`,
+//!   `/root` and the user's own wherever it is) is readable only through an allow-list:
+//!   the workspace and writable roots, and the paths toolchains and common tools read that
+//!   hold no secret ([`DEFAULT_READ_ALLOW`], and the configured `read_allow`). A secret
+//!   dsh never heard of (`~/.aws/sso/cache/*`, a new tool's token file) is denied all the
+//!   same: it is not on the list. See [`HomeRule`].
+//! - **Denied paths** stay denied wherever they are, inside an allowed path too: the
+//!   user's credential stores ([`DEFAULT_DENY_READ`]), the system's (`/etc/shadow`, host
+//!   keys), dsh's own state directory ([`defaults`]), and the configured `deny_read`.
+//!   The directory of dsh processes' spill files and sandbox temp directories is closed
+//!   as a home is ([`closed_dirs`]): another session's output is not readable. A pattern holds absolute
+//!   paths: `*` and `?` may appear in the last component (`~/.ssh/id_*`, say). Each
+//!   confinement [expands](expand) them to the paths that exist now, canonical (a link's
+//!   target is what is denied, so the link cannot reach it either).
 //!
-//! The file tools refuse them as well ([`denies`]).
+//! The runners enforce them:
+//! - bubblewrap mounts an empty, read-only tmpfs over each home, binds each allowed path
+//!   back read-only at its own name, and mounts an empty, unreadable file or directory over
+//!   each denied path that stays visible;
+//! - Landlock, which can only allow, grants reads around them: beneath every other entry
+//!   of each directory on the way to a home, an allowed or a denied path, never beneath a
+//!   denied path, nor beneath a home's entries that are not allowed (listing directories
+//!   stays allowed everywhere). Under Landlock `/dev` is closed the same way: only the
+//!   devices every program uses (`null`, `zero`, `full`, `random`, `urandom`, `tty`) are
+//!   readable, so no other terminal (`/dev/pts/*`), disk or console is;
+//! - Seatbelt denies `file-read*` on each denied path.
+//!
+//! The file tools refuse the same paths ([`Matcher`]).
 //!
 //! # Limits
-//! A path created after the confinement was made is not denied to that command (a new
-//! `~/.ssh/id_new`). Under Landlock, an entry created later directly in a directory on the
-//! way to a denied path (`~/newfile` when `~/.ssh/id_rsa` is denied) is not readable by that
-//! command. A hard link made before the command started is another name for the same data,
-//! and stays readable through that name.
+//! A denied path created after the confinement was made is not denied to that command (a
+//! new `~/.ssh/id_new`); a new entry in a home is, by construction. Under Landlock, an
+//! entry created later directly in a directory on the way to a denied or allowed path
+//! (`~/newfile`) is not readable by that command; the names in a home can be listed. A
+//! hard link made before the command started is another name for the same data, and
+//! stays readable through that name where that name is readable.
 
 use std::path::{Path, PathBuf};
 
@@ -57,15 +75,214 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     // Password stores and keyrings.
     "~/.password-store",
     "~/.local/share/keyrings",
+    // The system's: password hashes, host keys, private TLS keys, stored Wi-Fi and VPN
+    // secrets (a command of a root dsh is uid 0, and owns them).
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssh/ssh_host_*_key",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wireguard",
 ];
 
-/// [`DEFAULT_DENY_READ`] with `~` expanded (entries under `~` are left out when there is
-/// no home directory).
-pub fn defaults() -> Vec<PathBuf> {
-    DEFAULT_DENY_READ
-        .iter()
-        .filter_map(|p| expand_home(p))
+/// Every directory readable only through an allow-list: the [`homes`], and the directory
+/// of dsh's per-process private directories ([`private_parent`](dsh_core::spill::private_parent):
+/// other sessions' spill files and sandbox temp directories), made if it is not there.
+pub fn closed_dirs() -> Vec<PathBuf> {
+    let mut out = homes();
+    if let Ok(p) = dsh_core::spill::ensure_private_parent() {
+        let p = dsh_core::path::canonical_path(&p);
+        if !out.iter().any(|h| p.starts_with(h)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// This process's own private directories (its spill directory, its sandbox area), which
+/// its file tools may read.
+pub fn own_private_dirs() -> Vec<PathBuf> {
+    let parent = dsh_core::path::canonical_path(&dsh_core::spill::private_parent());
+    let Ok(entries) = std::fs::read_dir(&parent) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| is_own_private(&e.file_name()))
+        .map(|e| e.path())
         .collect()
+}
+
+/// The paths beneath a home that stay readable by default: toolchains, package caches and
+/// settings tools read on every run that hold no secret. Everything else in a home is
+/// denied (see the [module docs](self)); a credential inside one of these (a registry
+/// token in `~/.cargo/credentials.toml`) stays denied by [`DEFAULT_DENY_READ`].
+pub const DEFAULT_READ_ALLOW: &[&str] = &[
+    // Toolchains and what they installed.
+    "~/.cargo/bin",
+    "~/.cargo/registry",
+    "~/.cargo/git",
+    "~/.cargo/env",
+    "~/.cargo/config.toml",
+    "~/.cargo/config",
+    "~/.cargo/.package-cache",
+    "~/.rustup",
+    "~/.pyenv",
+    "~/.nvm",
+    "~/.volta",
+    "~/.bun",
+    "~/.deno",
+    "~/.local/bin",
+    "~/.local/lib",
+    "~/.local/share/uv",
+    "~/.local/share/pnpm",
+    "~/.local/share/mise",
+    "~/.asdf",
+    "~/.sdkman",
+    "~/.ghcup",
+    "~/.elan",
+    "~/.juliaup",
+    "~/.dotnet",
+    "~/go",
+    // Package caches: public packages, downloaded.
+    "~/.npm/_cacache",
+    "~/.npm/_npx",
+    "~/.cache/pip",
+    "~/.cache/uv",
+    "~/.cache/pypoetry",
+    "~/.cache/go-build",
+    "~/.cache/yarn",
+    "~/.cache/node-gyp",
+    "~/.cache/ms-playwright",
+    "~/.cache/pre-commit",
+    "~/.cache/bazel",
+    "~/.cache/deno",
+    "~/.cache/sccache",
+    "~/.m2/repository",
+    "~/.gradle/caches",
+    "~/.gradle/wrapper",
+    "~/.ivy2/cache",
+    "~/.yarn/berry/cache",
+    // Settings read on every run, holding no secret.
+    "~/.gitconfig",
+    "~/.config/git/config",
+    "~/.config/git/ignore",
+    "~/.config/git/attributes",
+    "~/.editorconfig",
+    "~/.inputrc",
+    "~/.terminfo",
+];
+
+/// [`DEFAULT_READ_ALLOW`] with `~` expanded to the user's home (`$HOME`) and to the home
+/// the password database gives (where toolchains were installed when `HOME` differs), and
+/// every absolute directory on `PATH` that is not a home itself: a program dsh can run, its
+/// command can run too.
+pub fn read_allow_defaults() -> Vec<PathBuf> {
+    let mut out = expand_each_home(DEFAULT_READ_ALLOW);
+    let bases = user_homes();
+    let homes = homes();
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let real = dsh_core::path::canonical_path(&d);
+            if d.is_absolute() && !homes.contains(&real) && !bases.contains(&d) && !out.contains(&d)
+            {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// Every home directory on this machine, canonical, that exists: `/home`, `/root`, and
+/// the user's own (see [`home_dir`](crate::home_dir)) wherever it is; none inside another.
+/// A home directory that is `/` or directly in it besides those two (`HOME=/tmp`) is left
+/// out: closing it would close a system directory.
+pub fn homes() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut add = |p: PathBuf| {
+        let real = dsh_core::path::canonical_path(&p);
+        if std::fs::symlink_metadata(&real).is_ok_and(|m| m.is_dir()) {
+            out.push(real);
+        }
+    };
+    add(PathBuf::from("/home"));
+    add(PathBuf::from("/root"));
+    if let Some(h) = crate::home_dir() {
+        let real = dsh_core::path::canonical_path(&h);
+        if real.components().count() > 2 {
+            add(real);
+        }
+    }
+    out.sort();
+    out.dedup();
+    let all = out.clone();
+    out.retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
+    out
+}
+
+/// [`DEFAULT_DENY_READ`] with `~` expanded to each of the user's homes (`$HOME`, the
+/// password database's), and dsh's state directory (session logs, the registry of
+/// placeholders, unsettled records).
+pub fn defaults() -> Vec<PathBuf> {
+    let mut out = expand_each_home(DEFAULT_DENY_READ);
+    out.extend(dsh_private_dirs());
+    out
+}
+
+/// The user's homes: `$HOME`, and the password database's when it differs.
+fn user_homes() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in [crate::home_dir(), crate::passwd_home()]
+        .into_iter()
+        .flatten()
+    {
+        if !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out
+}
+
+/// `patterns` with a leading `~/` expanded to each of the [`user_homes`], without
+/// duplicates.
+fn expand_each_home(patterns: &[&str]) -> Vec<PathBuf> {
+    let bases = user_homes();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in patterns {
+        let expanded: Vec<PathBuf> = match p.strip_prefix("~/") {
+            Some(rest) => bases.iter().map(|b| b.join(rest)).collect(),
+            None => vec![PathBuf::from(p)],
+        };
+        for e in expanded {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+    }
+    out
+}
+
+/// dsh's own places no confined command may read (see [`defaults`]): the state directory.
+/// (The private directories of dsh processes are in a closed directory: see
+/// [`closed_dirs`].)
+pub fn dsh_private_dirs() -> Vec<PathBuf> {
+    crate::state_dir::path().into_iter().collect()
+}
+
+/// The name prefixes of dsh's per-process private directories: spill files and sandbox
+/// areas (`<prefix><pid>-<random>`).
+const PRIVATE_PREFIXES: [&str; 2] = [dsh_core::spill::DIR_PREFIX, "dsh-sandbox-"];
+
+/// Whether `name` is one of this process's own private directories (its spill directory,
+/// its sandbox area).
+pub fn is_own_private(name: &std::ffi::OsStr) -> bool {
+    PRIVATE_PREFIXES
+        .iter()
+        .any(|p| dsh_core::spill::is_own_name(name, p))
 }
 
 /// `p` with a leading `~/` replaced by the home directory; `None` when it has one and
@@ -187,12 +404,103 @@ pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
         || m.denies_canonical(&dsh_core::path::canonical_path(path))
 }
 
+/// The home rule of one confinement or file-tool check, as the disk is now: the homes
+/// that exist, and beneath them the allowed paths that exist (see the [module
+/// docs](self)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HomeRule {
+    /// Each home, canonical.
+    pub homes: Vec<PathBuf>,
+    /// Each allowed path in a home, `(as written, canonical)`, shallowest first; none
+    /// beneath another, none a denied path or beneath one.
+    pub allowed: Vec<(PathBuf, PathBuf)>,
+}
+
+impl HomeRule {
+    /// The rule closing `homes` (canonical) but for `allow` (patterns, as
+    /// [`expand`] takes them) and `roots` (the workspace and writable roots, canonical),
+    /// never opening a path of `denied` (expanded).
+    pub fn new(
+        homes: &[PathBuf],
+        allow: &[PathBuf],
+        roots: &[PathBuf],
+        denied: &[PathBuf],
+    ) -> HomeRule {
+        if homes.is_empty() {
+            return HomeRule::default();
+        }
+        let in_home = |p: &Path| homes.iter().any(|h| p.starts_with(h));
+        let is_denied = |p: &Path| denied.iter().any(|d| p.starts_with(d));
+        let mut allowed: Vec<(PathBuf, PathBuf)> = matches(allow)
+            .into_iter()
+            .map(|(w, c)| (dsh_core::path::fold_dots(&w), c))
+            .chain(roots.iter().map(|r| (r.clone(), r.clone())))
+            .filter(|(w, c)| (in_home(w) || in_home(c)) && !is_denied(w) && !is_denied(c))
+            .collect();
+        allowed.sort_by_key(|(w, _)| (w.components().count(), w.clone()));
+        allowed.dedup();
+        let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (w, c) in allowed {
+            let covered = kept
+                .iter()
+                .any(|(kw, kc)| w.starts_with(kw) && c.starts_with(kc));
+            if !covered {
+                kept.push((w, c));
+            }
+        }
+        HomeRule {
+            homes: homes.to_vec(),
+            allowed: kept,
+        }
+    }
+
+    /// Whether the rule hides `path` (canonical): it lies in a home and beneath no allowed
+    /// path.
+    pub fn hides(&self, path: &Path) -> bool {
+        self.homes.iter().any(|h| path.starts_with(h))
+            && !self
+                .allowed
+                .iter()
+                .any(|(w, c)| path.starts_with(c) || path.starts_with(w))
+    }
+
+    /// Whether an allowed path lies beneath `dir` (canonical): a search of `dir` finds
+    /// something it may read.
+    pub fn opens_beneath(&self, dir: &Path) -> bool {
+        self.allowed
+            .iter()
+            .any(|(w, c)| c.starts_with(dir) || w.starts_with(dir))
+    }
+
+    /// The home `path` (canonical) lies in, if the rule hides it.
+    pub fn home_of(&self, path: &Path) -> Option<&Path> {
+        if !self.hides(path) {
+            return None;
+        }
+        self.homes
+            .iter()
+            .find(|h| path.starts_with(h))
+            .map(PathBuf::as_path)
+    }
+}
+
+/// Why the file tools refuse to read a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A denied path (`deny_read`, a credential store, dsh's own state).
+    Denied,
+    /// A path in a home that the allow-list (`read_allow`) does not name.
+    OutsideAllowList,
+}
+
 /// `patterns` made ready to test many paths without a lookup per path: each pattern as
 /// written, with its directory's symlinks resolved, and each match where it really is (a
 /// denied `~/.gnupg` that is a link to `dots/gnupg` denies `dots/gnupg` too).
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
     patterns: Vec<PathBuf>,
+    /// The home rule, if the homes are closed.
+    home: HomeRule,
     /// `(dev, ino)` of each denied path that exists, and of the files beneath a denied
     /// directory (at most [`IDENTITIES_MAX`]): another name for one (a hard link) is denied
     /// too.
@@ -231,7 +539,54 @@ impl Matcher {
         beneath_identities(&real, &mut ids);
         ids.sort_unstable();
         ids.dedup();
-        Matcher { patterns: out, ids }
+        Matcher {
+            patterns: out,
+            home: HomeRule::default(),
+            ids,
+        }
+    }
+
+    /// The same matcher closing `homes` but for `allow` and `roots` (see
+    /// [`HomeRule::new`]).
+    pub fn with_homes(
+        mut self,
+        homes: &[PathBuf],
+        allow: &[PathBuf],
+        roots: &[PathBuf],
+    ) -> Matcher {
+        let denied = expand(&self.patterns);
+        self.home = HomeRule::new(homes, allow, roots, &denied);
+        self
+    }
+
+    /// Why reading `path` (absolute; its links followed) is refused, if it is: by
+    /// identity, as written, where its links lead, or by the home rule.
+    pub fn refusal(&self, path: &Path) -> Option<Refusal> {
+        let by_identity = std::fs::metadata(path).is_ok_and(|st| {
+            use std::os::unix::fs::MetadataExt;
+            self.denies_identity(st.dev(), st.ino())
+        });
+        let real = dsh_core::path::canonical_path(path);
+        if by_identity || self.denies_as_written(path) || self.denies_as_written(&real) {
+            return Some(Refusal::Denied);
+        }
+        self.home.hides(&real).then_some(Refusal::OutsideAllowList)
+    }
+
+    /// Why searching beneath `dir` (absolute) is refused, if it is: as
+    /// [`refusal`](Self::refusal), but a closed directory beneath which something stays
+    /// readable may be searched (its hidden entries are skipped).
+    pub fn search_refusal(&self, dir: &Path) -> Option<Refusal> {
+        match self.refusal(dir) {
+            Some(Refusal::OutsideAllowList)
+                if self
+                    .home
+                    .opens_beneath(&dsh_core::path::canonical_path(dir)) =>
+            {
+                None
+            }
+            r => r,
+        }
     }
 
     /// Whether the file with this identity (`st_dev`, `st_ino` of an opened file) is a
@@ -245,9 +600,10 @@ impl Matcher {
         self.patterns.iter().any(|pat| matches_beneath(pat, path))
     }
 
-    /// Whether `path`, known to be canonical (no symlink in it), is denied.
+    /// Whether `path`, known to be canonical (no symlink in it), is denied or hidden by
+    /// the home rule.
     pub fn denies_canonical(&self, path: &Path) -> bool {
-        self.denies_as_written(path)
+        self.denies_as_written(path) || self.home.hides(path)
     }
 }
 

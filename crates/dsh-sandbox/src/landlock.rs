@@ -132,7 +132,22 @@ pub struct RulesetSpec<'a> {
     pub deny_network: bool,
     /// Existing paths (canonical) that must not be read: read grants go around them.
     pub deny_read: Vec<&'a Path>,
+    /// Existing directories (canonical) readable only beneath `open`: every home, `/dev`.
+    pub closed: Vec<&'a Path>,
+    /// Existing paths (canonical) inside `closed` that stay readable (unless denied).
+    pub open: Vec<&'a Path>,
 }
+
+/// The devices under `/dev` a confined command may read (and `/dev/null` write): what
+/// every program uses. No terminal but its own (already open), no disk, no console.
+pub const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
 
 /// A Landlock ruleset fd, ready for `landlock_restrict_self` in a child.
 #[derive(Debug)]
@@ -187,10 +202,10 @@ impl Ruleset {
         let ruleset = Ruleset {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         };
-        if spec.deny_read.is_empty() {
+        if spec.deny_read.is_empty() && spec.closed.is_empty() {
             ruleset.allow(Path::new("/"), access::READ & handled)?;
         } else {
-            ruleset.allow_around(&spec.deny_read, handled)?;
+            ruleset.allow_around(spec, handled)?;
         }
         ruleset.allow(
             Path::new("/dev/null"),
@@ -203,14 +218,43 @@ impl Ruleset {
         Ok(ruleset)
     }
 
-    /// Grants reading everywhere but beneath the `denied` paths: listing directories
-    /// beneath `/`, and reading and executing files beneath every entry of each directory on
-    /// the way to a denied path except the denied paths and those directories themselves
-    /// (symlinks are skipped: where they lead is governed by its own rules).
-    fn allow_around(&self, denied: &[&Path], handled: u64) -> io::Result<()> {
+    /// Grants reading everywhere but beneath the denied paths and in the closed
+    /// directories outside their open paths: listing directories beneath `/`, and reading
+    /// and executing files beneath every readable entry of each directory on the way to a
+    /// denied, closed or open path (symlinks are skipped: where they lead is governed by
+    /// its own rules).
+    fn allow_around(&self, spec: &RulesetSpec<'_>, handled: u64) -> io::Result<()> {
         self.allow(Path::new("/"), access::READ_DIR & handled)?;
-        let denied: Vec<std::path::PathBuf> = denied.iter().map(|p| p.to_path_buf()).collect();
-        let split = crate::deny_read::split_dirs(&denied);
+        let owned = |v: &[&Path]| -> Vec<std::path::PathBuf> {
+            v.iter().map(|p| p.to_path_buf()).collect()
+        };
+        let (denied, closed) = (owned(&spec.deny_read), owned(&spec.closed));
+        // Only the open paths inside a closed directory change what is readable.
+        let open: Vec<std::path::PathBuf> = owned(&spec.open)
+            .into_iter()
+            .filter(|o| closed.iter().any(|c| o.starts_with(c)))
+            .collect();
+        let points: Vec<std::path::PathBuf> =
+            denied.iter().chain(&closed).chain(&open).cloned().collect();
+        let split = crate::deny_read::split_dirs(&points);
+        // Whether a path that is no split directory may be read: denial wins, then the
+        // deepest of an open path and a closed directory.
+        let readable = |p: &Path| {
+            if denied.iter().any(|d| p.starts_with(d)) {
+                return false;
+            }
+            let depth = |v: &[std::path::PathBuf]| {
+                v.iter()
+                    .filter(|x| p.starts_with(x))
+                    .map(|x| x.components().count())
+                    .max()
+            };
+            match (depth(&open), depth(&closed)) {
+                (_, None) => true,
+                (Some(o), Some(c)) => o >= c,
+                (None, Some(_)) => false,
+            }
+        };
         // Grants are by inode: another name for a denied file (a hard link in a directory
         // on the way) must not be granted, or the file is readable under its own name too.
         let denied_ids: Vec<(u64, u64)> = denied
@@ -227,7 +271,7 @@ impl Ruleset {
             };
             for e in entries.flatten() {
                 let path = e.path();
-                if denied.contains(&path) || split.contains(&path) {
+                if split.contains(&path) || !readable(&path) {
                     continue;
                 }
                 if e.file_type().is_ok_and(|t| t.is_symlink()) {

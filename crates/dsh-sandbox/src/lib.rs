@@ -246,6 +246,13 @@ pub struct SandboxPolicy {
     /// Paths no confined command may read, in every confined mode: absolute, with `*`
     /// and `?` allowed in the last component (see [`deny_read`]).
     pub deny_read: Vec<PathBuf>,
+    /// Directories readable only through `read_allow`, the workspace and the writable
+    /// roots, in every confined mode ([`deny_read::closed_dirs`]: every home, and dsh's
+    /// private directories); none in a bare policy.
+    pub closed_dirs: Vec<PathBuf>,
+    /// What stays readable in the homes besides the roots: absolute patterns as
+    /// `deny_read`'s ([`deny_read::read_allow_defaults`] and the configured ones).
+    pub read_allow: Vec<PathBuf>,
     /// What to do when the runners can enforce this policy only in part.
     pub on_partial: OnPartial,
     /// The git dirs and hooks folders the protected paths were found from (see
@@ -260,12 +267,14 @@ pub struct SandboxPolicy {
 impl SandboxPolicy {
     /// The policy of `mode` for the workspace at `root`: network denied, the protected
     /// paths of [`protected::for_workspace`] (a walk of the root), the extra writable
-    /// roots a linked git worktree needs to commit, [`deny_read::defaults`], partial
-    /// enforcement refused. `root` goes through [`root_of`](dsh_core::path::root_of); a root that does not exist
+    /// roots a linked git worktree needs to commit, [`deny_read::defaults`], the homes
+    /// closed but for [`deny_read::read_allow_defaults`], partial enforcement refused. `root` goes through [`root_of`](dsh_core::path::root_of); a root that does not exist
     /// then matches nothing rather than inventing a grant.
     pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
         let root = dsh_core::path::root_of(root.as_ref());
-        let policy = SandboxPolicy::bare(mode, &root).with_deny_read(deny_read::defaults());
+        let policy = SandboxPolicy::bare(mode, &root)
+            .with_deny_read(deny_read::defaults())
+            .with_homes_closed(deny_read::read_allow_defaults());
         // Protected paths matter only where something is writable: read-only skips the
         // walk (`with_mode` makes it when a policy is widened).
         if mode == SandboxMode::WorkspaceWrite {
@@ -294,6 +303,8 @@ impl SandboxPolicy {
             writable_roots: Vec::new(),
             protected: Vec::new(),
             deny_read: Vec::new(),
+            closed_dirs: Vec::new(),
+            read_allow: Vec::new(),
             on_partial: OnPartial::Refuse,
             git_dirs: Vec::new(),
             incomplete_roots: Vec::new(),
@@ -372,6 +383,27 @@ impl SandboxPolicy {
         self
     }
 
+    /// The same policy with every home (and dsh's private directories) closed
+    /// ([`deny_read::closed_dirs`]) but for `allow` (absolute patterns; only ever added)
+    /// and the roots.
+    pub fn with_homes_closed(mut self, allow: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
+        self.closed_dirs = deny_read::closed_dirs();
+        for p in allow {
+            if !self.read_allow.contains(&p) {
+                self.read_allow.push(p);
+            }
+        }
+        self
+    }
+
+    /// Every root this policy lets a command read in a home besides `read_allow`: the
+    /// workspace and the extra writable roots, whatever the mode.
+    pub fn readable_roots(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.workspace_root.clone()];
+        dirs.extend(self.writable_roots.iter().cloned());
+        dirs
+    }
+
     /// The same policy with `on_partial`.
     pub fn with_on_partial(mut self, on_partial: OnPartial) -> SandboxPolicy {
         self.on_partial = on_partial;
@@ -404,9 +436,14 @@ impl SandboxPolicy {
         dirs
     }
 
-    /// Whether a confined command under this policy may not read `path` (absolute).
+    /// Whether a confined command under this policy may not read `path` (absolute): a
+    /// denied path, or one a closed home hides.
     pub fn denies_read(&self, path: &Path) -> bool {
-        self.mode.is_confined() && deny_read::denies(&self.deny_read, path)
+        self.mode.is_confined()
+            && deny_read::Matcher::new(&self.deny_read)
+                .with_homes(&self.closed_dirs, &self.read_allow, &self.readable_roots())
+                .refusal(path)
+                .is_some()
     }
 }
 
@@ -418,6 +455,12 @@ pub fn home_dir() -> Option<PathBuf> {
             return Some(h);
         }
     }
+    passwd_home()
+}
+
+/// The home directory the password database gives the user dsh runs as (which `$HOME`
+/// may differ from: toolchains installed there are still this user's).
+pub fn passwd_home() -> Option<PathBuf> {
     // SAFETY: getpwuid_r(3) with a live passwd struct and buffer of the sizes given; the
     // returned pointers point into `buf`, read before it goes.
     unsafe {
@@ -436,7 +479,8 @@ pub fn home_dir() -> Option<PathBuf> {
         }
         let dir = std::ffi::CStr::from_ptr(pw.pw_dir);
         use std::os::unix::ffi::OsStrExt;
-        Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+        p.is_absolute().then_some(p)
     }
 }
 

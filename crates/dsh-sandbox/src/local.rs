@@ -421,6 +421,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        home: &deny_read::HomeRule,
         terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let program = if self.forced == Some(Runner::Bwrap) {
@@ -429,7 +430,7 @@ impl LocalSandbox {
             self.bwrap_path()
         }
         .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
-        self.bwrap_shape(&program, argv, policy, area, terminal)
+        self.bwrap_shape(&program, argv, policy, area, home, terminal)
     }
 
     /// bubblewrap's argv for `program` (without carve-outs) and the child's part: the
@@ -440,6 +441,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        home: &deny_read::HomeRule,
         terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let mut inherit = Vec::new();
@@ -462,10 +464,20 @@ impl LocalSandbox {
             ));
             seccomp_fd = Some(BWRAP_SECCOMP_FD);
         }
+        // What a closed home shows: each allowed path at its own name, but what a
+        // writable root binds anyway.
+        let writable = policy.writable_dirs();
         let layout = bwrap::Layout {
             temp: area.map(|a| a.temp.clone()),
             seccomp_fd,
             carves: Vec::new(),
+            homes: home.homes.clone(),
+            home_binds: home
+                .allowed
+                .iter()
+                .map(|(w, _)| w.clone())
+                .filter(|w| !writable.iter().any(|d| w.starts_with(d)))
+                .collect(),
         };
         let mut out = bwrap::argv(program, policy, &layout, argv);
         if let Some(area) = area {
@@ -489,6 +501,7 @@ impl LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
         area: Option<&Area>,
+        home: &deny_read::HomeRule,
         terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let Some((command, _)) = &self.operator else {
@@ -499,7 +512,7 @@ impl LocalSandbox {
             ));
         };
         let (bwrap_argv, restrictions) =
-            self.bwrap_shape(Path::new(""), argv, policy, area, terminal)?;
+            self.bwrap_shape(Path::new(""), argv, policy, area, home, terminal)?;
         let mut out = command.clone();
         out.extend(bwrap_argv.into_iter().skip(1));
         Ok((out, restrictions))
@@ -570,6 +583,7 @@ impl LocalSandbox {
         policy: &SandboxPolicy,
         area: Option<&Area>,
         denied: &[PathBuf],
+        home: &deny_read::HomeRule,
         terminal: bool,
     ) -> Result<ChildRestrictions, HarnessError> {
         let abi = self
@@ -583,12 +597,24 @@ impl LocalSandbox {
         // A root that does not exist grants nothing (rather than failing the call).
         writable.retain(|p| p.exists());
         let deny_network = policy.network == Network::Deny;
+        // The homes, and `/dev` but for the devices every program uses: no other terminal.
+        let mut closed = home.homes.clone();
+        closed.push(PathBuf::from("/dev"));
+        let mut open: Vec<PathBuf> = home.allowed.iter().map(|(_, c)| c.clone()).collect();
+        open.extend(
+            crate::landlock::DEVICES
+                .iter()
+                .map(PathBuf::from)
+                .filter(|d| d.exists()),
+        );
         let ruleset = Ruleset::build(
             abi,
             &RulesetSpec {
                 writable,
                 deny_network,
                 deny_read: denied.iter().map(PathBuf::as_path).collect(),
+                closed: closed.iter().map(PathBuf::as_path).collect(),
+                open: open.iter().map(PathBuf::as_path).collect(),
             },
         )
         .map_err(|e| {
@@ -690,6 +716,12 @@ impl LocalSandbox {
                 ))
             }
         };
+        let home = deny_read::HomeRule::new(
+            &policy.closed_dirs,
+            &policy.read_allow,
+            &policy.readable_roots(),
+            &denied,
+        );
         let (runner, enforcement) = self.choose_with(policy, &denied)?;
         if let (Enforcement::Partial(why), OnPartial::Refuse) = (&enforcement, policy.on_partial) {
             return Err(partial_refused(policy.mode, why));
@@ -715,14 +747,14 @@ impl LocalSandbox {
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, temp_area, &denied, terminal)?),
+                Some(self.confine_landlock(policy, temp_area, &denied, &home, terminal)?),
                 None,
             ),
             Runner::Bwrap | Runner::Operator => {
                 let (mut a, r) = if runner == Runner::Bwrap {
-                    self.confine_bwrap(argv, policy, temp_area, terminal)?
+                    self.confine_bwrap(argv, policy, temp_area, &home, terminal)?
                 } else {
-                    self.confine_operator(argv, policy, temp_area, terminal)?
+                    self.confine_operator(argv, policy, temp_area, &home, terminal)?
                 };
                 let mut held = None;
                 if let Some(area) = temp_area {
@@ -759,12 +791,21 @@ impl LocalSandbox {
                     held = Some(guard);
                 }
                 if let Some(area) = area {
-                    a = with_denied(a, &denied, area);
+                    // A denied path in a closed home is not there to cover.
+                    let visible: Vec<PathBuf> =
+                        denied.iter().filter(|d| !home.hides(d)).cloned().collect();
+                    a = with_denied(a, &visible, area);
                 }
                 (a, Some(r), held)
             }
             Runner::Seatbelt => (
-                seatbelt::argv(policy, temp_area.map(|a| a.temp.as_path()), &denied, argv),
+                seatbelt::argv(
+                    policy,
+                    temp_area.map(|a| a.temp.as_path()),
+                    &denied,
+                    &home,
+                    argv,
+                ),
                 None,
                 None,
             ),

@@ -4,8 +4,10 @@
 //! reads, sysctl and Mach lookups, ptys), writes to `/dev/null`, and under workspace-write
 //! writes beneath each writable root. Protected paths are denied afterwards (later rules
 //! win in SBPL), which also keeps a missing one from being created. The network is allowed
-//! only with [`crate::Network::Allow`]. Reading a denied path (see
-//! [`deny_read`](crate::deny_read)) is denied last.
+//! only with [`crate::Network::Allow`]. Reading data in a closed home is denied, then
+//! allowed again beneath each allowed path and root (a home's metadata stays readable, so
+//! paths through it resolve); reading a denied path (see [`deny_read`](crate::deny_read))
+//! is denied last.
 //!
 //! Paths never appear in the profile text: each is a `-D NAME=PATH` parameter read with
 //! `(param "NAME")`, so no path can break out of its string.
@@ -41,10 +43,36 @@ const BASE: &str = "(version 1)
 
 /// The profile for `policy` (a confined mode); `temp` is the private temp directory,
 /// writable under workspace-write; `denied` the paths the policy denies for reading,
-/// expanded ([`deny_read::expand`](crate::deny_read::expand)).
-pub fn profile(policy: &SandboxPolicy, temp: Option<&Path>, denied: &[PathBuf]) -> Profile {
+/// expanded ([`deny_read::expand`](crate::deny_read::expand)); `home` its home rule.
+pub fn profile(
+    policy: &SandboxPolicy,
+    temp: Option<&Path>,
+    denied: &[PathBuf],
+    home: &crate::deny_read::HomeRule,
+) -> Profile {
     let mut text = String::from(BASE);
     let mut params = Vec::new();
+    if !home.homes.is_empty() {
+        let list = |kind: &str, paths: Vec<PathBuf>, params: &mut Vec<(String, PathBuf)>| {
+            let mut out = String::new();
+            for (i, p) in paths.into_iter().enumerate() {
+                let name = format!("{kind}_{i}");
+                out.push_str(&format!(" (subpath (param \"{name}\"))"));
+                params.push((name, p));
+            }
+            out
+        };
+        let closed = list("CLOSED", home.homes.clone(), &mut params);
+        text.push_str(&format!(
+            "(deny file-read*{closed})\n(allow file-read-metadata{closed})\n"
+        ));
+        let mut open: Vec<PathBuf> = home.allowed.iter().map(|(_, c)| c.clone()).collect();
+        open.extend(temp.map(Path::to_path_buf));
+        let open = list("OPEN", open, &mut params);
+        if !open.is_empty() {
+            text.push_str(&format!("(allow file-read*{open})\n"));
+        }
+    }
     if policy.mode == SandboxMode::WorkspaceWrite {
         let mut roots = policy.writable_dirs();
         roots.extend(temp.map(Path::to_path_buf));
@@ -87,9 +115,10 @@ pub fn argv(
     policy: &SandboxPolicy,
     temp: Option<&Path>,
     denied: &[PathBuf],
+    home: &crate::deny_read::HomeRule,
     argv: &[OsString],
 ) -> Vec<OsString> {
-    let p = profile(policy, temp, denied);
+    let p = profile(policy, temp, denied, home);
     let mut out: Vec<OsString> = vec!["sandbox-exec".into(), "-p".into(), p.text.into()];
     for (name, path) in p.params {
         out.push("-D".into());
@@ -118,6 +147,7 @@ mod tests {
             &policy(SandboxMode::ReadOnly, Network::Deny),
             Some(Path::new("/t")),
             &[],
+            &Default::default(),
         );
         assert!(p.text.starts_with("(version 1)\n(deny default)\n"));
         assert!(p
@@ -134,6 +164,7 @@ mod tests {
             &policy(SandboxMode::WorkspaceWrite, Network::Allow),
             Some(Path::new("/t")),
             &[],
+            &Default::default(),
         );
         assert!(p.text.contains(
             "(allow file-write* (subpath (param \"WRITABLE_0\")) (subpath (param \"WRITABLE_1\")))"
@@ -161,11 +192,43 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_home_is_denied_then_opened_beneath_each_allowed_path_then_denials_win() {
+        let home = crate::deny_read::HomeRule {
+            homes: vec!["/Users/u".into()],
+            allowed: vec![("/Users/u/.cargo/bin".into(), "/Users/u/.cargo/bin".into())],
+        };
+        let p = profile(
+            &policy(SandboxMode::ReadOnly, Network::Deny),
+            None,
+            &[PathBuf::from("/Users/u/.ssh")],
+            &home,
+        );
+        let closed = p
+            .text
+            .find("(deny file-read* (subpath (param \"CLOSED_0\")))")
+            .expect("closed");
+        let open = p
+            .text
+            .find("(allow file-read* (subpath (param \"OPEN_0\")))")
+            .expect("open");
+        let denied = p
+            .text
+            .find("(deny file-read* (subpath (param \"DENY_READ_0\")))")
+            .expect("denied");
+        assert!(closed < open && open < denied, "{}", p.text);
+        assert!(p.params.contains(&("CLOSED_0".into(), "/Users/u".into())));
+        assert!(p
+            .params
+            .contains(&("OPEN_0".into(), "/Users/u/.cargo/bin".into())));
+    }
+
+    #[test]
     fn the_argv_passes_parameters_before_the_command() {
         let a = argv(
             &policy(SandboxMode::WorkspaceWrite, Network::Deny),
             None,
             &[],
+            &Default::default(),
             &["true".into()],
         );
         let s: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();

@@ -40,6 +40,9 @@ pub struct PolicyService {
     protect: Vec<PathBuf>,
     /// Every read-denial pattern (the defaults and the configured ones).
     deny_read: Vec<PathBuf>,
+    /// What stays readable in the closed homes besides the roots (the defaults and the
+    /// configured ones).
+    read_allow: Vec<PathBuf>,
     watches: Arc<Mutex<HashMap<PathBuf, TreeWatch>>>,
 }
 
@@ -55,6 +58,7 @@ impl PolicyService {
             writable_roots: Vec::new(),
             protect: Vec::new(),
             deny_read: deny_read::defaults(),
+            read_allow: deny_read::read_allow_defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -100,6 +104,22 @@ impl PolicyService {
             }
         }
         self
+    }
+
+    /// Keeps `patterns` readable in the closed homes too (absolute; see [`deny_read`]).
+    /// Default: [`deny_read::read_allow_defaults`] only.
+    pub fn with_read_allow(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> PolicyService {
+        for p in patterns {
+            if !self.read_allow.contains(&p) {
+                self.read_allow.push(p);
+            }
+        }
+        self
+    }
+
+    /// What stays readable in the closed homes besides the roots.
+    pub fn read_allow(&self) -> &[PathBuf] {
+        &self.read_allow
     }
 
     /// Every read-denial pattern in force (the defaults and the configured ones).
@@ -197,6 +217,7 @@ impl PolicyService {
             .with_layout(root, layout)
             .with_protected(self.protect.iter().map(|p| root.join(p)))
             .with_deny_read(self.deny_read.iter().cloned())
+            .with_homes_closed(self.read_allow.iter().cloned())
             .with_on_partial(self.on_partial)
             .with_network(self.network)
     }

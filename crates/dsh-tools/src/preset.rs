@@ -83,6 +83,8 @@ pub struct WorldConfig {
     pub protected: Vec<PathBuf>,
     /// More read denials (absolute patterns), beside the defaults.
     pub deny_read: Vec<PathBuf>,
+    /// More paths readable in the closed homes (absolute patterns), beside the defaults.
+    pub read_allow: Vec<PathBuf>,
     /// Variables let through the credential scrub.
     pub env_allow: Vec<String>,
     /// The only sandbox runner to use. Default: the fastest that fully enforces a policy.
@@ -149,6 +151,7 @@ impl WorldConfig {
             on_partial: OnPartial::Refuse,
             protected: Vec::new(),
             deny_read: Vec::new(),
+            read_allow: Vec::new(),
             env_allow: Vec::new(),
             runner: None,
             approval: ApprovalPolicy::Ask,
@@ -173,7 +176,20 @@ impl WorldConfig {
             .with_on_partial(self.on_partial)
             .with_writable_roots(self.writable_roots.iter().cloned())
             .with_protected(self.protected.iter().cloned())
-            .with_deny_read(self.deny_read.iter().cloned())
+            .with_deny_read(self.every_deny_read())
+            .with_read_allow(self.read_allow.iter().cloned())
+    }
+
+    /// The configured read denials and the state directory, if one is configured (the
+    /// defaults hold the default one).
+    fn every_deny_read(&self) -> Vec<PathBuf> {
+        let mut out = self.deny_read.clone();
+        out.extend(
+            self.state_dir
+                .iter()
+                .map(|d| dsh_core::path::canonical_path(d)),
+        );
+        out
     }
 
     /// The local subprocess provider this configuration makes (its `env_allow`).
@@ -246,8 +262,10 @@ impl WorldBuilder {
             let fs: Arc<dyn FileSystem> = match &sandbox {
                 None => Arc::new(local),
                 Some(s) => {
-                    let mut fenced =
-                        SandboxedFs::new(local).with_deny_read(config.deny_read.iter().cloned());
+                    let mut fenced = SandboxedFs::new(local)
+                        .with_deny_read(config.every_deny_read())
+                        .with_read_allow(config.read_allow.iter().cloned())
+                        .with_readable_roots(config.writable_roots.iter().cloned());
                     if let Some(temp) = s.temp_dir() {
                         fenced = fenced.with_temp_dir(temp);
                     }

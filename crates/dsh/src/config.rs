@@ -17,6 +17,7 @@
 //! | `allow_partial` | bool | run where the sandbox is enforced only in part (default false: refused) |
 //! | `protected` | list of paths | more protected paths (relative: in the workspace root) |
 //! | `deny_read` | list of paths | more paths confined commands and the file tools may not read (`~/` allowed; `*` in the last component) |
+//! | `read_allow` | list of paths | more paths confined commands and the file tools may read in the home directories, which are otherwise closed but for the workspace, the writable roots and the defaults (`~/` allowed; `*` in the last component) |
 //! | `env_allow` | list of names | environment variables let through the credential scrub |
 //! | `bash` | `one-shot`, `persistent` | each `bash` call in a fresh shell, or one shell per session whose `cd` and `export` carry over (default one-shot; either may come from a workspace: it changes no sandbox) |
 //! | `trusted_workspaces` | list of directories | user config only: workspaces whose own config may widen the sandbox |
@@ -26,7 +27,7 @@
 //! stricter mode, network deny, fewer writable roots, `approval = "never"`, lower caps
 //! (`max_timeout_ms`, `max_output_bytes`, `max_spill_bytes`), more protected paths and
 //! more read denials; `timeout_ms` is free below the cap. A key that would widen
-//! (`allow_partial`, `env_allow` and `runner` always do) is refused naming
+//! (`allow_partial`, `env_allow`, `read_allow` and `runner` always do) is refused naming
 //! `trusted_workspaces`. Unknown keys, wrong types and bad values are `CONFIG_INVALID`
 //! naming the file, the line and the key; nothing runs. Flags are the user's own and win.
 
@@ -142,6 +143,8 @@ pub struct Config {
     pub protected: Vec<Set<PathBuf>>,
     /// Added by each source in turn: absolute patterns.
     pub deny_read: Vec<Set<PathBuf>>,
+    /// Added by each source in turn: absolute patterns.
+    pub read_allow: Vec<Set<PathBuf>>,
     pub env_allow: Vec<Set<String>>,
     pub trusted_workspaces: Vec<Set<PathBuf>>,
 }
@@ -163,13 +166,14 @@ struct File {
     bash: Option<Spanned<String>>,
     protected: Option<Spanned<Vec<String>>>,
     deny_read: Option<Spanned<Vec<String>>>,
+    read_allow: Option<Spanned<Vec<String>>>,
     env_allow: Option<Spanned<Vec<String>>>,
     trusted_workspaces: Option<Spanned<Vec<String>>>,
 }
 
 const KEYS: &str = "mode, network, writable_roots, approval, runner, timeout_ms, \
                     max_timeout_ms, max_output_bytes, max_spill_bytes, allow_partial, bash, \
-                    protected, deny_read, env_allow and trusted_workspaces";
+                    protected, deny_read, read_allow, env_allow and trusted_workspaces";
 
 /// The user's config file, where dsh looks for it.
 pub fn user_config_path() -> Option<PathBuf> {
@@ -254,6 +258,7 @@ impl Config {
             bash: Set::default(BashMode::OneShot),
             protected: Vec::new(),
             deny_read: Vec::new(),
+            read_allow: Vec::new(),
             env_allow: Vec::new(),
             trusted_workspaces: Vec::new(),
         }
@@ -537,6 +542,21 @@ impl Layer {
                 config.deny_read.push(self.entry(path));
             }
         }
+        if let Some(v) = &f.read_allow {
+            let at = v.span().start;
+            if !widen && !v.get_ref().is_empty() {
+                return Err(self.widening(
+                    config,
+                    "read_allow",
+                    at,
+                    "read_allow opens paths of the home directory to commands",
+                ));
+            }
+            for p in v.get_ref() {
+                let path = self.path_value("read_allow", at, p, &config.workspace)?;
+                config.read_allow.push(self.entry(path));
+            }
+        }
         if let Some(v) = &f.trusted_workspaces {
             let at = v.span().start;
             if !matches!(self.from, Source::User(_)) {
@@ -676,6 +696,7 @@ impl Config {
             },
             protected,
             deny_read: self.deny_read.iter().map(|s| s.value.clone()).collect(),
+            read_allow: self.read_allow.iter().map(|s| s.value.clone()).collect(),
             env_allow: self.env_allow.iter().map(|s| s.value.clone()).collect(),
             runner: self.runner.value,
             approval: self.approval.value,
@@ -739,6 +760,7 @@ impl Config {
                 "bash": one(json!(self.bash.value.as_str()), &self.bash.from),
                 "protected": list(&self.protected, |p| p.display().to_string()),
                 "deny_read": list(&self.deny_read, |p| p.display().to_string()),
+                "read_allow": list(&self.read_allow, |p| p.display().to_string()),
                 "env_allow": list(&self.env_allow, Clone::clone),
                 "trusted_workspaces": list(&self.trusted_workspaces, |p| p.display().to_string()),
             },

@@ -10,7 +10,7 @@
 //! did. Exit status 0 when at least one runner
 //! works and every self-test was refused as it should be; 1 otherwise.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -120,12 +120,13 @@ async fn run(args: &DoctorArgs) -> ExitCode {
             fix: Some("correct the file and key named; nothing runs until then".into()),
         },
     });
-    let (allow_partial, deny_read) = match &config {
+    let (allow_partial, deny_read, read_allow): (bool, Vec<PathBuf>, Vec<PathBuf>) = match &config {
         Ok(c) => (
             c.allow_partial.value,
             c.deny_read.iter().map(|d| d.value.clone()).collect(),
+            c.read_allow.iter().map(|d| d.value.clone()).collect(),
         ),
-        Err(_) => (false, Vec::new()),
+        Err(_) => (false, Vec::new(), Vec::new()),
     };
     let mut choices = Vec::new();
     for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
@@ -136,6 +137,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
         };
         let policy = SandboxPolicy::for_workspace(mode, &ws)
             .with_deny_read(deny_read.iter().cloned())
+            .with_homes_closed(read_allow.iter().cloned())
             .with_on_partial(on_partial);
         choices.push(mode_report(&sandbox, &policy));
     }
@@ -214,6 +216,13 @@ fn partial_reason(e: &Enforcement) -> Option<&str> {
 fn mode_report(sandbox: &LocalSandbox, policy: &SandboxPolicy) -> Value {
     let mode = policy.mode;
     let denied = dsh_sandbox::deny_read::expand(&policy.deny_read);
+    let home = dsh_sandbox::deny_read::HomeRule::new(
+        &policy.closed_dirs,
+        &policy.read_allow,
+        &policy.readable_roots(),
+        &denied,
+    );
+    let open: Vec<&PathBuf> = home.allowed.iter().map(|(w, _)| w).collect();
     match sandbox.choose(policy) {
         Ok((runner, enforcement)) => {
             let runs = enforcement.is_full() || policy.on_partial == OnPartial::Accept;
@@ -243,6 +252,8 @@ fn mode_report(sandbox: &LocalSandbox, policy: &SandboxPolicy) -> Value {
                         _ => "an empty read-only mount over each path",
                     },
                     "paths": denied,
+                    "closed": home.homes,
+                    "open_in_closed": open,
                 },
             })
         }
@@ -289,6 +300,25 @@ fn print_mode(c: &Value) {
         "",
         c["read_denial"]["by"].as_str().unwrap_or("")
     );
+    let names = |key: &str| -> Vec<String> {
+        c["read_denial"][key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (closed, open) = (names("closed"), names("open_in_closed"));
+    if !closed.is_empty() {
+        outln!(
+            "    {:<16} closed (readable only through read_allow): {}; {} allowed paths in them",
+            "",
+            closed.join(", "),
+            open.len()
+        );
+    }
 }
 
 fn runner_fix(runner: Runner, why: &str) -> String {

@@ -20,8 +20,9 @@ impl Area {
     pub(super) fn create(parent: Option<&Path>) -> Result<Area, String> {
         let parent = match parent {
             Some(p) => p.to_path_buf(),
-            None if Path::new("/var/tmp").is_dir() => PathBuf::from("/var/tmp"),
-            None => std::env::temp_dir(),
+            None => dsh_core::spill::ensure_private_parent().map_err(|e| {
+                format!("cannot make the private directory of this user's dsh processes: {e}")
+            })?,
         };
         let parent = dsh_core::path::canonical_path(&parent);
         remove_stale_areas(&parent);

@@ -212,10 +212,15 @@ pub(super) fn config_without_worktree(
     Some(copy)
 }
 
+/// Protected files whose empty stand-in a tool refuses where it would pass over a missing
+/// one: rustup fails every `cargo` call in a folder with an empty `rust-toolchain`, and
+/// passes over one it cannot read as a file. A directory stands in for them.
+const DIRECTORY_STAND_INS: [&str; 2] = ["rust-toolchain", "rust-toolchain.toml"];
+
 /// What stands in for the missing `at` on the way to (or at) the protected path `p`.
 pub(super) fn placeholder_kind(at: &Path, p: &Path) -> Kind {
     let name = at.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if at != p || DIRECTORY_NAMES.contains(&name) {
+    if at != p || DIRECTORY_NAMES.contains(&name) || DIRECTORY_STAND_INS.contains(&name) {
         Kind::Dir
     } else if name == "commondir" {
         Kind::Commondir

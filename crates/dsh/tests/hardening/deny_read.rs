@@ -21,7 +21,9 @@ fn fixture_with_credentials() -> Fixture {
         }
         std::fs::write(&p, format!("{SECRET}\n")).expect("secret");
     }
-    std::fs::write(fx.home.join(".aws/config"), "region = plain\n").expect("aws config");
+    // On the allow-list of the closed home: readable.
+    std::fs::create_dir_all(fx.home.join(".config/git")).expect("git config dir");
+    std::fs::write(fx.home.join(".config/git/config"), "region = plain\n").expect("git config");
     fx
 }
 
@@ -34,7 +36,7 @@ fn credential_stores_are_unreadable_under_every_runner_and_mode() {
     let script = format!(
         "cat {home}/.ssh/id_ed25519 {home}/.aws/credentials {home}/.config/gh/hosts.yml \
          {home}/.netrc {home}/.docker/config.json {home}/.kube/config 2>&1; \
-         cat {home}/.aws/config; ln -s {home}/.ssh/id_ed25519 {ws}/l 2>/dev/null; cat {ws}/l 2>&1; true"
+         cat {home}/.config/git/config; ln -s {home}/.ssh/id_ed25519 {ws}/l 2>/dev/null; cat {ws}/l 2>&1; true"
     );
     let mut ran = 0;
     for runner in ["landlock", "bwrap"] {
@@ -65,11 +67,19 @@ fn credential_stores_are_unreadable_under_every_runner_and_mode() {
                 "{runner} {mode}: {}",
                 text(&out)
             );
-            assert!(
-                stdout.contains("Permission denied"),
-                "{runner} {mode}: {}",
-                text(&out)
-            );
+            // Each read refused (denied, or not there in the closed home).
+            for f in [
+                ".ssh/id_ed25519",
+                ".aws/credentials",
+                ".netrc",
+                ".kube/config",
+            ] {
+                assert!(
+                    stdout.contains(&format!("{home}/{f}: ")),
+                    "{runner} {mode}: {f}: {}",
+                    text(&out)
+                );
+            }
         }
     }
     assert!(ran > 0, "no runner works here");
@@ -106,10 +116,15 @@ fn the_file_tools_refuse_credential_stores() {
             !stdout.contains(SECRET),
             "grep searched a denied file in {dir}: {stdout}"
         );
-        assert!(stdout.contains("No matches found"), "{dir}: {}", text(&out));
+        assert_eq!(out.status.code(), Some(1), "{dir}: {}", text(&out));
+        assert!(
+            stdout.contains("deny_read") || stdout.contains("read_allow"),
+            "{dir}: {}",
+            text(&out)
+        );
     }
     // What is not denied is still searched.
-    let args = serde_json::json!({"pattern": "region", "path": fx.home.join(".aws").display().to_string()}).to_string();
+    let args = serde_json::json!({"pattern": "region", "path": fx.home.join(".config/git").display().to_string()}).to_string();
     let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("config"),

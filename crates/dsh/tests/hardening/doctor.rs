@@ -26,7 +26,19 @@ fn doctor_reports_protected_paths_and_read_denial_per_mode() {
             continue;
         }
         assert_eq!(r["read_denial"]["enforced"], true, "{r}");
-        assert_eq!(r["read_denial"]["paths"], serde_json::json!([key]), "{r}");
+        let paths = r["read_denial"]["paths"].as_array().expect("paths");
+        assert!(paths.contains(&serde_json::json!(key)), "{r}");
+        // Nothing else of the fixture's home is listed: the rest of it is closed.
+        let home = fx.home.display().to_string();
+        assert!(
+            paths
+                .iter()
+                .all(|p| p == &serde_json::json!(key)
+                    || !p.as_str().unwrap_or("").starts_with(&home)),
+            "{r}"
+        );
+        let closed = r["read_denial"]["closed"].as_array().expect("closed");
+        assert!(closed.contains(&serde_json::json!(home)), "{r}");
         assert!(r["runs"].is_boolean(), "{r}");
     }
     assert!(mode("read-only")["protected_paths"].is_null());

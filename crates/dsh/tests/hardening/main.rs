@@ -14,6 +14,8 @@ mod doctor;
 mod fail_closed;
 mod git_dirs;
 mod git_workflow;
+mod home;
 mod host_tool_files;
 mod placeholders;
 mod support;
+mod toolchains;

@@ -1,0 +1,294 @@
+//! Secrets denied by construction: a home directory is readable only through an allow-list,
+//! so a token file dsh never heard of is denied all the same; no other terminal and none of
+//! dsh's own state (another session's log) is readable either.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::support::{text, Fixture};
+
+const SECRET: &str = "s3cr3t-by-construction";
+
+/// Files in the fixture's home that hold secrets no deny list named (each found by an
+/// attacker with the default settings), and one dsh has never heard of.
+const UNLISTED: &[&str] = &[
+    ".aws/sso/cache/0123abcd.json",
+    ".aws/cli/cache/token.json",
+    ".config/git/credentials",
+    ".kube/cache/oidc-login/token",
+    ".gemini/oauth_creds.json",
+    ".config/github-copilot/apps.json",
+    ".config/containers/auth.json",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".config/rclone/rclone.conf",
+    ".terraformrc",
+    ".bash_history",
+    ".some-new-tool/token",
+];
+
+fn fixture_with_unlisted_secrets() -> Fixture {
+    let fx = Fixture::new();
+    for path in UNLISTED {
+        let p = fx.home.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(&p, format!("{SECRET}\n")).expect("secret");
+    }
+    // On the default allow-list: settings every git run reads, holding no secret.
+    std::fs::write(fx.home.join(".gitconfig"), "[user]\n\tname = plain-name\n").expect("cfg");
+    std::fs::create_dir_all(fx.home.join(".config/git")).expect("git dir");
+    std::fs::write(fx.home.join(".config/git/ignore"), "plain-ignore\n").expect("ignore");
+    fx
+}
+
+// Regression: issue 23: the default read-only sandbox and the read tool read live AWS SSO
+// tokens, git's credential store and OAuth refresh tokens that no deny list named.
+#[test]
+fn a_home_is_readable_only_through_the_allow_list_under_every_runner_and_mode() {
+    let fx = fixture_with_unlisted_secrets();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let home = fx.home.display().to_string();
+    let files: Vec<String> = UNLISTED.iter().map(|p| format!("{home}/{p}")).collect();
+    let script = format!(
+        "cat {} 2>&1; cat {home}/.gitconfig {home}/.config/git/ignore; \
+         echo LS:$(ls -A {home} | tr '\\n' ,); git config user.name; echo ran",
+        files.join(" ")
+    );
+    let mut ran = 0;
+    for runner in ["landlock", "bwrap"] {
+        for mode in ["read-only", "workspace-write"] {
+            let out = fx.dsh(&[
+                "exec",
+                "-C",
+                ws,
+                "--mode",
+                mode,
+                "--runner",
+                runner,
+                "--allow-partial",
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ]);
+            if out.status.code() == Some(125) && runner == "landlock" {
+                println!("{runner} {mode} unavailable here: {}", text(&out));
+                continue;
+            }
+            ran += 1;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("ran"), "{runner} {mode}: {}", text(&out));
+            assert!(!stdout.contains(SECRET), "{runner} {mode}: {}", text(&out));
+            for p in UNLISTED {
+                assert!(
+                    stdout.contains(&format!("{home}/{p}: ")),
+                    "{runner} {mode}: no refusal for {p}: {}",
+                    text(&out)
+                );
+            }
+            assert!(
+                stdout.contains("plain-name"),
+                "{runner} {mode}: {}",
+                text(&out)
+            );
+            assert!(
+                stdout.contains("plain-ignore"),
+                "{runner} {mode}: {}",
+                text(&out)
+            );
+            if runner == "bwrap" {
+                // The closed home shows only what the allow-list names.
+                assert!(
+                    stdout.contains("LS:.config,.gitconfig,\n"),
+                    "{runner} {mode}: {stdout}"
+                );
+            }
+        }
+    }
+    assert!(ran >= 2, "bubblewrap must run here");
+}
+
+#[test]
+fn the_file_tools_refuse_a_home_outside_the_allow_list_and_read_allow_opens_a_path() {
+    let fx = fixture_with_unlisted_secrets();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    std::os::unix::fs::symlink(fx.home.join(".terraformrc"), fx.ws.join("alias")).expect("link");
+    for path in [
+        fx.home
+            .join(".aws/sso/cache/0123abcd.json")
+            .display()
+            .to_string(),
+        fx.home.join(".some-new-tool/token").display().to_string(),
+        "alias".to_owned(),
+    ] {
+        let args = serde_json::json!({"file_path": path}).to_string();
+        let out = fx.dsh(&["tool", "read", &args, "-C", ws, "--state", state]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", text(&out));
+        assert!(!stdout.contains(SECRET), "{path}: {stdout}");
+        assert!(stdout.contains("read_allow"), "{path}: {stdout}");
+    }
+    let args = serde_json::json!({"file_path": fx.home.join(".gitconfig").display().to_string()})
+        .to_string();
+    let out = fx.dsh(&["tool", "read", &args, "-C", ws, "--state", state]);
+    assert!(text(&out).contains("plain-name"), "{}", text(&out));
+    // A search of the home finds what is allowed and opens nothing else.
+    let args = serde_json::json!({"pattern": "plain|s3cr3t", "path": fx.home.display().to_string(), "include": "**"})
+        .to_string();
+    let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+    for dir in [".aws", ".some-new-tool"] {
+        let args = serde_json::json!({"pattern": "s3cr3t", "path": fx.home.join(dir).display().to_string()})
+            .to_string();
+        let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
+        assert!(!text(&out).contains(SECRET), "{dir}: {}", text(&out));
+        assert!(text(&out).contains("read_allow"), "{dir}: {}", text(&out));
+    }
+    // The user opens one path: the read tool and commands both read it; the rest stays
+    // closed.
+    std::fs::create_dir_all(fx.home.join(".config/dsh")).expect("config dir");
+    std::fs::write(
+        fx.home.join(".config/dsh/config.toml"),
+        "read_allow = [\"~/.terraformrc\"]\n",
+    )
+    .expect("config");
+    let args = serde_json::json!({"file_path": fx.home.join(".terraformrc").display().to_string()})
+        .to_string();
+    let out = fx.dsh(&["tool", "read", &args, "-C", ws, "--state", state]);
+    assert!(text(&out).contains(SECRET), "{}", text(&out));
+    let home = fx.home.display().to_string();
+    let out = fx.dsh(&[
+        "exec",
+        "-C",
+        ws,
+        "--",
+        "bash",
+        "-c",
+        &format!("cat {home}/.terraformrc; cat {home}/.bash_history 2>&1; true"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches(SECRET).count(), 1, "{}", text(&out));
+    // A workspace's own config cannot open the home.
+    std::fs::create_dir_all(fx.ws.join(".dsh")).expect("ws config dir");
+    std::fs::write(
+        fx.ws.join(".dsh/config.toml"),
+        "read_allow = [\"~/.bash_history\"]\n",
+    )
+    .expect("ws config");
+    let out = fx.dsh(&["exec", "-C", ws, "--", "true"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("trusted_workspaces"), "{}", text(&out));
+}
+
+// Regression: issue 23: under Landlock a confined command read what the user typed into
+// another terminal (`cat /dev/pts/N`: a sudo password).
+#[test]
+fn no_command_opens_another_terminal_under_either_runner() {
+    let fx = Fixture::new();
+    let mut holder = Command::new("python3")
+        .args([
+            "-c",
+            "import os, pty, sys, time\n\
+             m, s = pty.openpty()\n\
+             print(os.ttyname(s), flush=True)\n\
+             os.write(m, b'typed-password\\n')\n\
+             time.sleep(60)\n",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 holds a terminal");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("its name");
+    let tty = line.trim().to_owned();
+    assert!(tty.starts_with("/dev/pts/"), "{tty}");
+    let ws = fx.ws.to_str().expect("utf-8");
+    let script = format!("exec 3<{tty} && echo OPENED && timeout 1 head -c 64 <&3; echo ran");
+    let mut ran = 0;
+    for runner in ["landlock", "bwrap"] {
+        let out = fx.dsh(&[
+            "exec", "-C", ws, "--runner", runner, "--", "bash", "-c", &script,
+        ]);
+        if out.status.code() == Some(125) && runner == "landlock" {
+            println!("{runner} unavailable here: {}", text(&out));
+            continue;
+        }
+        ran += 1;
+        assert!(text(&out).contains("ran"), "{runner}: {}", text(&out));
+        assert!(!text(&out).contains("OPENED"), "{runner}: {}", text(&out));
+        assert!(
+            !text(&out).contains("typed-password"),
+            "{runner}: {}",
+            text(&out)
+        );
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(ran > 0);
+}
+
+// Regression: issue 23: from any sandbox a command read dsh's own session database, and
+// with it another session's tool results (a key one session had read).
+#[test]
+fn session_b_cannot_read_session_a_log() {
+    let fx = Fixture::new();
+    let ws = fx.ws.to_str().expect("utf-8");
+    // The state directory outside the home, as `--state` puts it: denied by name.
+    let state = fx.base.join("state");
+    let state_s = state.to_str().expect("utf-8");
+    let a = serde_json::json!({"command": "echo sk_live_$((6*7))abcdef", "description": "echo"})
+        .to_string();
+    let out = fx.dsh(&[
+        "tool",
+        "--session",
+        "a",
+        "bash",
+        &a,
+        "-C",
+        ws,
+        "--state",
+        state_s,
+    ]);
+    assert!(text(&out).contains("sk_live_42abcdef"), "{}", text(&out));
+    let steal = format!(
+        "grep -ra sk_live_42 {state_s} 2>&1; cat {state_s}/*.db 2>&1 | grep -a -c sk_live_42; echo ran"
+    );
+    let b = serde_json::json!({"command": steal, "description": "steal"}).to_string();
+    let out = fx.dsh(&[
+        "tool",
+        "--session",
+        "b",
+        "bash",
+        &b,
+        "-C",
+        ws,
+        "--state",
+        state_s,
+    ]);
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains("sk_live_42abcdef"), "{}", text(&out));
+    // And through the read tool.
+    let db = std::fs::read_dir(&state)
+        .expect("state")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "db"))
+        .expect("a session database");
+    let args = serde_json::json!({"file_path": db.display().to_string()}).to_string();
+    let out = fx.dsh(&[
+        "tool",
+        "--session",
+        "b",
+        "read",
+        &args,
+        "-C",
+        ws,
+        "--state",
+        state_s,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(!text(&out).contains("sk_live_42abcdef"), "{}", text(&out));
+}
