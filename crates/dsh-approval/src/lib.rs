@@ -145,8 +145,9 @@ pub const ACTION_SHOWN_CHARS: usize = 4096;
 /// lines of 80 columns, so that the words around an action cannot push it off the screen).
 pub const REASON_SHOWN_CHARS: usize = 1024;
 
-/// `text` as a question shows it: rendered visible ([`dsh_core::visible::visible`]: no
-/// control or invisible character, a backslash doubled), whole when that rendering has
+/// `text` as a question shows it: rendered visible
+/// ([`dsh_core::visible::visible_prefix_in_markup`]: no control, invisible or space-like
+/// character, no backtick, a backslash doubled), whole when that rendering has
 /// at most `max_chars` characters; otherwise its start, then
 /// ` … [N more bytes not shown; reject what you cannot read in full]`, N counting the
 /// bytes of `text` left out.
@@ -160,7 +161,7 @@ pub const REASON_SHOWN_CHARS: usize = 1024;
 /// );
 /// ```
 pub fn shown(text: &str, max_chars: usize) -> String {
-    let (mut out, covered) = dsh_core::visible::visible_prefix(text, max_chars);
+    let (mut out, covered) = dsh_core::visible::visible_prefix_in_markup(text, max_chars);
     if covered < text.len() {
         out.push_str(&format!(
             " … [{} more bytes not shown; reject what you cannot read in full]",

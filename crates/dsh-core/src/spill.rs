@@ -38,7 +38,12 @@ impl SpillDir {
     pub fn create(parent: Option<&Path>) -> Result<SpillDir, HarnessError> {
         let parent = match parent {
             Some(p) => p.to_path_buf(),
-            None => ensure_private_parent().unwrap_or_else(|_| std::env::temp_dir()),
+            None => {
+                // Where spill directories were kept before they moved into the private
+                // parent.
+                remove_stale(&std::env::temp_dir());
+                ensure_private_parent().unwrap_or_else(|_| std::env::temp_dir())
+            }
         };
         remove_stale(&parent);
         for _ in 0..8 {

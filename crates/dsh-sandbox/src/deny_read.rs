@@ -65,6 +65,7 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.pypirc",
     "~/.cargo/credentials",
     "~/.cargo/credentials.toml",
+    "~/.local/share/uv/credentials",
     // Databases.
     "~/.pgpass",
     "~/.my.cnf",
@@ -198,29 +199,60 @@ pub fn read_allow_defaults() -> Vec<PathBuf> {
 }
 
 /// Every home directory on this machine, canonical, that exists: `/home`, `/root`, and
-/// the user's own (see [`home_dir`](crate::home_dir)) wherever it is; none inside another.
-/// A home directory that is `/` or directly in it besides those two (`HOME=/tmp`) is left
-/// out: closing it would close a system directory.
+/// the user's own (`$HOME`, and the password database's) wherever they are; none inside
+/// another. A home that is `/` or a system directory directly in it (`HOME=/tmp`) is left
+/// out: closing it would close the system.
 pub fn homes() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let mut add = |p: PathBuf| {
-        let real = dsh_core::path::canonical_path(&p);
+    let mut add = |p: &Path| {
+        let real = dsh_core::path::canonical_path(p);
         if std::fs::symlink_metadata(&real).is_ok_and(|m| m.is_dir()) {
             out.push(real);
         }
     };
-    add(PathBuf::from("/home"));
-    add(PathBuf::from("/root"));
-    if let Some(h) = crate::home_dir() {
+    add(Path::new("/home"));
+    add(Path::new("/root"));
+    for h in user_homes() {
         let real = dsh_core::path::canonical_path(&h);
-        if real.components().count() > 2 {
-            add(real);
+        let system = real.components().count() <= 2
+            && real
+                .file_name()
+                .is_none_or(|n| SYSTEM_DIRS.iter().any(|s| n == *s));
+        if !system {
+            add(&real);
         }
     }
     out.sort();
     out.dedup();
     let all = out.clone();
     out.retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
+    out
+}
+
+/// The directories directly in `/` that are the system's, never a home to close.
+const SYSTEM_DIRS: [&str; 17] = [
+    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "media", "mnt", "opt", "proc",
+    "run", "sbin", "sys", "tmp", "usr",
+];
+
+/// Each user's own home on this machine, canonical: every directory in `/home`, `/root`,
+/// and the user's (`$HOME`, the password database's).
+fn each_users_home() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/home") {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(dsh_core::path::canonical_path(&e.path()));
+            }
+        }
+    }
+    out.push(dsh_core::path::canonical_path(Path::new("/root")));
+    out.push(dsh_core::path::canonical_path(Path::new("/home")));
+    for h in user_homes() {
+        out.push(dsh_core::path::canonical_path(&h));
+    }
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -266,8 +298,10 @@ fn expand_each_home(patterns: &[&str]) -> Vec<PathBuf> {
     out
 }
 
-/// dsh's own places no confined command may read (see [`defaults`]): the state directory.
-/// (The private directories of dsh processes are in a closed directory: see
+/// dsh's own places no confined command may read (see [`defaults`]): the state
+/// directory. (A session store kept elsewhere with `--state` is denied to its own
+/// session's commands by the World's configuration; in a home it is closed to every
+/// session. The private directories of dsh processes are in a closed directory: see
 /// [`closed_dirs`].)
 pub fn dsh_private_dirs() -> Vec<PathBuf> {
     crate::state_dir::path().into_iter().collect()
@@ -431,12 +465,61 @@ impl HomeRule {
         }
         let in_home = |p: &Path| homes.iter().any(|h| p.starts_with(h));
         let is_denied = |p: &Path| denied.iter().any(|d| p.starts_with(d));
-        let mut allowed: Vec<(PathBuf, PathBuf)> = matches(allow)
-            .into_iter()
-            .map(|(w, c)| (dsh_core::path::fold_dots(&w), c))
-            .chain(roots.iter().map(|r| (r.clone(), r.clone())))
-            .filter(|(w, c)| (in_home(w) || in_home(c)) && !is_denied(w) && !is_denied(c))
-            .collect();
+        let users = each_users_home();
+        // Whether `p` is, or holds, a user's whole home.
+        let covers_home = |p: &Path| users.iter().any(|u| u.starts_with(p));
+        let mut allowed: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // Names that lead elsewhere through a link, looked at once the rest is known.
+        let mut linked: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (w, c) in matches(allow) {
+            let w = dsh_core::path::fold_dots(&w);
+            // An allow-list never opens a whole home; a dangling link opens nothing (and
+            // bubblewrap could not bind it).
+            if covers_home(&w) || covers_home(&c) || std::fs::metadata(&w).is_err() {
+                continue;
+            }
+            if w == c {
+                allowed.push((w, c));
+            } else {
+                linked.push((w, c));
+            }
+        }
+        for r in roots {
+            if !covers_home(r) {
+                allowed.push((r.clone(), r.clone()));
+                continue;
+            }
+            // A root that is or holds a home (a session started in `~`) opens the files
+            // the user keeps there, not the dot-entries where tools keep their tokens:
+            // those stay closed but for the allow-list. Links are left out (one could lead
+            // into a closed entry).
+            for home in users.iter().filter(|u| u.starts_with(r) && in_home(u)) {
+                let Ok(entries) = std::fs::read_dir(home) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let name = e.file_name();
+                    let dot = name.as_encoded_bytes().first() == Some(&b'.');
+                    let link = e.file_type().is_ok_and(|t| t.is_symlink());
+                    if !dot && !link && !covers_home(&e.path()) {
+                        allowed.push((e.path(), e.path()));
+                    }
+                }
+            }
+        }
+        // A link at an allowed name opens nothing by itself: its target must be open on its
+        // own (outside the homes, or allowed), or any command that once could write there
+        // could open a home through it (`~/.cache/pip -> ~/.aws`, `bin -> ~` on PATH).
+        for (w, c) in linked {
+            let open = !in_home(&c)
+                || allowed
+                    .iter()
+                    .any(|(aw, ac)| c.starts_with(ac) || c.starts_with(aw));
+            if open {
+                allowed.push((w, c));
+            }
+        }
+        allowed.retain(|(w, c)| (in_home(w) || in_home(c)) && !is_denied(w) && !is_denied(c));
         allowed.sort_by_key(|(w, _)| (w.components().count(), w.clone()));
         allowed.dedup();
         let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();

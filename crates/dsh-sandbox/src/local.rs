@@ -422,7 +422,6 @@ impl LocalSandbox {
         policy: &SandboxPolicy,
         area: Option<&Area>,
         home: &deny_read::HomeRule,
-        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let program = if self.forced == Some(Runner::Bwrap) {
             self.bwrap_program_path()
@@ -430,7 +429,7 @@ impl LocalSandbox {
             self.bwrap_path()
         }
         .map_err(|why| sandbox_unavailable(policy.mode, &format!("bwrap: {why}"), None))?;
-        self.bwrap_shape(&program, argv, policy, area, home, terminal)
+        self.bwrap_shape(&program, argv, policy, area, home)
     }
 
     /// bubblewrap's argv for `program` (without carve-outs) and the child's part: the
@@ -442,7 +441,6 @@ impl LocalSandbox {
         policy: &SandboxPolicy,
         area: Option<&Area>,
         home: &deny_read::HomeRule,
-        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let mut inherit = Vec::new();
         let mut seccomp_fd = None;
@@ -454,7 +452,7 @@ impl LocalSandbox {
             keyrings: true,
             host_ipc: false,
             set_id_and_leases: true,
-            terminal_ioctls: terminal,
+            terminal_ioctls: true,
             cgroup_moves: true,
         };
         if let Some(program) = seccomp::program(denials) {
@@ -502,7 +500,6 @@ impl LocalSandbox {
         policy: &SandboxPolicy,
         area: Option<&Area>,
         home: &deny_read::HomeRule,
-        terminal: bool,
     ) -> Result<(Vec<OsString>, ChildRestrictions), HarnessError> {
         let Some((command, _)) = &self.operator else {
             return Err(sandbox_unavailable(
@@ -512,7 +509,7 @@ impl LocalSandbox {
             ));
         };
         let (bwrap_argv, restrictions) =
-            self.bwrap_shape(Path::new(""), argv, policy, area, home, terminal)?;
+            self.bwrap_shape(Path::new(""), argv, policy, area, home)?;
         let mut out = command.clone();
         out.extend(bwrap_argv.into_iter().skip(1));
         Ok((out, restrictions))
@@ -584,7 +581,6 @@ impl LocalSandbox {
         area: Option<&Area>,
         denied: &[PathBuf],
         home: &deny_read::HomeRule,
-        terminal: bool,
     ) -> Result<ChildRestrictions, HarnessError> {
         let abi = self
             .landlock_abi()
@@ -637,7 +633,7 @@ impl LocalSandbox {
                 keyrings: true,
                 host_ipc: true,
                 set_id_and_leases: true,
-                terminal_ioctls: terminal,
+                terminal_ioctls: true,
                 cgroup_moves: true,
             })
             .map(Vec::into_boxed_slice),
@@ -652,7 +648,7 @@ impl Sandbox for LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
     ) -> Result<Confinement, HarnessError> {
-        self.confine_for(argv, policy, false)
+        self.confine_for(argv, policy)
     }
 
     fn confine_on_terminal(
@@ -660,10 +656,11 @@ impl Sandbox for LocalSandbox {
         argv: &[OsString],
         policy: &SandboxPolicy,
     ) -> Result<Confinement, HarnessError> {
-        // The terminal is the command's controlling terminal: the filter refuses the
-        // ioctls that reach past its own input (TIOCSTI, line disciplines, the console),
-        // as bubblewrap's manual asks of anyone dropping `--new-session`.
-        let mut c = self.confine_for(argv, policy, true)?;
+        // The terminal is the command's controlling terminal: the filter (as for every
+        // command) refuses the ioctls that reach past its own input (TIOCSTI, line
+        // disciplines, the console), as bubblewrap's manual asks of anyone dropping
+        // `--new-session`.
+        let mut c = self.confine_for(argv, policy)?;
         if matches!(c.runner, Runner::Bwrap | Runner::Operator) {
             crate::bwrap::keep_session(&mut c.argv);
         }
@@ -679,12 +676,11 @@ impl Sandbox for LocalSandbox {
 }
 
 impl LocalSandbox {
-    /// [`Sandbox::confine`], for a command on a private terminal when `terminal`.
+    /// [`Sandbox::confine`].
     fn confine_for(
         &self,
         argv: &[OsString],
         policy: &SandboxPolicy,
-        terminal: bool,
     ) -> Result<Confinement, HarnessError> {
         if !policy.mode.is_confined() {
             return Err(HarnessError::invalid_argument(
@@ -747,14 +743,14 @@ impl LocalSandbox {
         let (argv, restrictions, placeholders) = match runner {
             Runner::Landlock => (
                 argv.to_vec(),
-                Some(self.confine_landlock(policy, temp_area, &denied, &home, terminal)?),
+                Some(self.confine_landlock(policy, temp_area, &denied, &home)?),
                 None,
             ),
             Runner::Bwrap | Runner::Operator => {
                 let (mut a, r) = if runner == Runner::Bwrap {
-                    self.confine_bwrap(argv, policy, temp_area, &home, terminal)?
+                    self.confine_bwrap(argv, policy, temp_area, &home)?
                 } else {
-                    self.confine_operator(argv, policy, temp_area, &home, terminal)?
+                    self.confine_operator(argv, policy, temp_area, &home)?
                 };
                 let mut held = None;
                 if let Some(area) = temp_area {
@@ -791,9 +787,15 @@ impl LocalSandbox {
                     held = Some(guard);
                 }
                 if let Some(area) = area {
-                    // A denied path in a closed home is not there to cover.
-                    let visible: Vec<PathBuf> =
-                        denied.iter().filter(|d| !home.hides(d)).cloned().collect();
+                    // A denied path in a closed home, or in the host's `/tmp` where the
+                    // private temp directory is mounted over it, is not there to cover.
+                    let private_tmp = temp_area
+                        .is_some_and(|t| bwrap_temp_inside(policy, t) == Path::new("/tmp"));
+                    let visible: Vec<PathBuf> = denied
+                        .iter()
+                        .filter(|d| !(home.hides(d) || private_tmp && d.starts_with("/tmp")))
+                        .cloned()
+                        .collect();
                     a = with_denied(a, &visible, area);
                 }
                 (a, Some(r), held)

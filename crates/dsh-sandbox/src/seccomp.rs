@@ -84,9 +84,10 @@ pub struct Denials {
     /// either (a command of a root dsh would plant a setuid-root binary), and file leases
     /// (`F_SETLEASE` lets a command stall the writers of a file it can open).
     pub set_id_and_leases: bool,
-    /// The terminal ioctls that reach past a command's own input, for a command whose
-    /// controlling terminal is a private PTY: `TIOCSTI` (push input), `TIOCSETD` (line
-    /// disciplines, a long line of kernel bugs), `TIOCLINUX` and `TIOCCONS` (the console).
+    /// The terminal ioctls that reach past a command's own input: `TIOCSTI` (push input),
+    /// `TIOCSETD` (line disciplines, a long line of kernel bugs: a command without a
+    /// terminal can still open one of its own and load one), `TIOCLINUX` and `TIOCCONS`
+    /// (the console). No program a command runs needs them; every confinement denies them.
     pub terminal_ioctls: bool,
     /// `clone3`, answered `ENOSYS` rather than `EPERM` so libc falls back to `clone`: its
     /// `CLONE_INTO_CGROUP` starts a child in another cgroup (see the [module docs](self)).

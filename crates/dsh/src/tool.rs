@@ -242,10 +242,17 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         "completed"
     };
     session.end_turn(reason).await?;
-    if result.text.ends_with('\n') {
-        crate::emit(&result.text);
+    // A command's escape sequences never reach the user's terminal raw (a clipboard
+    // write, a cleared screen); piped, the text is passed as it is.
+    let text = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        dsh_core::visible::for_terminal(&result.text)
     } else {
-        crate::emit(&format!("{}\n", result.text));
+        result.text.clone()
+    };
+    if text.ends_with('\n') {
+        crate::emit(&text);
+    } else {
+        crate::emit(&format!("{text}\n"));
     }
     Ok(if result.is_error { EXIT_ERROR } else { 0 })
 }

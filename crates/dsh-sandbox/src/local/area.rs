@@ -26,6 +26,8 @@ impl Area {
         };
         let parent = dsh_core::path::canonical_path(&parent);
         remove_stale_areas(&parent);
+        // Where areas were kept before they moved into the closed private directory.
+        remove_stale_areas(Path::new("/var/tmp"));
         let mut root = None;
         for _ in 0..8 {
             let candidate = parent.join(format!(

@@ -17,6 +17,16 @@ pub(super) fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
         "use a workspace below your home directory, not the home directory itself"
     } else if why.contains("could not be walked") {
         "use a smaller workspace, or trim the git config named"
+    } else if why.contains("relative or empty entry") {
+        "remove the relative and empty entries from PATH (write ./bin or node_modules/.bin \
+         as absolute paths outside the writable roots, or run them by path)"
+    } else if why.contains("where programs keep what they run") {
+        "use a workspace that neither is nor holds a directory on PATH or one where programs \
+         keep their settings, or take that directory off PATH"
+    } else if why.contains("has another name (a hard link)") {
+        "remove the other name of that file (the command named finds it)"
+    } else if why.contains("dsh's state directory") {
+        "use writable roots outside dsh's state directory"
     } else if why.contains("Landlock ABI") {
         "run a newer kernel (Linux 6.12+ has Landlock ABI 6) or install bubblewrap"
     } else {
@@ -105,6 +115,21 @@ pub(super) fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<Str
             dir.display()
         ));
     }
+    if let Some(entry) = relative_path_entry() {
+        if let Some(root) = policy.writable_dirs().first() {
+            gaps.push(format!(
+                "PATH holds the relative or empty entry {entry:?}, which the host's shell \
+                 resolves in whatever folder the user stands in: a program a command plants \
+                 there ({}/{}/ls, say) runs in place of the real one",
+                root.display(),
+                if entry.is_empty() {
+                    "."
+                } else {
+                    entry.trim_start_matches("./")
+                }
+            ));
+        }
+    }
     if let Some(state) = crate::state_dir::path() {
         if let Some(root) = policy
             .writable_dirs()
@@ -129,6 +154,16 @@ pub(super) fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<Str
         ));
     }
     gaps
+}
+
+/// The first entry of `PATH` that is relative (`./bin`, `node_modules/.bin`) or empty (the
+/// current directory), if any.
+fn relative_path_entry() -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    let path = path.to_string_lossy().into_owned();
+    path.split(':')
+        .find(|e| !e.starts_with('/'))
+        .map(str::to_owned)
 }
 
 /// The writable roots of `policy` that are, hold or lie in a place where programs keep

@@ -292,3 +292,128 @@ fn session_b_cannot_read_session_a_log() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(!text(&out).contains("sk_live_42abcdef"), "{}", text(&out));
 }
+
+// Regression: a security review opened a whole home through a link at an allowed name: a
+// `bin -> ~` on PATH inside the workspace, and `~/.cache/pip -> ~/.aws` planted in a
+// writable root; and read a whole home from a session started in it.
+#[test]
+fn no_link_a_command_could_make_and_no_root_in_a_home_opens_its_secrets() {
+    let fx = fixture_with_unlisted_secrets();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let home = fx.home.display().to_string();
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    std::os::unix::fs::symlink(&fx.home, fx.ws.join("bin")).expect("link");
+    let host_path = std::env::var("PATH").unwrap_or_default();
+    let path = format!("{ws}/bin:{host_path}");
+    let cat = format!("cat {home}/.terraformrc {home}/.aws/sso/cache/0123abcd.json 2>&1; echo ran");
+    for runner in ["landlock", "bwrap"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .env("HOME", &fx.home)
+            .env("PATH", &path)
+            .args([
+                "exec", "-C", ws, "--runner", runner, "--", "bash", "-c", &cat,
+            ])
+            .output()
+            .expect("dsh");
+        if out.status.code() == Some(125) && runner == "landlock" {
+            continue;
+        }
+        assert!(text(&out).contains("ran"), "{runner}: {}", text(&out));
+        assert!(!text(&out).contains(SECRET), "{runner}: {}", text(&out));
+    }
+    let args = serde_json::json!({"file_path": format!("{home}/.terraformrc")}).to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .env("HOME", &fx.home)
+        .env("PATH", &path)
+        .args(["tool", "read", &args, "-C", ws, "--state", state])
+        .output()
+        .expect("dsh");
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+    // A link planted in a writable root inside the home opens nothing in the next calls.
+    let cache = fx.home.join(".cache");
+    std::fs::create_dir_all(&cache).expect("cache");
+    let cache_s = cache.to_str().expect("utf-8");
+    let out = fx.exec_in(
+        &fx.ws,
+        &["--writable", cache_s],
+        &format!("ln -s {home}/.aws {cache_s}/pip && echo planted"),
+    );
+    assert!(text(&out).contains("planted"), "{}", text(&out));
+    for mode in ["read-only", "workspace-write"] {
+        let out = fx.dsh(&[
+            "exec",
+            "-C",
+            ws,
+            "--mode",
+            mode,
+            "--",
+            "bash",
+            "-c",
+            &format!("cat {home}/.aws/sso/cache/0123abcd.json {cache_s}/pip/sso/cache/0123abcd.json 2>&1; echo ran"),
+        ]);
+        assert!(text(&out).contains("ran"), "{mode}: {}", text(&out));
+        assert!(!text(&out).contains(SECRET), "{mode}: {}", text(&out));
+    }
+    // A session started in the home reads the user's files there, not the dot-entries.
+    std::fs::write(fx.home.join("notes.txt"), "plain-notes\n").expect("notes");
+    let h = fx.home.to_str().expect("utf-8");
+    for runner in ["landlock", "bwrap"] {
+        let out = fx.dsh(&[
+            "exec",
+            "-C",
+            h,
+            "--runner",
+            runner,
+            "--",
+            "bash",
+            "-c",
+            &format!("cat notes.txt {home}/.bash_history .some-new-tool/token 2>&1; echo ran"),
+        ]);
+        if out.status.code() == Some(125) && runner == "landlock" {
+            continue;
+        }
+        assert!(
+            text(&out).contains("plain-notes"),
+            "{runner}: {}",
+            text(&out)
+        );
+        assert!(!text(&out).contains(SECRET), "{runner}: {}", text(&out));
+    }
+    let args = serde_json::json!({"file_path": format!("{home}/.bash_history")}).to_string();
+    let out = fx.dsh(&["tool", "read", &args, "-C", h, "--state", state]);
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+}
+
+// Regression: a security review read a session's log kept with `--state DIR` from another
+// session. A store in a home is closed to every session by construction (one outside every
+// home is denied to its own session's commands only: see docs/reading.md).
+#[test]
+fn a_session_store_in_a_home_is_closed_to_every_other_session() {
+    let fx = Fixture::new();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let elsewhere = fx.home.join("stores/agent");
+    let elsewhere_s = elsewhere.to_str().expect("utf-8");
+    let a =
+        serde_json::json!({"command": "echo sk_live_$((6*7))zz", "description": "a"}).to_string();
+    let out = fx.dsh(&["tool", "bash", &a, "-C", ws, "--state", elsewhere_s]);
+    assert!(text(&out).contains("sk_live_42zz"), "{}", text(&out));
+    // Another session, with another store.
+    let steal = format!("grep -rac sk_live_42zz {elsewhere_s} 2>&1; echo ran");
+    let b = serde_json::json!({"command": steal, "description": "b"}).to_string();
+    let other = fx.base.join("other-store");
+    let out = fx.dsh(&[
+        "tool",
+        "bash",
+        &b,
+        "-C",
+        ws,
+        "--state",
+        other.to_str().expect("utf-8"),
+    ]);
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains(":1"), "{}", text(&out));
+    let out = fx.dsh(&["exec", "-C", ws, "--", "bash", "-c", &steal]);
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains(":1"), "{}", text(&out));
+}

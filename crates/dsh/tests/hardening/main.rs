@@ -17,5 +17,6 @@ mod git_workflow;
 mod home;
 mod host_tool_files;
 mod placeholders;
+mod small;
 mod support;
 mod toolchains;
