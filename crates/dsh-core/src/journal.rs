@@ -49,11 +49,15 @@ pub enum EventKind {
     /// `job/notice {jobId, text}`: a background job ended unseen and its owner was told,
     /// with this text.
     JobNotice,
+    /// `sandbox/unsettled {callId?, text, quarantined}`: the check after a call could not
+    /// set aside what the host's tools would run; workspace-write is refused there until
+    /// the user deals with it, and the user was told (not only the model).
+    SandboxUnsettled,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::TurnStart,
         EventKind::TurnEnd,
         EventKind::ToolCall,
@@ -65,6 +69,7 @@ impl EventKind {
         EventKind::LogCapped,
         EventKind::SandboxNewGitDir,
         EventKind::JobNotice,
+        EventKind::SandboxUnsettled,
     ];
 
     /// The stable type name (`turn/start`, …).
@@ -81,6 +86,7 @@ impl EventKind {
             EventKind::LogCapped => "log/capped",
             EventKind::SandboxNewGitDir => "sandbox/new-git-dir",
             EventKind::JobNotice => "job/notice",
+            EventKind::SandboxUnsettled => "sandbox/unsettled",
         }
     }
 

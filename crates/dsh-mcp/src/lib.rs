@@ -176,6 +176,7 @@ impl DshServer {
                     self.log_level.clone(),
                     self.inbox.clone(),
                 );
+                notices::forward_unsettled(&world, context.peer.clone(), self.log_level.clone());
                 Ok((world, session))
             })
             .await

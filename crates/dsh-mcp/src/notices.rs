@@ -85,6 +85,26 @@ impl Inbox {
     }
 }
 
+/// Tells the user what the check after a call could not set aside: on this process's
+/// stderr (a client keeps a server's stderr in its log) and to `peer` as a logging message
+/// (level `warning`, logger `dsh.sandbox`), whatever the model makes of its own result.
+pub(crate) fn forward_unsettled(world: &World, peer: Peer<RoleServer>, level: Arc<LogLevel>) {
+    world.policy().on_unsettled(Arc::new(move |text: &str| {
+        eprintln!("dsh mcp: {text}");
+        if !level.wants(LoggingLevel::Warning) {
+            return;
+        }
+        let mut message = LoggingMessageNotificationParam::new(LoggingLevel::Warning, json!(text));
+        message.logger = Some("dsh.sandbox".into());
+        let peer = peer.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = peer.notify_logging_message(message).await;
+            });
+        }
+    }));
+}
+
 /// Sends `session`'s unseen job ends to `peer`, and keeps them in `inbox` for the next
 /// result, from now on (see the [module docs](self)).
 pub(crate) fn forward(

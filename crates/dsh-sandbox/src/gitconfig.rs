@@ -35,6 +35,35 @@ pub struct ConfigFacts {
     pub complete: bool,
     /// Every file an include names (absolute), followed or not.
     pub includes: Vec<PathBuf>,
+    /// Every `remote.*.url` and `remote.*.pushurl` that names a repository on this disk
+    /// ([`is_local_url`]), as a path (relative ones as written).
+    pub local_remotes: Vec<PathBuf>,
+}
+
+/// Whether a remote URL names a repository on this disk: a path (`/srv/r.git`, `../r`,
+/// `.git/x.git`) or a `file://` URL; not `host:path` (ssh) nor `scheme://` of another
+/// kind.
+pub fn is_local_url(url: &str) -> bool {
+    if url.is_empty() {
+        return false;
+    }
+    if url.starts_with("file://") {
+        return true;
+    }
+    if url.contains("://") {
+        return false;
+    }
+    // git's rule: a colon before any slash makes it `host:path`.
+    match (url.find(':'), url.find('/')) {
+        (Some(c), Some(s)) => s < c,
+        (Some(_), None) => false,
+        _ => true,
+    }
+}
+
+/// The path a local remote URL ([`is_local_url`]) names.
+pub fn local_path(url: &str) -> PathBuf {
+    expand_home(url.strip_prefix("file://").unwrap_or(url))
 }
 
 /// The facts of the config file at `path` and of every file it includes, recursively.
@@ -62,6 +91,11 @@ fn collect(path: &Path, depth: usize, facts: &mut ConfigFacts) {
             ("core", "hookspath") if entry.subsection.is_none() => {
                 if let Some(v) = entry.value.filter(|v| !v.is_empty()) {
                     facts.hooks_paths.push(expand_home(&v));
+                }
+            }
+            ("remote", "url" | "pushurl") => {
+                if let Some(v) = entry.value.filter(|v| is_local_url(v)) {
+                    facts.local_remotes.push(local_path(&v));
                 }
             }
             ("include", "path") | ("includeif", "path") => {

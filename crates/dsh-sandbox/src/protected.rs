@@ -148,8 +148,17 @@ pub const LEFTHOOK_NAMES: &[&str] = &[
 pub const PROTECTED_PATTERNS: &[&str] = &["*.code-workspace"];
 
 /// The parts of every git dir that stay read-only: what git runs (`hooks`), what it reads
-/// as configuration (`config`, `config.worktree`), and what redirects both (`commondir`).
-pub const GIT_DIR_PARTS: [&str; 4] = ["hooks", "config", "config.worktree", "commondir"];
+/// as configuration (`config`, `config.worktree`), what redirects both (`commondir`), and
+/// the older places a remote is named (`remotes`, `branches`: a remote that is a
+/// repository on this disk runs its own hooks on `git push`).
+pub const GIT_DIR_PARTS: [&str; 6] = [
+    "hooks",
+    "config",
+    "config.worktree",
+    "commondir",
+    "remotes",
+    "branches",
+];
 
 /// The content of a placeholder `commondir`: the git dir itself.
 pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
@@ -163,6 +172,8 @@ const MODULE_SEARCH: usize = 100_000;
 pub const DIRECTORY_NAMES: &[&str] = &[
     ".git",
     "hooks",
+    "remotes",
+    "branches",
     ".husky",
     ".lefthook",
     ".dsh",
@@ -302,6 +313,26 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     for entry in &walk.tool_configs {
         b.layout.protected.push(entry.clone());
     }
+    // What a protected config points a tool at is protected too (present or not): a
+    // read-only `.yarnrc.yml` naming a writable `yarnPath` would run the command's program.
+    let configs: Vec<PathBuf> = b
+        .layout
+        .protected
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n == ".yarnrc.yml" || n == ".yarnrc" || n == ".envrc")
+        })
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .cloned()
+        .collect();
+    for c in configs {
+        b.layout.protected.extend(
+            config_targets(&c)
+                .into_iter()
+                .filter(|t| t.starts_with(root) && t != root),
+        );
+    }
     // A protected path behind a link is protected where it leads, too.
     let targets: Vec<PathBuf> = b
         .layout
@@ -404,11 +435,39 @@ impl Builder {
             self.layout.protected.extend(hook_managers(top));
         }
         let mut hooks_paths = self.global.clone();
+        let mut remotes = Vec::new();
         for config in configs {
             let facts = gitconfig::read(&config);
             self.layout.complete &= facts.complete;
             self.layout.protected.extend(facts.includes);
             hooks_paths.extend(facts.hooks_paths);
+            remotes.extend(facts.local_remotes);
+        }
+        remotes.extend(legacy_remotes(g));
+        // A remote that is a repository on this disk runs its own hooks (`pre-receive`,
+        // `post-receive`) on the user's `git push`: it is protected as a git dir, wherever
+        // the URL is read from (the worktree or the git dir).
+        for url in remotes {
+            let mut bases = vec![g.to_path_buf()];
+            bases.extend(top.clone());
+            for base in bases {
+                let at = dsh_core::path::fold_dots(&base.join(&url));
+                for candidate in [at.join(".git"), at] {
+                    if walk::is_git_dir(&candidate) && !self.layout.git_dirs.contains(&candidate) {
+                        self.git_dir(&candidate, None);
+                    }
+                }
+            }
+        }
+        if let Some(top) = &top {
+            // A hook that runs a hook manager runs whatever that manager's config in the
+            // worktree says, a missing config included (pre-commit's
+            // `--allow-missing-config`): the config is protected, present or not.
+            let mut dirs = vec![g.join("hooks")];
+            dirs.extend(hooks_paths.iter().map(|h| top.join(h)));
+            self.layout
+                .protected
+                .extend(configs_of_hooked_managers(&dirs, top));
         }
         {
             for hooks in hooks_paths {
@@ -472,6 +531,133 @@ fn hook_managers(top: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The local repositories the older remote files of the git dir `g` name (`remotes/NAME`:
+/// `URL:` and `Push:` lines; `branches/NAME`: its first line, before any `#`).
+fn legacy_remotes(g: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (dir, branches) in [("remotes", false), ("branches", true)] {
+        let Ok(entries) = std::fs::read_dir(g.join(dir)) else {
+            continue;
+        };
+        for e in entries.flatten().take(64) {
+            let Some(text) = small_file::read(&e.path(), 64 << 10) else {
+                continue;
+            };
+            for line in text.lines() {
+                let url = if branches {
+                    Some(line.split('#').next().unwrap_or(""))
+                } else {
+                    line.strip_prefix("URL:")
+                        .or_else(|| line.strip_prefix("Push:"))
+                };
+                if let Some(u) = url.map(str::trim).filter(|u| gitconfig::is_local_url(u)) {
+                    out.push(gitconfig::local_path(u));
+                }
+                if branches {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The configs, in the worktree `top`, of the hook managers whose hooks are installed in
+/// one of `hooks_dirs`: `.pre-commit-config.yaml` when a hook runs pre-commit, every name
+/// of [`LEFTHOOK_NAMES`] when one runs lefthook. A hook is a file of at most 64 KiB (the
+/// first 64 of a folder are read); `*.sample` files run nothing.
+fn configs_of_hooked_managers(hooks_dirs: &[PathBuf], top: &Path) -> Vec<PathBuf> {
+    let (mut pre_commit, mut lefthook) = (false, false);
+    for dir in hooks_dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten().take(64) {
+            if e.file_name().to_string_lossy().ends_with(".sample") {
+                continue;
+            }
+            let Some(text) = small_file::read_bytes(&e.path(), 64 << 10) else {
+                continue;
+            };
+            pre_commit |= contains(&text, b"pre-commit") || contains(&text, b"pre_commit");
+            lefthook |= contains(&text, b"lefthook");
+        }
+    }
+    let mut out = Vec::new();
+    if pre_commit {
+        out.push(top.join(".pre-commit-config.yaml"));
+    }
+    if lefthook {
+        out.extend(LEFTHOOK_NAMES.iter().map(|n| top.join(n)));
+    }
+    out
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What the tool config `config` (an existing `.yarnrc.yml`, `.yarnrc` or `.envrc`) makes
+/// its tool run or load on an ordinary invocation, as paths in the config's folder: yarn's
+/// `yarnPath` and each plugin `path` (yarn runs them on any command, `yarn --version`
+/// too); direnv's `dotenv` (default `.env`), `dotenv_if_exists`, `source_env`,
+/// `source_env_if_exists`, `PATH_add` and `path_add` targets (an allowed `.envrc` loads or
+/// puts them on PATH on entering the folder). Absolute targets, and those leaving the
+/// folder, are returned as they lead: the caller keeps the ones in a root.
+pub fn config_targets(config: &Path) -> Vec<PathBuf> {
+    let Some(dir) = config.parent() else {
+        return Vec::new();
+    };
+    let Some(text) = small_file::read(config, gitconfig::MAX_CONFIG_BYTES) else {
+        return Vec::new();
+    };
+    let unquote = |v: &str| v.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
+    let mut out: Vec<String> = Vec::new();
+    let name = config.file_name().map(|n| n.to_string_lossy().into_owned());
+    match name.as_deref() {
+        Some(".yarnrc.yml") => {
+            for line in text.lines() {
+                let l = line.trim_start().trim_start_matches("- ").trim_start();
+                for key in ["yarnPath:", "path:"] {
+                    if let Some(v) = l.strip_prefix(key) {
+                        out.push(unquote(v));
+                    }
+                }
+            }
+        }
+        Some(".yarnrc") => {
+            for line in text.lines() {
+                if let Some(v) = line.trim_start().strip_prefix("yarn-path") {
+                    out.push(unquote(v));
+                }
+            }
+        }
+        Some(".envrc") => {
+            for line in text.lines() {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["dotenv" | "dotenv_if_exists"] => out.push(".env".into()),
+                    ["dotenv"
+                    | "dotenv_if_exists"
+                    | "source_env"
+                    | "source_env_if_exists"
+                    | "PATH_add", rest @ ..] => {
+                        out.extend(rest.iter().map(|w| unquote(w)));
+                    }
+                    ["path_add", _var, rest @ ..] => out.extend(rest.iter().map(|w| unquote(w))),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    out.into_iter()
+        .filter(|v| !v.is_empty() && !v.contains('$'))
+        .map(|v| dsh_core::path::fold_dots(&dir.join(v)))
+        .collect()
+}
+
 /// The `.git` entry of the submodule checked out at `path` (relative, as an index spells
 /// it) in `top`, when it exists and git would enter it: git takes a link on the way as a
 /// removed submodule, so no component below `top` may be one.
@@ -508,8 +694,9 @@ pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<P
             .iter()
             .filter(|p| !before.protected.contains(p))
             .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n == ".git" || walk::is_tool_setting(n))
+                p.file_name().is_some_and(|n| {
+                    n == ".git" || walk::is_tool_setting_in(p.parent().unwrap_or(p), n)
+                })
             })
             .cloned(),
     );

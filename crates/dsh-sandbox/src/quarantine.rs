@@ -248,6 +248,24 @@ fn short_walk_what() -> String {
     )
 }
 
+/// What a check after a command could not set aside at `root` or beneath it, in any dsh
+/// process of this user, that is still there: what workspace-write is refused for until
+/// the user deals with it (`dsh doctor` lists it). A root whose walk stopped short is
+/// listed as `a root dsh could not walk whole`.
+pub fn unsettled_beneath(root: &Path) -> Vec<(PathBuf, &'static str)> {
+    crate::unsettled::beneath(root)
+        .into_iter()
+        .map(|(p, k)| {
+            let what = match k {
+                crate::unsettled::Kind::HooksDir => "a git hooks folder a config names",
+                crate::unsettled::Kind::Entry => "a git dir, .git entry or tool setting",
+                crate::unsettled::Kind::Baseline => "a root dsh could not walk whole",
+            };
+            (p, what)
+        })
+        .collect()
+}
+
 /// Before a workspace-write command under `policy`: what an earlier check could not set
 /// aside in one of its writable roots (in any dsh process of this user) is tried again;
 /// what still cannot be is returned, and is a gap of every runner until it is gone.
@@ -436,7 +454,7 @@ fn act_on(
     if meta.file_type().is_symlink() {
         if name == ".git" {
             act("a .git symlink", rename_aside(site, p).map(Some));
-        } else if is_tool_setting(&name) {
+        } else if is_tool_setting(p, &name) {
             act("tool settings (a symlink)", rename_aside(site, p).map(Some));
         }
         return;
@@ -454,6 +472,14 @@ fn act_on(
                 "a .git file leading out of the workspace or to a protected or denied path",
                 rename_aside(site, p).map(Some),
             );
+        } else if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+            // Another name would stay writable while the pointer is mounted read-only.
+            let r =
+                read_nofollow(site.root, p, crate::small_file::POINTER_MAX).and_then(|t| match t {
+                    Some(t) => fresh_aside(site, p, &t),
+                    None => rename_aside(site, p).map(Some),
+                });
+            act("a .git file with another name (a hard link)", r);
         }
         return;
     }
@@ -475,7 +501,7 @@ fn act_on(
         git_dir_parts(p, site, before, out);
         return;
     }
-    if is_tool_setting(&name) {
+    if is_tool_setting(p, &name) {
         if holds_protected {
             act(
                 "tool settings holding protected paths",
@@ -516,10 +542,17 @@ fn git_dir_parts(g: &Path, site: &Site, before: &SandboxPolicy, out: &mut Vec<Qu
         }
         Some(p)
     };
-    let parts: Vec<PathBuf> = ["config", "config.worktree", "hooks", "commondir"]
-        .into_iter()
-        .filter_map(&mut part)
-        .collect();
+    let parts: Vec<PathBuf> = [
+        "config",
+        "config.worktree",
+        "hooks",
+        "commondir",
+        "remotes",
+        "branches",
+    ]
+    .into_iter()
+    .filter_map(&mut part)
+    .collect();
     let part = |name: &str| parts.iter().find(|p| p.ends_with(name)).cloned();
     for config in ["config", "config.worktree"].into_iter().filter_map(part) {
         let mut what = String::new();
@@ -528,6 +561,17 @@ fn git_dir_parts(g: &Path, site: &Site, before: &SandboxPolicy, out: &mut Vec<Qu
     }
     if let Some(hooks) = part("hooks") {
         out.extend(report(&hooks, "git hooks", quarantine_hooks(site, &hooks)));
+    }
+    // The older places a remote is named: one leading to a repository on this disk would
+    // run that repository's hooks on the user's `git push`.
+    for named in ["remotes", "branches"].into_iter().filter_map(part) {
+        if std::fs::symlink_metadata(&named).is_ok_and(|m| m.is_dir()) {
+            out.extend(report(
+                &named,
+                "git remotes named outside the config",
+                empty_dir_aside(site, &named, |_| true),
+            ));
+        }
     }
     if let Some(commondir) = part("commondir") {
         out.extend(report(
@@ -556,8 +600,8 @@ fn report(path: &Path, what: &str, r: Result<Option<PathBuf>, String>) -> Option
     }
 }
 
-fn is_tool_setting(name: &str) -> bool {
-    crate::walk::is_tool_setting(OsStr::new(name))
+fn is_tool_setting(p: &Path, name: &str) -> bool {
+    crate::walk::is_tool_setting_in(p.parent().unwrap_or(p), OsStr::new(name))
 }
 
 /// A git config with anything outside [`SAFE_GIT_KEYS`], or that dsh cannot read whole
@@ -582,6 +626,17 @@ fn quarantine_config(
     let whole = (bytes.len() as u64) <= gitconfig::MAX_CONFIG_BYTES;
     let text = String::from_utf8_lossy(&bytes);
     let (entries, clean) = gitconfig::parse(&text);
+    {
+        use std::os::unix::fs::MetadataExt;
+        // Another name for the config (`ln .git/config notes.txt`) would stay writable
+        // while the config's own path is mounted read-only: the file goes aside with
+        // every other name it has, and a fresh one of one name takes its place.
+        if meta.nlink() > 1 {
+            *what = "git config with another name (a hard link)".into();
+            let safe: Vec<&Entry> = entries.iter().filter(|e| is_safe(e)).collect();
+            return fresh_aside(site, config, render(&safe).as_bytes());
+        }
+    }
     let mut unsafe_keys: Vec<String> = entries
         .iter()
         .filter(|e| !is_safe(e))
@@ -630,6 +685,10 @@ fn quarantine_commondir(
     let Some(text) = read_nofollow(site.root, commondir, crate::small_file::POINTER_MAX)? else {
         return rename_aside(site, commondir).map(Some);
     };
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        // Another name would stay writable (see `quarantine_config`).
+        return fresh_aside(site, commondir, &text);
+    }
     let Some(rel) = crate::small_file::parse_git_path(&text, "") else {
         return Ok(None);
     };
@@ -720,6 +779,22 @@ fn parent_of(root: &Path, p: &Path) -> Result<(OwnedFd, CString), String> {
 }
 
 /// Renames `p` to a fresh `<name>.dsh-quarantine-<random>` beside it.
+/// The file at `p` moved aside whole (with every other name it has), and a new file of one
+/// name holding `content` made in its place (0644, this user's).
+fn fresh_aside(site: &Site, p: &Path, content: &[u8]) -> Result<Option<PathBuf>, String> {
+    let aside = rename_aside(site, p)?;
+    let (dir, name) = parent_of(site.root, p)?;
+    let fd = nofollow::open_at(&dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
+        .map_err(|e| format!("set aside, but no fresh copy made: {e}"))?;
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, content).map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    Ok(Some(aside))
+}
+
 fn rename_aside(site: &Site, p: &Path) -> Result<PathBuf, String> {
     site.may_move(p)?;
     let (dir, from) = parent_of(site.root, p)?;
@@ -1037,7 +1112,8 @@ mod tests {
     }
 
     // Regression: a new git dir's config that is another name of a user's file (a hard
-    // link) was rewritten in place, which rewrote the user's file as well.
+    // link) was rewritten in place, which rewrote the user's file as well; and (issue 23)
+    // one left with two names kept a writable second name.
     #[test]
     fn a_config_with_another_name_is_moved_aside_and_the_other_name_kept() {
         let (_d, root, policy) = setup();
@@ -1051,7 +1127,12 @@ mod tests {
         let q = check(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert_eq!(std::fs::read_to_string(&notes).expect("notes"), text);
-        assert!(!g.join("config").exists(), "{q:?}");
+        // Issue 23: a fresh copy of one name takes its place, without the unsafe setting,
+        // so the protected path holds the config and no other name reaches it.
+        let fresh = std::fs::symlink_metadata(g.join("config")).expect("a fresh config");
+        assert_eq!(std::os::unix::fs::MetadataExt::nlink(&fresh), 1, "{q:?}");
+        let fresh_text = std::fs::read_to_string(g.join("config")).expect("fresh");
+        assert!(!fresh_text.contains("fsmonitor"), "{fresh_text}");
         assert_eq!(
             std::fs::read_to_string(aside_of(&q, "config")).expect("aside"),
             text

@@ -44,9 +44,31 @@ pub struct Walk {
 /// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
 /// from a project's root, besides every name [`PROTECTED_NAMES`](crate::protected::PROTECTED_NAMES)
 /// protects at a root as a whole entry (cargo and rustup in any subdirectory, npm and yarn
-/// at each package, an editor's or an agent's per-folder settings): direnv's, in each
-/// directory.
-pub const NESTED_TOOL_NAMES: &[&str] = &[".envrc"];
+/// at each package, an editor's or an agent's per-folder settings): direnv's; Maven's
+/// `.mvn` (`jvm.config` takes `-javaagent:`, on any `mvn`, `mvn -v` too, from any folder
+/// beneath it); Gradle's `gradle.properties` (`org.gradle.jvmargs`) and its wrapper's
+/// properties and jar; Mercurial's `hgrc` and `hgrc-not-shared` (in a `.hg`: hooks run on
+/// `hg status`). An existing one is read-only; a new one is emptied by the check after
+/// the call. (Jujutsu's repository config is [`JJ_REPO_CONFIG`].)
+pub const NESTED_TOOL_NAMES: &[&str] = &[
+    ".envrc",
+    ".mvn",
+    "gradle.properties",
+    "gradle-wrapper.properties",
+    "gradle-wrapper.jar",
+    "hgrc",
+    "hgrc-not-shared",
+];
+
+/// Jujutsu's repository config (`.jj/repo/config.toml`: a pager, a diff tool, a signing
+/// program): a tool setting wherever it is, known by its folder, not its name alone.
+pub const JJ_REPO_CONFIG: &str = ".jj/repo/config.toml";
+
+/// Whether the entry `name` of the directory `dir` is a tool setting: [`is_tool_setting`],
+/// or Jujutsu's repository config ([`JJ_REPO_CONFIG`]).
+pub fn is_tool_setting_in(dir: &Path, name: &OsStr) -> bool {
+    is_tool_setting(name) || (name == "config.toml" && dir.ends_with(".jj/repo"))
+}
 
 /// Walks `root`, calling `on_dir` with each directory it reads (the root first).
 pub fn walk(root: &Path, on_dir: impl FnMut(&Path)) -> Walk {
@@ -108,7 +130,7 @@ fn walk_from(root: &Path, enter_root: bool, mut on_dir: impl FnMut(&Path)) -> Wa
             shape.note(&name, kind);
             if name == ".git" {
                 out.git_entries.push(entry.path());
-            } else if is_tool_setting(&name) {
+            } else if is_tool_setting_in(&dir, &name) {
                 out.tool_configs.push(entry.path());
             }
             if enter && kind.is_dir() && name != ".git" {

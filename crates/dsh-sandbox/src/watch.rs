@@ -260,7 +260,7 @@ impl TreeWatch {
             self.note(path);
             return;
         }
-        if walk::is_tool_setting(name) {
+        if walk::is_tool_setting_in(&dir, name) {
             insert_sorted(&mut self.current.tool_configs, path.clone());
         }
         if walk::is_git_dir(&dir) {

@@ -260,6 +260,36 @@ impl AfterCheck {
             ));
         }
         line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
+        if !failed.is_empty() {
+            // The user is told directly: the model is the one that made it.
+            let list: Vec<String> = failed
+                .iter()
+                .map(|q| format!("{} ({})", q.path.display(), q.what))
+                .collect();
+            let text = format!(
+                "a sandboxed command (call {}) made what the host's git or tools would run, \
+                 and dsh could not set it aside: {}. Do not run git or those tools there \
+                 until you have looked at it and moved or removed it; dsh refuses \
+                 workspace-write commands there until then (dsh doctor lists it).",
+                self.call_id.as_str(),
+                list.join("; ")
+            );
+            self.service.tell_unsettled(&text);
+            if let Some(session) = &self.session {
+                let unsettled: Vec<Quarantined> = quarantined
+                    .iter()
+                    .filter(|q| !q.set_aside)
+                    .cloned()
+                    .collect();
+                session
+                    .append(Record::SandboxUnsettled {
+                        call_id: Some(self.call_id.as_str().into()),
+                        text: text.into(),
+                        quarantined: unsettled,
+                    })
+                    .await?;
+            }
+        }
         let record = Record::SandboxNewGitDir {
             call_id: Some(self.call_id.as_str().into()),
             paths: paths.into_iter().map(Logged::from).collect(),

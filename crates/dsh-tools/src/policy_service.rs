@@ -44,6 +44,22 @@ pub struct PolicyService {
     /// configured ones).
     read_allow: Vec<PathBuf>,
     watches: Arc<Mutex<HashMap<PathBuf, TreeWatch>>>,
+    /// Who is told, besides the model, when the check after a call leaves something the
+    /// host would run.
+    unsettled: UnsettledListeners,
+}
+
+/// A listener told the text of each unsettled finding ([`PolicyService::on_unsettled`]).
+pub type UnsettledListener = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The listeners of a service and its clones.
+#[derive(Clone, Default)]
+struct UnsettledListeners(Arc<Mutex<Vec<UnsettledListener>>>);
+
+impl std::fmt::Debug for UnsettledListeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnsettledListeners")
+    }
 }
 
 impl PolicyService {
@@ -60,6 +76,7 @@ impl PolicyService {
             deny_read: deny_read::defaults(),
             read_allow: deny_read::read_allow_defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
+            unsettled: UnsettledListeners::default(),
         }
     }
 
@@ -120,6 +137,31 @@ impl PolicyService {
     /// What stays readable in the closed homes besides the roots.
     pub fn read_allow(&self) -> &[PathBuf] {
         &self.read_allow
+    }
+
+    /// Tells `listener` the text of every finding the check after a call could not set
+    /// aside, as the user should read it: the process's stderr, a client's log. The model
+    /// hears of it in the call's result; the user must not depend on the model to pass it
+    /// on.
+    pub fn on_unsettled(&self, listener: UnsettledListener) {
+        self.unsettled
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(listener);
+    }
+
+    /// Tells every listener `text` (see [`on_unsettled`](Self::on_unsettled)).
+    pub(crate) fn tell_unsettled(&self, text: &str) {
+        let listeners = self
+            .unsettled
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for l in listeners {
+            l(text);
+        }
     }
 
     /// Every read-denial pattern in force (the defaults and the configured ones).

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
+use dsh_core::visible::visible;
 use dsh_process::{LocalSubprocess, Subprocess, TreeMechanism};
 use dsh_sandbox::{
     landlock, seccomp, Enforcement, LocalSandbox, Network, OnPartial, Runner, SandboxMode,
@@ -149,10 +150,15 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     let any_runner = runners.iter().any(|s| s.available.is_ok());
     let all_refused = self_tests.iter().all(|t| t.ok);
     let healthy = any_runner && all_refused;
+    // What an earlier command left that the host would run, and dsh could not set aside.
+    let unsettled = dsh_sandbox::quarantine::unsettled_beneath(&ws);
 
     if args.json {
         let v = json!({
             "healthy": healthy,
+            "unsettled": unsettled.iter().map(|(p, what)| json!({
+                "path": p.display().to_string(), "what": what,
+            })).collect::<Vec<Value>>(),
             "checks": checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix,
             })).collect::<Vec<Value>>(),
@@ -180,6 +186,16 @@ async fn run(args: &DoctorArgs) -> ExitCode {
         }
         for t in &self_tests {
             outln!("    {} {:<22} {}", mark(t.ok), t.name, t.detail);
+        }
+        if !unsettled.is_empty() {
+            outln!(
+                "\n  !! left by an earlier command, not set aside (workspace-write is refused \
+                 here until you look at each, then move or remove it; do not run git or tools \
+                 there before):"
+            );
+            for (p, what) in &unsettled {
+                outln!("    {} ({what})", visible(&p.display().to_string()));
+            }
         }
         outln!(
             "\n{}",

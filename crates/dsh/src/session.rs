@@ -148,7 +148,9 @@ fn detail(r: &Record) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Record::JobNotice { text, .. } => text.text().to_owned(),
+        Record::JobNotice { text, .. } | Record::SandboxUnsettled { text, .. } => {
+            text.text().to_owned()
+        }
     }
 }
 

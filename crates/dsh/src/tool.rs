@@ -206,6 +206,9 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
         &state,
         terminal,
     )?;
+    world
+        .policy()
+        .on_unsettled(Arc::new(|text: &str| eprintln!("dsh tool: {text}")));
     apply_flags(&world, &session, args.mode, args.approval).await?;
     session.begin_turn().await?;
     let interrupt = CancelToken::new();

@@ -125,6 +125,20 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Logged::is_dropped")]
         text: Logged,
     },
+    /// `sandbox/unsettled {callId?, text, quarantined}`: the check after a call could not
+    /// set aside what the host's tools would run, and the user was told this text.
+    #[serde(rename = "sandbox/unsettled")]
+    SandboxUnsettled {
+        /// The call whose command made them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<Logged>,
+        /// What the user was told.
+        #[serde(default, skip_serializing_if = "Logged::is_dropped")]
+        text: Logged,
+        /// What was not set aside.
+        #[serde(default)]
+        quarantined: Vec<Quarantined>,
+    },
 }
 
 /// Why a turn ended: `{kind}`.
@@ -232,6 +246,7 @@ impl Record {
             Record::LogCapped { .. } => EventKind::LogCapped,
             Record::SandboxNewGitDir { .. } => EventKind::SandboxNewGitDir,
             Record::JobNotice { .. } => EventKind::JobNotice,
+            Record::SandboxUnsettled { .. } => EventKind::SandboxUnsettled,
         }
     }
 
@@ -307,6 +322,11 @@ mod tests {
             Record::JobNotice {
                 job_id: "bash-1".into(),
                 text: "background job bash-1 (bash: true) finished".into(),
+            },
+            Record::SandboxUnsettled {
+                call_id: None,
+                text: "dsh: could not set aside x".into(),
+                quarantined: vec![],
             },
         ];
         assert_eq!(records.len(), EventKind::ALL.len());

@@ -16,7 +16,9 @@ pub(super) fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
     } else if why.contains("contains the home directory") {
         "use a workspace below your home directory, not the home directory itself"
     } else if why.contains("could not be walked") {
-        "use a smaller workspace, or trim the git config named"
+        "use a smaller workspace, let git rewrite a malformed index (`git status` on the host, \
+         once you have checked nothing there is armed: `dsh doctor` lists what was left), or \
+         trim the git config named"
     } else if why.contains("relative or empty entry") {
         "remove the relative and empty entries from PATH (write ./bin or node_modules/.bin \
          as absolute paths outside the writable roots, or run them by path)"
@@ -85,6 +87,24 @@ pub(super) fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<Str
     if policy.mode != SandboxMode::WorkspaceWrite {
         return gaps;
     }
+    {
+        use std::os::unix::fs::MetadataExt;
+        // A protected file is held read-only by a mount of its path; another name for it
+        // (`ln .git/config notes.txt`) would stay writable.
+        let writable = policy.writable_dirs();
+        if let Some(p) = policy.protected.iter().find(|p| {
+            writable.iter().any(|w| p.starts_with(w))
+                && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.nlink() > 1)
+        }) {
+            gaps.push(format!(
+                "{} is protected but has another name (a hard link) the sandbox cannot hold \
+                 read-only: a command could change it through that name; find it (find / \
+                 -xdev -samefile {}) and remove it",
+                p.display(),
+                p.display()
+            ));
+        }
+    }
     if let Some(home) = crate::home_dir().map(|h| dsh_core::path::canonical_path(&h)) {
         if let Some(root) = policy.writable_dirs().iter().find(|w| home.starts_with(w)) {
             gaps.push(format!(
@@ -147,10 +167,12 @@ pub(super) fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<Str
     }
     for root in &policy.incomplete_roots {
         gaps.push(format!(
-            "{} could not be walked whole for nested git repositories, or a git config \
-             there names too many includes or hooks paths to follow: one there keeps \
-             writable hooks and config",
-            root.display()
+            "{} could not be walked whole for nested git repositories, its git index could \
+             not be read (over {} MiB, or not as git writes it), or a git config there names \
+             too many includes or hooks paths to follow: one there keeps writable hooks and \
+             config",
+            root.display(),
+            crate::gitlinks::MAX_INDEX_BYTES >> 20
         ));
     }
     gaps

@@ -234,3 +234,82 @@ fn a_root_where_programs_keep_what_they_run_is_a_gap() {
         "{all}"
     );
 }
+
+// Regression: issue 23: an index padded past what dsh reads left a repository the check
+// could not see armed, and "NOT set aside" went only to the model (the one that made it).
+#[test]
+fn what_the_check_cannot_read_is_told_to_the_user_and_refuses_workspace_write() {
+    if !bwrap_usable() {
+        return;
+    }
+    let fx = Fixture::new();
+    fx.repo(&fx.ws);
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    let args = serde_json::json!({
+        "command": format!(
+            "mkdir -p node_modules/pkg/deep && git init -q node_modules/pkg/deep && \
+             git -C node_modules/pkg/deep config core.fsmonitor \"{}; false\" && \
+             truncate -s 300M .git/index && echo made",
+            fx.plant()
+        ),
+        "description": "pad the index",
+    })
+    .to_string();
+    let out = fx.dsh(&[
+        "tool",
+        "bash",
+        &args,
+        "-C",
+        ws,
+        "--state",
+        state,
+        "--mode",
+        "workspace-write",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("made"), "{}", text(&out));
+    // The user hears it on stderr (a client's log), not only through the model.
+    assert!(stderr.contains("dsh could not set it aside"), "{stderr}");
+    assert!(stderr.contains(ws), "{stderr}");
+    let session = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("dsh tool: session "))
+        .expect("the session id")
+        .trim()
+        .to_owned();
+    let log = fx.dsh(&["session", "show", &session, "--state", state, "--json"]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("sandbox/unsettled"),
+        "{}",
+        text(&log)
+    );
+    let doctor = fx.dsh_in(&fx.ws, &["doctor"]);
+    assert!(text(&doctor).contains("not set aside"), "{}", text(&doctor));
+    assert!(text(&doctor).contains(ws), "{}", text(&doctor));
+    // Later workspace-write commands there are refused, saying why.
+    let again = serde_json::json!({"command": "echo again", "description": "again"}).to_string();
+    let out = fx.dsh(&[
+        "tool",
+        "bash",
+        &again,
+        "-C",
+        ws,
+        "--state",
+        state,
+        "--mode",
+        "workspace-write",
+    ]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("again\n"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("git index could not be read"),
+        "{}",
+        text(&out)
+    );
+}

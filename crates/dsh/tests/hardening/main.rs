@@ -16,6 +16,7 @@ mod git_dirs;
 mod git_workflow;
 mod home;
 mod host_tool_files;
+mod host_tools;
 mod placeholders;
 mod small;
 mod support;
