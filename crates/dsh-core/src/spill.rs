@@ -25,6 +25,35 @@ pub struct SpillDir {
     path: PathBuf,
     keep: bool,
     counter: AtomicU64,
+    /// The most bytes all its files may hold together ([`DEFAULT_TOTAL_CAP`]).
+    total_cap: u64,
+    /// The free space every write leaves on the filesystem ([`DISK_FLOOR`]).
+    disk_floor: u64,
+    ledger: std::sync::Mutex<Ledger>,
+}
+
+/// The files of a [`SpillDir`], oldest first, with the bytes granted to each.
+#[derive(Debug, Default)]
+struct Ledger {
+    files: std::collections::VecDeque<(PathBuf, u64)>,
+    total: u64,
+}
+
+/// The default cap on all the spill files of one directory (one World: a session) together:
+/// 1 GiB. Past it the oldest files are deleted to make room ([`SpillDir::charge`]).
+pub const DEFAULT_TOTAL_CAP: u64 = 1 << 30;
+
+/// The free space a spill file never takes the filesystem below: 512 MiB.
+pub const DISK_FLOOR: u64 = 512 << 20;
+
+/// What [`SpillDir::charge`] granted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// How many of the bytes asked for may be written (fewer when the cap or the disk's
+    /// floor is reached even after deleting every older file).
+    pub granted: u64,
+    /// Older spill files deleted to make room.
+    pub dropped: Vec<PathBuf>,
 }
 
 impl SpillDir {
@@ -59,6 +88,9 @@ impl SpillDir {
                         path,
                         keep: false,
                         counter: AtomicU64::new(0),
+                        total_cap: DEFAULT_TOTAL_CAP,
+                        disk_floor: DISK_FLOOR,
+                        ledger: std::sync::Mutex::new(Ledger::default()),
                     });
                 }
                 Err(rustix::io::Errno::EXIST) => continue,
@@ -81,6 +113,54 @@ impl SpillDir {
                 parent.display()
             ),
         ))
+    }
+
+    /// The same directory with its files capped at `bytes` together (and the disk's floor
+    /// at `floor`). Default: [`DEFAULT_TOTAL_CAP`], [`DISK_FLOOR`].
+    pub fn with_caps(mut self, bytes: u64, floor: u64) -> Self {
+        self.total_cap = bytes;
+        self.disk_floor = floor;
+        self
+    }
+
+    /// Asks to write `n` more bytes to the file at `path` (one of this directory's): the
+    /// oldest other files are deleted while the directory's files would pass its cap
+    /// together, or the write would leave the filesystem below its floor; what is granted
+    /// is what then fits. A file deleted while its command still writes it frees its space
+    /// once that command's capture closes it.
+    pub fn charge(&self, path: &Path, n: u64) -> Charge {
+        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Charge::default();
+        let free = || -> u64 {
+            rustix::fs::statvfs(&self.path)
+                .map(|st| st.f_bavail.saturating_mul(st.f_frsize))
+                .unwrap_or(u64::MAX)
+        };
+        loop {
+            let over_cap = ledger.total.saturating_add(n) > self.total_cap;
+            let over_floor = free() < self.disk_floor.saturating_add(n);
+            if !over_cap && !over_floor {
+                break;
+            }
+            let Some(i) = ledger.files.iter().position(|(p, _)| p != path) else {
+                break;
+            };
+            let Some((old, bytes)) = ledger.files.remove(i) else {
+                break;
+            };
+            ledger.total = ledger.total.saturating_sub(bytes);
+            let _ = std::fs::remove_file(&old);
+            out.dropped.push(old);
+        }
+        let room = self.total_cap.saturating_sub(ledger.total);
+        let disk = free().saturating_sub(self.disk_floor);
+        out.granted = n.min(room).min(disk);
+        ledger.total += out.granted;
+        match ledger.files.iter_mut().find(|(p, _)| p == path) {
+            Some((_, b)) => *b += out.granted,
+            None => ledger.files.push_back((path.to_path_buf(), out.granted)),
+        }
+        out
     }
 
     /// Keeps the directory and its files after drop (so printed spill paths stay valid),

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
-use grep_regex::RegexMatcher;
+use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{sinks::Lossy, BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
 
@@ -219,6 +219,14 @@ fn keep_first(kept: &Kept, limit: usize, key: (String, u64), path: &Path, line: 
     kept.insert(key, (path.to_path_buf(), cut(line, max)));
 }
 
+/// The most memory a grep pattern may compile to (ripgrep allows 100 MiB: one `\w{5000}`
+/// took hundreds of MiB before it was refused).
+pub const REGEX_SIZE_LIMIT: usize = 8 << 20;
+
+/// The most memory a grep's lazy DFA may use per searching thread (ripgrep allows 1 GiB;
+/// past it the search goes on, slower, with its cache cleared).
+pub const REGEX_DFA_LIMIT: usize = 8 << 20;
+
 /// The lines beneath `root` matching `query` (see the [module docs](self)); files whose
 /// reads `deny` refuses (see [`dsh_sandbox::deny_read`]) are never opened. Blocking.
 ///
@@ -232,15 +240,22 @@ pub fn grep(
 ) -> Result<GrepFound, HarnessError> {
     // The walk follows no link, so an entry's canonical path is the root's plus its own rest.
     let canonical_root = dsh_core::path::canonical_path(root);
-    let matcher = RegexMatcher::new_line_matcher(&query.pattern).map_err(|e| {
-        HarnessError::new(
-            ErrorCode::SearchInvalidPattern,
-            format!(
-                "grep pattern rejected: {}",
-                dsh_core::quoted(&e.to_string())
-            ),
-        )
-    })?;
+    let matcher = RegexMatcherBuilder::new()
+        .line_terminator(Some(b'\n'))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_DFA_LIMIT)
+        .build(&query.pattern)
+        .map_err(|e| {
+            HarnessError::new(
+                ErrorCode::SearchInvalidPattern,
+                format!(
+                    "grep pattern rejected: {} (a pattern compiles to at most {} MiB: narrow a \
+                     large repetition such as \\w{{5000}}, or use a literal)",
+                    dsh_core::quoted(&e.to_string()),
+                    REGEX_SIZE_LIMIT >> 20
+                ),
+            )
+        })?;
     let inc = query
         .include
         .as_deref()

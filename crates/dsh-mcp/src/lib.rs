@@ -69,6 +69,9 @@ pub struct DshServer {
     /// The same for the job tools, which open no descriptors: a `job_output` that waits
     /// for a job must not keep other calls from running.
     job_slots: Arc<tokio::sync::Semaphore>,
+    /// The same for the searches (`grep`, `glob`): each takes a thread per core and a
+    /// lazy DFA per thread, so a few at once bound the memory any set of patterns takes.
+    search_slots: Arc<tokio::sync::Semaphore>,
     log_level: Arc<notices::LogLevel>,
     /// Job ends the model has not seen, for the next tool result.
     inbox: Arc<notices::Inbox>,
@@ -95,6 +98,7 @@ impl DshServer {
             calls: Arc::new(AtomicU64::new(1)),
             slots: Arc::new(tokio::sync::Semaphore::new(call_slots())),
             job_slots: Arc::new(tokio::sync::Semaphore::new(JOB_CALL_SLOTS)),
+            search_slots: Arc::new(tokio::sync::Semaphore::new(SEARCH_CALL_SLOTS)),
             log_level: Arc::default(),
             inbox: Arc::default(),
             tasks: rmcp::task_manager::TaskManager::new(),
@@ -129,6 +133,7 @@ impl DshServer {
     pub async fn close(&self) {
         self.slots.close();
         self.job_slots.close();
+        self.search_slots.close();
         self.desk.close(CLOSE_LIMIT).await;
         self.tasks.shutdown();
     }
@@ -141,6 +146,7 @@ impl DshServer {
     pub fn input_ended(&self) {
         self.slots.close();
         self.job_slots.close();
+        self.search_slots.close();
         self.desk.cancel_all();
         if let Some((world, session)) = self.opened() {
             let terminals = world.clone();
@@ -195,11 +201,16 @@ const DEFAULT_INSTRUCTIONS: &str = "dsh runs your commands and file operations i
 /// from the other calls: each is a task and a little memory, no descriptor.
 const JOB_CALL_SLOTS: usize = 256;
 
+/// How many searches (`grep`, `glob`) of one connection run at once; more wait their turn.
+const SEARCH_CALL_SLOTS: usize = 2;
+
 impl DshServer {
     /// The run slots a call of `tool` takes.
     fn slots_for(&self, tool: &str) -> Arc<tokio::sync::Semaphore> {
         if matches!(tool, "job_output" | "job_list" | "job_kill") {
             self.job_slots.clone()
+        } else if matches!(tool, "grep" | "glob") {
+            self.search_slots.clone()
         } else {
             self.slots.clone()
         }

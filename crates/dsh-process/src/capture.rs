@@ -54,8 +54,12 @@ pub struct SpillInfo {
     /// Bytes written to it.
     pub bytes: u64,
     /// True when the file holds the whole stream; false when the stream passed the spill
-    /// cap (the file then holds its first `bytes` bytes).
+    /// cap, or the session's spill files reached theirs (the file then holds its first
+    /// `bytes` bytes).
     pub complete: bool,
+    /// Older spill files of the session deleted to make room for this one (the session's
+    /// spill files together stay under a cap: see [`SpillDir::charge`]).
+    pub dropped: Vec<PathBuf>,
 }
 
 /// One read of a capture from a caller-owned offset.
@@ -121,6 +125,10 @@ enum SpillState {
         max: u64,
         tx: Option<mpsc::Sender<Vec<u8>>>,
         done: Option<oneshot::Receiver<bool>>,
+        /// The directory that grants each write ([`SpillDir::charge`]).
+        dir: Arc<SpillDir>,
+        /// Older files it deleted to make room for this one.
+        dropped: Vec<PathBuf>,
     },
     /// Closed after the stream ended; `path` is `None` when closing failed.
     Closed {
@@ -242,15 +250,22 @@ impl Capture {
         if let SpillState::NotStarted { max, dir } = &st.spill {
             if overflow {
                 let max = *max;
-                st.spill = match dir().map(|d| d.create_file(self.name.as_str())) {
-                    Some(Ok((file, path))) => {
+                let made =
+                    dir().and_then(|d| d.create_file(self.name.as_str()).ok().map(|f| (d, f)));
+                st.spill = match made {
+                    Some((dir, (file, path))) => {
                         let (tx, done) = spawn_writer(file);
                         // Nothing was dropped from memory yet: the ring is the stream so far.
                         let mut first = Vec::with_capacity(st.ring.retained() + chunk.len());
                         st.ring.read_from(0, &mut first);
                         first.extend_from_slice(chunk);
                         first.truncate(max.min(usize::MAX as u64) as usize);
+                        let asked = first.len() as u64;
+                        let charge = dir.charge(&path, asked);
+                        first.truncate(charge.granted as usize);
                         let written = first.len() as u64;
+                        // The session's spill files are full: this one stops here.
+                        let max = if charge.granted < asked { written } else { max };
                         out = Some((tx.clone(), first));
                         SpillState::Open {
                             path,
@@ -258,6 +273,8 @@ impl Capture {
                             max,
                             tx: Some(tx),
                             done: Some(done),
+                            dir,
+                            dropped: charge.dropped,
                         }
                     }
                     _ => SpillState::Disabled,
@@ -267,17 +284,29 @@ impl Capture {
             }
         }
         if let SpillState::Open {
+            path,
             written,
             max,
             tx: Some(tx),
+            dir,
+            dropped,
             ..
         } = &mut st.spill
         {
             let room = max.saturating_sub(*written);
             if room > 0 {
-                let take = (chunk.len() as u64).min(room) as usize;
-                *written += take as u64;
-                out = Some((tx.clone(), chunk[..take].to_vec()));
+                let want = (chunk.len() as u64).min(room);
+                let charge = dir.charge(path, want);
+                dropped.extend(charge.dropped);
+                let take = charge.granted as usize;
+                if charge.granted < want {
+                    // The session's spill files are full: this one stops here.
+                    *max = *written + charge.granted;
+                }
+                if take > 0 {
+                    *written += take as u64;
+                    out = Some((tx.clone(), chunk[..take].to_vec()));
+                }
             }
         }
         st.ring.push(chunk);
@@ -286,7 +315,16 @@ impl Capture {
 
     /// Closes the spill writer's channel; returns what the caller needs to await the
     /// writer and describe the file.
-    fn begin_seal(&self) -> Option<(PathBuf, u64, u64, Option<oneshot::Receiver<bool>>)> {
+    #[allow(clippy::type_complexity)]
+    fn begin_seal(
+        &self,
+    ) -> Option<(
+        PathBuf,
+        u64,
+        u64,
+        Option<oneshot::Receiver<bool>>,
+        Vec<PathBuf>,
+    )> {
         let mut st = self.lock();
         let total = st.ring.total();
         match &mut st.spill {
@@ -295,10 +333,11 @@ impl Capture {
                 written,
                 tx,
                 done,
+                dropped,
                 ..
             } => {
                 tx.take();
-                Some((path.clone(), *written, total, done.take()))
+                Some((path.clone(), *written, total, done.take(), dropped.clone()))
             }
             _ => None,
         }
@@ -318,10 +357,16 @@ impl Capture {
 impl SpillState {
     fn info(&self, total: u64) -> Option<SpillInfo> {
         match self {
-            SpillState::Open { path, written, .. } => Some(SpillInfo {
+            SpillState::Open {
+                path,
+                written,
+                dropped,
+                ..
+            } => Some(SpillInfo {
                 path: path.clone(),
                 bytes: *written,
                 complete: *written == total,
+                dropped: dropped.clone(),
             }),
             SpillState::Closed { info } => info.clone(),
             _ => None,
@@ -392,7 +437,7 @@ pub(crate) async fn pump(
 /// queued for it was written (`spill_intact` is false when a batch was dropped at the stop).
 async fn seal(capture: &Capture, spill_intact: bool) {
     let info = match capture.begin_seal() {
-        Some((path, written, total, done)) => {
+        Some((path, written, total, done, dropped)) => {
             let ok = spill_intact
                 && match done {
                     Some(done) => done.await.unwrap_or(false),
@@ -402,6 +447,7 @@ async fn seal(capture: &Capture, spill_intact: bool) {
                 path,
                 bytes: written,
                 complete: written == total,
+                dropped,
             })
         }
         None => None,

@@ -101,6 +101,9 @@ pub struct LocalSubprocess {
     process_limit: Option<u32>,
     spill_parent: Option<PathBuf>,
     keep_spill: bool,
+    /// The cap on every spill file of this provider together (see
+    /// [`SpillDir::charge`](dsh_core::spill::SpillDir::charge)).
+    spill_total_cap: u64,
     spill_dir: Arc<OnceLock<Option<Arc<SpillDir>>>>,
     live: LiveSet,
     next_id: AtomicU64,
@@ -142,6 +145,7 @@ impl LocalSubprocess {
             process_limit: Some(DEFAULT_PROCESS_LIMIT),
             spill_parent: None,
             keep_spill: false,
+            spill_total_cap: dsh_core::spill::DEFAULT_TOTAL_CAP,
             spill_dir: Arc::new(OnceLock::new()),
             live: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(0),
@@ -223,10 +227,18 @@ impl LocalSubprocess {
             .get_or_init(|| CgroupRoot::probe(self.process_limit.map(subtree_limit)).map(Arc::new))
     }
 
-    /// Makes the spill directory under `parent` instead of the system temp directory.
-    /// Default: `$TMPDIR` or `/tmp`.
+    /// Makes the spill directory under `parent` instead of the user's private directory.
+    /// Default: [`private_parent`](dsh_core::spill::private_parent).
     pub fn with_spill_parent(mut self, parent: impl Into<PathBuf>) -> Self {
         self.spill_parent = Some(parent.into());
+        self
+    }
+
+    /// Caps every spill file this provider makes, together, at `bytes`: past it the
+    /// oldest are deleted to make room, and a result whose spill cost one says so.
+    /// Default: [`DEFAULT_TOTAL_CAP`](dsh_core::spill::DEFAULT_TOTAL_CAP) (1 GiB).
+    pub fn with_spill_total_cap(mut self, bytes: u64) -> Self {
+        self.spill_total_cap = bytes;
         self
     }
 
@@ -263,10 +275,12 @@ impl LocalSubprocess {
         let cell = self.spill_dir.clone();
         let parent = self.spill_parent.clone();
         let keep = self.keep_spill;
+        let cap = self.spill_total_cap;
         Arc::new(move || {
             cell.get_or_init(|| {
                 SpillDir::create(parent.as_deref())
                     .ok()
+                    .map(|d| d.with_caps(cap, dsh_core::spill::DISK_FLOOR))
                     .map(|d| Arc::new(if keep { d.keep() } else { d }))
             })
             .clone()

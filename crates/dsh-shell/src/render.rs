@@ -216,8 +216,22 @@ pub fn truncation_notice(stdout: &CollectedOutput, stderr: &CollectedOutput) -> 
     } else {
         ""
     };
+    // The session's spill files stay under a cap: older ones may have gone for these.
+    let dropped: Vec<String> = [stdout, stderr]
+        .iter()
+        .filter_map(|o| o.spill.as_ref())
+        .flat_map(|s| s.dropped.iter().map(|p| p.display().to_string()))
+        .collect();
+    let dropped = if dropped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; to keep this session's spill files under their cap, older ones were deleted: {}",
+            dropped.join(", ")
+        )
+    };
     Some(format!(
-        "{TRUNCATION_NOTICE_PREFIX}{}{how}{MARKER_END}\n",
+        "{TRUNCATION_NOTICE_PREFIX}{}{how}{dropped}{MARKER_END}\n",
         parts.join("; ")
     ))
 }
@@ -439,6 +453,7 @@ mod tests {
 
     fn spill(path: &str, bytes: u64, complete: bool) -> SpillInfo {
         SpillInfo {
+            dropped: Vec::new(),
             path: PathBuf::from(path),
             bytes,
             complete,

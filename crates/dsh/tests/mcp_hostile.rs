@@ -380,3 +380,62 @@ async fn a_session_past_its_log_cap_is_summarised_and_session_show_says_so() {
         "{shown}"
     );
 }
+
+/// The peak resident memory of process `pid`, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM")
+}
+
+// Regression: issue 23: one grep pattern took dsh mcp to 1.6 GB, and 48 at once to 6.4 GB.
+#[test]
+fn no_pattern_or_set_of_patterns_takes_dsh_mcp_past_a_fixed_memory_bound() {
+    let mut s = Server::start();
+    let ws = s.state.parent().expect("root").join("ws");
+    // Text for the patterns to work on: 16 files of 256 KiB of `a`, `b` and spaces.
+    let mut seed = 7u64;
+    for i in 0..16 {
+        let text: String = (0..256 * 1024)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                [b'a', b'b', b' ', b'\n'][(seed >> 62) as usize] as char
+            })
+            .collect();
+        std::fs::write(ws.join(format!("f{i}.txt")), text).expect("text");
+    }
+    let patterns = [
+        r"\w{5000}",
+        r"(?:\w{1,100}){1,100}",
+        r"(a|b)*a(a|b){24}",
+        r"[\w\W]{1,20000}x",
+    ];
+    let n = 48u64;
+    for id in 0..n {
+        let p = patterns[id as usize % patterns.len()];
+        s.send(
+            &json!({"jsonrpc": "2.0", "id": 100 + id, "method": "tools/call",
+            "params": {"name": "grep", "arguments": {"pattern": p}}}),
+        );
+    }
+    let mut answered = 0;
+    while answered < n {
+        let r = s.answer();
+        let code = outcome(&r);
+        assert!(
+            code == "ok" || code == "SEARCH_INVALID_PATTERN",
+            "{code}: {r}"
+        );
+        answered += 1;
+    }
+    let peak = peak_rss_kib(s.child.id());
+    assert!(peak < 256 << 10, "dsh mcp peaked at {peak} KiB");
+    assert!(s.is_alive());
+    s.finish();
+}
