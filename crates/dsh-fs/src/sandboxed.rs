@@ -69,6 +69,10 @@ impl std::fmt::Debug for SandboxedFs {
     }
 }
 
+/// What the file tools never read, besides the commands' denials: dsh's own process and
+/// the machine's devices.
+pub const FILE_TOOLS_DENY: [&str; 2] = ["/proc", "/dev"];
+
 impl SandboxedFs {
     /// A fenced provider over `local`: each write and edit under its call's policy, reads
     /// refused where [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) say and in
@@ -76,10 +80,15 @@ impl SandboxedFs {
     /// and `local`'s directory.
     pub fn new(local: LocalFs) -> SandboxedFs {
         let roots = vec![dsh_core::path::canonical_path(local.cwd())];
+        let mut deny_read = dsh_sandbox::deny_read::defaults();
+        // The file tools run in dsh's own process, unconfined: `/proc` would show its
+        // environment (the credentials the scrub keeps from commands) and its memory, and
+        // `/dev` the raw disks to a root dsh. A command reads what it needs there itself.
+        deny_read.extend(FILE_TOOLS_DENY.iter().map(PathBuf::from));
         SandboxedFs {
             local,
             temp: None,
-            deny_read: dsh_sandbox::deny_read::defaults(),
+            deny_read,
             homes: dsh_sandbox::deny_read::closed_dirs(),
             read_allow: dsh_sandbox::deny_read::read_allow_defaults(),
             roots,

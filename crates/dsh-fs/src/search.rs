@@ -22,7 +22,6 @@ use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{sinks::Lossy, BinaryDetection, SearcherBuilder};
-use ignore::WalkState;
 
 /// The most paths or matches a search may find before it asks to be narrowed.
 pub const SEARCH_MAX_FOUND: usize = 1_000_000;
@@ -158,7 +157,11 @@ pub fn glob(
     cancel: &CancelToken,
 ) -> Result<GlobFound, HarnessError> {
     let m = glob_matcher(&query.pattern, "glob")?;
-    let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
+    // The oldest `limit` matches only (a max-heap: its top is the newest kept), so memory
+    // stays at `limit` paths whatever matches.
+    let mut found: std::collections::BinaryHeap<(SystemTime, PathBuf)> =
+        std::collections::BinaryHeap::new();
+    let mut total = 0usize;
     for entry in walk_builder(root, true).build() {
         if cancel.is_cancelled() {
             return Err(aborted());
@@ -169,20 +172,28 @@ pub fn glob(
         }
         let rel = relative(root, entry.path());
         if glob_hit(&m, &query.pattern, rel) {
-            if found.len() >= SEARCH_MAX_FOUND {
+            if total >= SEARCH_MAX_FOUND {
                 return Err(overflow("glob"));
             }
+            total += 1;
             let mtime = entry
                 .metadata()
                 .ok()
                 .and_then(|md| md.modified().ok())
                 .unwrap_or(SystemTime::UNIX_EPOCH);
-            found.push((mtime, entry.into_path()));
+            let newer_than_kept = found.len() >= query.limit
+                && found
+                    .peek()
+                    .is_some_and(|top| (mtime, entry.path()) >= (top.0, top.1.as_path()));
+            if !newer_than_kept {
+                found.push((mtime, entry.into_path()));
+                if found.len() > query.limit {
+                    found.pop();
+                }
+            }
         }
     }
-    found.sort();
-    let total = found.len();
-    found.truncate(query.limit);
+    let found = found.into_sorted_vec();
     Ok(GlobFound {
         paths: found.into_iter().map(|(_, p)| p).collect(),
         total,
@@ -267,82 +278,90 @@ pub fn grep(
     let seen = AtomicUsize::new(0);
     let (limit, max_line) = (query.limit, query.max_line_bytes);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
-    walk_builder(root, false)
-        .threads(threads)
-        .build_parallel()
-        .run(|| {
-            // A line longer than the heap limit is not searched: its file is skipped, as an
-            // unreadable one is.
-            let mut searcher = SearcherBuilder::new()
-                .binary_detection(BinaryDetection::quit(0))
-                .line_number(true)
-                .heap_limit(Some(64 << 20))
-                .build();
-            let (matcher, kept, seen, inc, cancel, deny, canonical_root) = (
-                matcher.clone(),
-                &kept,
-                &seen,
-                &inc,
-                cancel,
-                deny,
-                &canonical_root,
-            );
-            Box::new(move |entry| {
-                if cancel.is_cancelled() || seen.load(Ordering::Relaxed) >= SEARCH_MAX_FOUND {
-                    return WalkState::Quit;
-                }
-                let Ok(entry) = entry else {
-                    return WalkState::Continue;
-                };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    return WalkState::Continue;
-                }
-                let rel = relative(root, entry.path());
-                if let Some((m, p)) = inc {
-                    if !glob_hit(m, p, rel) {
-                        return WalkState::Continue;
+    // One walk lists the files, lazily, a folder at a time; the searchers take them from a
+    // bounded queue. Memory stays at the queue and the open folders whatever the tree holds
+    // (a parallel walk queued every entry of a folder at once: 100 000 deep paths took
+    // hundreds of MiB).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ignore::DirEntry>(256);
+    let rx = Mutex::new(rx);
+    let search_one = |searcher: &mut grep_searcher::Searcher, entry: ignore::DirEntry| {
+        let rel = relative(root, entry.path());
+        if let Some((m, p)) = &inc {
+            if !glob_hit(m, p, rel) {
+                return;
+            }
+        }
+        if deny.denies_as_written(entry.path()) || deny.denies_canonical(&canonical_root.join(rel))
+        {
+            return;
+        }
+        let path = entry.path().to_path_buf();
+        let key = path.to_string_lossy().into_owned();
+        // Opened non-blocking: a "regular" file whose read waits for data (`/proc/kmsg`)
+        // would hold the search, and the call, forever. It reads as unreadable then, and an
+        // unreadable file is skipped, as ripgrep does. Opened at its canonical path with no
+        // symlink allowed on the way (a directory swapped for a link since the walk listed
+        // it is refused, not followed into a denied one), and checked by identity (a hard
+        // link).
+        let at = if entry.path() == root {
+            canonical_root.clone()
+        } else {
+            canonical_root.join(rel)
+        };
+        let Ok(file) = crate::open_no_symlinks(&at) else {
+            return;
+        };
+        let denied = file.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            deny.denies_identity(m.dev(), m.ino())
+        });
+        if denied {
+            return;
+        }
+        let _ = searcher.search_file(
+            &matcher,
+            &file,
+            Lossy(|number, line| {
+                let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
+                keep_first(&kept, limit, (key.clone(), number), &path, line, max_line);
+                Ok(n < SEARCH_MAX_FOUND && !cancel.is_cancelled())
+            }),
+        );
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (rx, search_one) = (&rx, &search_one);
+            scope.spawn(move || {
+                // A line longer than the heap limit is not searched: its file is skipped, as
+                // an unreadable one is.
+                let mut searcher = SearcherBuilder::new()
+                    .binary_detection(BinaryDetection::quit(0))
+                    .line_number(true)
+                    .heap_limit(Some(64 << 20))
+                    .build();
+                loop {
+                    let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    match next {
+                        Ok(entry) => search_one(&mut searcher, entry),
+                        Err(_) => break,
                     }
                 }
-                if deny.denies_as_written(entry.path())
-                    || deny.denies_canonical(&canonical_root.join(rel))
-                {
-                    return WalkState::Continue;
-                }
-                let path = entry.path().to_path_buf();
-                let key = path.to_string_lossy().into_owned();
-                // Opened non-blocking: a "regular" file whose read waits for data
-                // (`/proc/kmsg`) would hold the search, and the call, forever. It reads as
-                // unreadable then, and an unreadable file is skipped, as ripgrep does.
-                // Opened at its canonical path with no symlink allowed on the way
-                // (a directory swapped for a link since the walk listed it is refused, not
-                // followed into a denied one), and checked by identity (a hard link).
-                let at = if entry.path() == root {
-                    canonical_root.clone()
-                } else {
-                    canonical_root.join(rel)
-                };
-                let Ok(file) = crate::open_no_symlinks(&at) else {
-                    return WalkState::Continue;
-                };
-                let denied = file.metadata().is_ok_and(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    deny.denies_identity(m.dev(), m.ino())
-                });
-                if denied {
-                    return WalkState::Continue;
-                }
-                let _ = searcher.search_file(
-                    &matcher,
-                    &file,
-                    Lossy(|number, line| {
-                        let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
-                        keep_first(kept, limit, (key.clone(), number), &path, line, max_line);
-                        Ok(n < SEARCH_MAX_FOUND && !cancel.is_cancelled())
-                    }),
-                );
-                WalkState::Continue
-            })
-        });
+            });
+        }
+        for entry in walk_builder(root, false).build() {
+            if cancel.is_cancelled() || seen.load(Ordering::Relaxed) >= SEARCH_MAX_FOUND {
+                break;
+            }
+            let Ok(entry) = entry else { continue };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
+            }
+            if tx.send(entry).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+    });
     if cancel.is_cancelled() {
         return Err(aborted());
     }

@@ -188,9 +188,10 @@ pub fn read_allow_defaults() -> Vec<PathBuf> {
     let homes = homes();
     if let Some(path) = std::env::var_os("PATH") {
         for d in std::env::split_paths(&path) {
-            let real = dsh_core::path::canonical_path(&d);
-            if d.is_absolute() && !homes.contains(&real) && !bases.contains(&d) && !out.contains(&d)
-            {
+            // A home itself on PATH opens nothing (nor does one reached through a link:
+            // no allow-list entry opens a whole home, see `HomeRule::new`).
+            let d = dsh_core::path::fold_dots(&d);
+            if d.is_absolute() && !homes.contains(&d) && !bases.contains(&d) && !out.contains(&d) {
                 out.push(d);
             }
         }
@@ -359,11 +360,40 @@ fn expand_matches(found: Vec<(PathBuf, PathBuf)>) -> Vec<PathBuf> {
         if through_link && real.components().count() <= 2 {
             continue;
         }
+        if refused_by_the_kernel(&real) {
+            continue;
+        }
         out.push(real);
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether this process could never read `path`, nor make it readable: another user's
+/// file it may not read (`/etc/shadow` to a user), or folder it may not enter. Denying it
+/// too would only cost each confinement (under Landlock, the grants around it). One of this
+/// user's own is never taken for that: a command could change its mode.
+fn refused_by_the_kernel(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    // SAFETY: geteuid(2) has no preconditions.
+    if meta.uid() == unsafe { libc::geteuid() } {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let need = if meta.is_dir() {
+        libc::X_OK
+    } else {
+        libc::R_OK
+    };
+    // SAFETY: access(2) with a valid C string.
+    unsafe { libc::access(c.as_ptr(), need) != 0 }
 }
 
 /// The planted link among `found` (see [`expand_unless_planted`]).
@@ -379,15 +409,32 @@ fn planted_in(found: &[(PathBuf, PathBuf)], places: &[PathBuf]) -> Option<(PathB
 
 /// The paths `patterns` name that exist now, `(as written, canonical)`.
 fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
+    // Each folder is looked at once: a missing one rules out every pattern in it, and an
+    // existing one is resolved once for all its entries (a pattern that is not a link is
+    // its folder's real path plus its name). One confinement takes a hundred patterns.
+    let mut resolver = Resolver::default();
+    let mut real_dir = |dir: &Path| resolver.real(dir);
     let mut out = Vec::new();
+    let real_of = |p: &Path, dir_real: &Path, meta: &std::fs::Metadata| -> PathBuf {
+        match p.file_name() {
+            Some(name) if !meta.file_type().is_symlink() && name != ".." && name != "." => {
+                dir_real.join(name)
+            }
+            _ => dsh_core::path::canonical_path(p),
+        }
+    };
     for p in patterns {
         let (Some(dir), Some(last)) = (p.parent(), p.file_name()) else {
             continue;
         };
+        let Some(dir_real) = real_dir(dir) else {
+            continue;
+        };
         let last = last.to_string_lossy();
         if !last.contains(['*', '?']) {
-            if std::fs::symlink_metadata(p).is_ok() {
-                out.push((p.clone(), dsh_core::path::canonical_path(p)));
+            if let Ok(meta) = std::fs::symlink_metadata(p) {
+                let real = real_of(p, &dir_real, &meta);
+                out.push((p.clone(), real));
             }
             continue;
         }
@@ -396,11 +443,50 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
         };
         for e in entries.flatten() {
             if name_matches(&last, &e.file_name().to_string_lossy()) {
-                out.push((e.path(), dsh_core::path::canonical_path(&e.path())));
+                let path = e.path();
+                let real = match e.file_type() {
+                    Ok(t) if !t.is_symlink() => dir_real.join(e.file_name()),
+                    _ => dsh_core::path::canonical_path(&path),
+                };
+                out.push((path, real));
             }
         }
     }
     out
+}
+
+/// Real paths of folders, each component looked at once however many paths share it: a
+/// component that is no link is its folder's real path plus its name (one `lstat`); a
+/// link is resolved whole.
+#[derive(Default)]
+struct Resolver {
+    known: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Resolver {
+    /// Where the existing `path` (absolute) really is; `None` when it does not exist.
+    fn real(&mut self, path: &Path) -> Option<PathBuf> {
+        if let Some(r) = self.known.get(path) {
+            return r.clone();
+        }
+        let r = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if name != ".." && name != "." => match self.real(parent) {
+                None => None,
+                Some(real_parent) => {
+                    let at = real_parent.join(name);
+                    match std::fs::symlink_metadata(&at) {
+                        Err(_) => None,
+                        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&at).ok(),
+                        Ok(_) => Some(at),
+                    }
+                }
+            },
+            (None, _) => Some(path.to_path_buf()),
+            _ => std::fs::canonicalize(path).ok(),
+        };
+        self.known.insert(path.to_path_buf(), r.clone());
+        r
+    }
 }
 
 /// The paths `patterns` name that exist now, as the check after a command sees them: each

@@ -269,13 +269,27 @@ impl Ruleset {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
+            // An entry's identity from the listing (its inode) and its folder's device:
+            // no stat per entry. A mount point's listed inode is the covered one, but a
+            // mount point is a folder, and only files have other names.
+            let dev = std::fs::metadata(dir).map_or(0, |m| {
+                use std::os::unix::fs::MetadataExt;
+                m.dev()
+            });
             for e in entries.flatten() {
                 let path = e.path();
                 if split.contains(&path) || !readable(&path) {
                     continue;
                 }
-                if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                let Ok(kind) = e.file_type() else { continue };
+                if kind.is_symlink() {
                     continue;
+                }
+                {
+                    use std::os::unix::fs::DirEntryExt;
+                    if !kind.is_dir() && denied_ids.contains(&(dev, e.ino())) {
+                        continue;
+                    }
                 }
                 let file = match open_path(&path, true) {
                     Ok(f) => f,
@@ -290,12 +304,15 @@ impl Ruleset {
                     }
                     Err(e) => return Err(e),
                 };
-                let st = crate::nofollow::fstat(file.as_raw_fd())?;
-                #[allow(clippy::useless_conversion)] // `dev_t`, `ino_t` are not u64 everywhere
-                if denied_ids.contains(&(u64::from(st.st_dev), u64::from(st.st_ino))) {
-                    continue;
+                let rights = access::READ & handled;
+                match self.add_rule_kind(&file, kind.is_dir(), rights, &path) {
+                    // Replaced by another kind since it was listed: as it is now.
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                        let st = crate::nofollow::fstat(file.as_raw_fd())?;
+                        self.add_rule_fd(&file, &st, rights, &path)?;
+                    }
+                    r => r?,
                 }
-                self.add_rule_fd(&file, &st, access::READ & handled, &path)?;
             }
         }
         Ok(())
@@ -322,6 +339,18 @@ impl Ruleset {
         path: &Path,
     ) -> io::Result<()> {
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        self.add_rule_kind(file, is_dir, rights, path)
+    }
+
+    /// Adds a rule granting `rights` beneath the open `file`, a folder when `is_dir`
+    /// (masked to file rights for anything else).
+    fn add_rule_kind(
+        &self,
+        file: &OwnedFd,
+        is_dir: bool,
+        rights: u64,
+        path: &Path,
+    ) -> io::Result<()> {
         let attr = PathBeneathAttr {
             allowed_access: if is_dir {
                 rights

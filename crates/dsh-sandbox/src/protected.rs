@@ -320,8 +320,13 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
         .protected
         .iter()
         .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n == ".yarnrc.yml" || n == ".yarnrc" || n == ".envrc")
+            p.file_name().is_some_and(|n| {
+                n == ".yarnrc.yml"
+                    || n == ".yarnrc"
+                    || n == ".envrc"
+                    || n == "hgrc"
+                    || n == "hgrc-not-shared"
+            })
         })
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
         .cloned()
@@ -452,9 +457,11 @@ impl Builder {
             bases.extend(top.clone());
             for base in bases {
                 let at = dsh_core::path::fold_dots(&base.join(&url));
-                for candidate in [at.join(".git"), at] {
+                // Hooks run (and a relative `core.hooksPath` resolves) in the worktree, or in
+                // a bare repository itself.
+                for (candidate, top) in [(at.join(".git"), at.clone()), (at.clone(), at)] {
                     if walk::is_git_dir(&candidate) && !self.layout.git_dirs.contains(&candidate) {
-                        self.git_dir(&candidate, None);
+                        self.git_dir(&candidate, Some(&top));
                     }
                 }
             }
@@ -568,6 +575,7 @@ fn legacy_remotes(g: &Path) -> Vec<PathBuf> {
 /// first 64 of a folder are read); `*.sample` files run nothing.
 fn configs_of_hooked_managers(hooks_dirs: &[PathBuf], top: &Path) -> Vec<PathBuf> {
     let (mut pre_commit, mut lefthook) = (false, false);
+    let mut out = Vec::new();
     for dir in hooks_dirs {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
@@ -576,14 +584,29 @@ fn configs_of_hooked_managers(hooks_dirs: &[PathBuf], top: &Path) -> Vec<PathBuf
             if e.file_name().to_string_lossy().ends_with(".sample") {
                 continue;
             }
+            // A hook that is a link runs where it leads (`ln -s ../../scripts/pre-commit`):
+            // that file is what git runs.
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                out.push(dsh_core::path::canonical_path(&e.path()));
+            }
             let Some(text) = small_file::read_bytes(&e.path(), 64 << 10) else {
                 continue;
             };
             pre_commit |= contains(&text, b"pre-commit") || contains(&text, b"pre_commit");
             lefthook |= contains(&text, b"lefthook");
+            // pre-commit's hook names its config: `--config=ci/pre-commit.yaml`.
+            for w in String::from_utf8_lossy(&text)
+                .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+            {
+                if let Some(v) = w.strip_prefix("--config=") {
+                    let v = v.trim_matches(|c| c == '"' || c == '\'');
+                    if !v.is_empty() && !v.contains('$') {
+                        out.push(dsh_core::path::fold_dots(&top.join(v)));
+                    }
+                }
+            }
         }
     }
-    let mut out = Vec::new();
     if pre_commit {
         out.push(top.join(".pre-commit-config.yaml"));
     }
@@ -598,13 +621,17 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// What the tool config `config` (an existing `.yarnrc.yml`, `.yarnrc` or `.envrc`) makes
-/// its tool run or load on an ordinary invocation, as paths in the config's folder: yarn's
-/// `yarnPath` and each plugin `path` (yarn runs them on any command, `yarn --version`
-/// too); direnv's `dotenv` (default `.env`), `dotenv_if_exists`, `source_env`,
-/// `source_env_if_exists`, `PATH_add` and `path_add` targets (an allowed `.envrc` loads or
-/// puts them on PATH on entering the folder). Absolute targets, and those leaving the
-/// folder, are returned as they lead: the caller keeps the ones in a root.
+/// What the tool config `config` (an existing `.yarnrc.yml`, `.yarnrc`, `.envrc` or
+/// Mercurial `hgrc`) makes its tool run or load on an ordinary invocation, as paths in the
+/// config's folder: yarn's `yarnPath` and each plugin `path` (yarn runs them on any
+/// command, `yarn --version` too); what an allowed `.envrc` loads or puts on PATH on
+/// entering the folder, in any command of a line (`dotenv` (default `.env`),
+/// `dotenv_if_exists`, `source_env(_if_exists)`, `source`, `.`, `PATH_add`, `path_add`,
+/// `load_prefix` and its `bin`, a `layout`'s `.direnv`, a `PATH=` assignment's entries;
+/// `$PWD` is the folder); hg's `%include` files. Absolute targets, and those leaving the
+/// folder, are returned as they lead: the caller keeps the ones in a root. Not followed:
+/// `layout node` and `use` (they put `node_modules/.bin` and tool folders on PATH), values
+/// holding other variables.
 pub fn config_targets(config: &Path) -> Vec<PathBuf> {
     let Some(dir) = config.parent() else {
         return Vec::new();
@@ -634,19 +661,51 @@ pub fn config_targets(config: &Path) -> Vec<PathBuf> {
             }
         }
         Some(".envrc") => {
+            let pwd = dir.to_string_lossy().into_owned();
             for line in text.lines() {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                match words.as_slice() {
-                    ["dotenv" | "dotenv_if_exists"] => out.push(".env".into()),
-                    ["dotenv"
-                    | "dotenv_if_exists"
-                    | "source_env"
-                    | "source_env_if_exists"
-                    | "PATH_add", rest @ ..] => {
-                        out.extend(rest.iter().map(|w| unquote(w)));
+                let line = line.split('#').next().unwrap_or("");
+                // Each command of the line (`test -f .env && dotenv`).
+                for cmd in line.split([';', '&', '|']) {
+                    let cmd = cmd.replace("${PWD}", &pwd).replace("$PWD", &pwd);
+                    let words: Vec<&str> = cmd.split_whitespace().collect();
+                    match words.as_slice() {
+                        ["dotenv" | "dotenv_if_exists"] => out.push(".env".into()),
+                        ["dotenv"
+                        | "dotenv_if_exists"
+                        | "source_env"
+                        | "source_env_if_exists"
+                        | "source"
+                        | "."
+                        | "PATH_add"
+                        | "load_prefix", rest @ ..] => {
+                            out.extend(rest.iter().map(|w| unquote(w)));
+                            if words[0] == "load_prefix" {
+                                out.extend(rest.iter().map(|w| format!("{}/bin", unquote(w))));
+                            }
+                        }
+                        ["path_add", _var, rest @ ..] => {
+                            out.extend(rest.iter().map(|w| unquote(w)))
+                        }
+                        // `layout python` keeps its virtualenv (on PATH) in `.direnv`.
+                        ["layout", ..] => out.push(".direnv".into()),
+                        ["export", assign, ..] | [assign, ..] if assign.starts_with("PATH=") => {
+                            let value = unquote(&assign["PATH=".len()..]);
+                            out.extend(
+                                value
+                                    .split(':')
+                                    .filter(|e| !e.is_empty() && !e.starts_with('$'))
+                                    .map(str::to_owned),
+                            );
+                        }
+                        _ => {}
                     }
-                    ["path_add", _var, rest @ ..] => out.extend(rest.iter().map(|w| unquote(w))),
-                    _ => {}
+                }
+            }
+        }
+        Some("hgrc" | "hgrc-not-shared") => {
+            for line in text.lines() {
+                if let Some(v) = line.trim_start().strip_prefix("%include") {
+                    out.push(unquote(v));
                 }
             }
         }

@@ -65,9 +65,14 @@ pub const NESTED_TOOL_NAMES: &[&str] = &[
 pub const JJ_REPO_CONFIG: &str = ".jj/repo/config.toml";
 
 /// Whether the entry `name` of the directory `dir` is a tool setting: [`is_tool_setting`],
-/// or Jujutsu's repository config ([`JJ_REPO_CONFIG`]).
+/// Jujutsu's repository config ([`JJ_REPO_CONFIG`]), or a Mercurial repository's
+/// `requires` and `sharedpath` (with `shared` required, `sharedpath` names the folder
+/// whose `hgrc` hg reads).
 pub fn is_tool_setting_in(dir: &Path, name: &OsStr) -> bool {
-    is_tool_setting(name) || (name == "config.toml" && dir.ends_with(".jj/repo"))
+    is_tool_setting(name)
+        || (name == "config.toml" && dir.ends_with(".jj/repo"))
+        || (dir.file_name().is_some_and(|n| n == ".hg")
+            && (name == "requires" || name == "sharedpath"))
 }
 
 /// Walks `root`, calling `on_dir` with each directory it reads (the root first).

@@ -439,3 +439,27 @@ fn no_pattern_or_set_of_patterns_takes_dsh_mcp_past_a_fixed_memory_bound() {
     assert!(s.is_alive());
     s.finish();
 }
+
+// Regression: a security review made 200 000 files beneath fourteen 250-character folder
+// names: glob and grep each took dsh mcp past 1 GB (every match, or every queued entry,
+// held with its 3.5 KB path).
+#[test]
+fn a_search_of_a_huge_deep_tree_keeps_dsh_mcp_in_bounded_memory() {
+    let mut s = Server::start();
+    let ws = s.state.parent().expect("root").join("ws");
+    let mut deep = ws.clone();
+    for i in 0..14u8 {
+        deep.push(String::from(char::from(b'a' + i)).repeat(250));
+    }
+    std::fs::create_dir_all(&deep).expect("deep");
+    for j in 0..100_000 {
+        std::fs::write(deep.join(format!("f{j}")), "a\n").expect("file");
+    }
+    let r = s.call(1, "glob", json!({"pattern": "**/*"}));
+    assert_eq!(outcome(&r), "ok", "{r}");
+    let r = s.call(2, "grep", json!({"pattern": "a"}));
+    assert_eq!(outcome(&r), "ok", "{r}");
+    let peak = peak_rss_kib(s.child.id());
+    assert!(peak < 128 << 10, "dsh mcp peaked at {peak} KiB");
+    s.finish();
+}

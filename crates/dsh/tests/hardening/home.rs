@@ -417,3 +417,32 @@ fn a_session_store_in_a_home_is_closed_to_every_other_session() {
     assert!(text(&out).contains("ran"), "{}", text(&out));
     assert!(!text(&out).contains(":1"), "{}", text(&out));
 }
+
+// Regression: a second review read `/proc/<pid>/environ` through the read tool, which runs
+// in dsh's own process, unconfined (its environment holds what the scrub keeps from
+// commands).
+#[test]
+fn the_file_tools_read_nothing_of_proc_or_dev() {
+    let fx = Fixture::new();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    for path in ["/proc/self/environ", "/proc/1/cmdline", "/dev/zero"] {
+        let args = serde_json::json!({"file_path": path}).to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .env("HOME", &fx.home)
+            .env("DSH_TEST_SECRET_IN_ENV", "s3cr3t-in-env")
+            .args(["tool", "read", &args, "-C", ws, "--state", state])
+            .output()
+            .expect("dsh");
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", text(&out));
+        assert!(
+            !text(&out).contains("s3cr3t-in-env"),
+            "{path}: {}",
+            text(&out)
+        );
+    }
+    let args = serde_json::json!({"pattern": "s3cr3t", "path": "/proc/self"}).to_string();
+    let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+}
