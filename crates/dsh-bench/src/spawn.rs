@@ -6,6 +6,7 @@ use crate::Figure;
 use dsh_sandbox::bwrap;
 use dsh_sandbox::LocalSandbox;
 use dsh_sandbox::Runner;
+use dsh_sandbox::Sandbox;
 use dsh_sandbox::SandboxMode;
 use dsh_sandbox::SandboxPolicy;
 use std::ffi::OsString;
@@ -91,14 +92,25 @@ pub(crate) fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
     }
     if usable(Runner::Bwrap) {
         let ours = exec(&["--runner", "bwrap", "--mode", "read-only"]);
-        // The argv dsh runs, minus `--seccomp FD` (the raw baseline has no fd to pass).
-        let policy = SandboxPolicy::bare(SandboxMode::ReadOnly, Path::new("/"));
-        let raw = bwrap::argv(
-            Path::new("bwrap"),
-            &policy,
-            &bwrap::Layout::default(),
-            &argv(&["true"]),
-        );
+        // The argv dsh runs for this workspace (the closed homes, the denied paths),
+        // minus `--seccomp FD` (the raw baseline has no fd to pass).
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &cwd);
+        // Kept until the figures are taken: its private area holds the stand-ins the argv
+        // mounts.
+        let confiner = LocalSandbox::new().force_runner(Runner::Bwrap);
+        let raw = match confiner.confine(&argv(&["true"]), &policy) {
+            Ok(c) => without_seccomp(c.argv),
+            Err(e) => {
+                eprintln!("dsh-bench: cannot confine for the raw bwrap baseline ({e})");
+                bwrap::argv(
+                    Path::new("bwrap"),
+                    &SandboxPolicy::bare(SandboxMode::ReadOnly, Path::new("/")),
+                    &bwrap::Layout::default(),
+                    &argv(&["true"]),
+                )
+            }
+        };
         let (o, b) = compare(runs, &ours, &raw);
         out.push(ratio_figure(
             "spawn: bwrap read-only",
@@ -121,4 +133,13 @@ pub(crate) fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         eprintln!("dsh-bench: bubblewrap unusable here; its figure is skipped");
     }
     out
+}
+
+/// `argv` without its `--seccomp FD` pair (before `--`).
+fn without_seccomp(mut argv: Vec<OsString>) -> Vec<OsString> {
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    if let Some(i) = argv[..end].iter().position(|a| a == "--seccomp") {
+        argv.drain(i..(i + 2).min(end));
+    }
+    argv
 }

@@ -423,6 +423,18 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
             _ => dsh_core::path::canonical_path(p),
         }
     };
+    // A folder named by several patterns is listed once rather than each name looked up.
+    let mut named: std::collections::HashMap<&Path, usize> = std::collections::HashMap::new();
+    for p in patterns {
+        if let (Some(dir), Some(last)) = (p.parent(), p.file_name()) {
+            if !last.to_string_lossy().contains(['*', '?']) {
+                *named.entry(dir).or_default() += 1;
+            }
+        }
+    }
+    type Listing = Option<std::collections::HashMap<std::ffi::OsString, bool>>;
+    let mut listings: std::collections::HashMap<PathBuf, Listing> =
+        std::collections::HashMap::new();
     for p in patterns {
         let (Some(dir), Some(last)) = (p.parent(), p.file_name()) else {
             continue;
@@ -430,9 +442,27 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
         let Some(dir_real) = real_dir(dir) else {
             continue;
         };
+        let name = last;
         let last = last.to_string_lossy();
         if !last.contains(['*', '?']) {
-            if let Ok(meta) = std::fs::symlink_metadata(p) {
+            if named.get(dir).copied().unwrap_or(0) >= 3 && name != ".." && name != "." {
+                let listing = listings.entry(dir.to_path_buf()).or_insert_with(|| {
+                    std::fs::read_dir(dir).ok().map(|entries| {
+                        entries
+                            .flatten()
+                            .map(|e| {
+                                let link = e.file_type().is_ok_and(|t| t.is_symlink());
+                                (e.file_name(), link)
+                            })
+                            .collect()
+                    })
+                });
+                match listing.as_ref().and_then(|l| l.get(name)) {
+                    Some(false) => out.push((p.clone(), dir_real.join(name))),
+                    Some(true) => out.push((p.clone(), dsh_core::path::canonical_path(p))),
+                    None => {}
+                }
+            } else if let Ok(meta) = std::fs::symlink_metadata(p) {
                 let real = real_of(p, &dir_real, &meta);
                 out.push((p.clone(), real));
             }
