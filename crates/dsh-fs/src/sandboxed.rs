@@ -420,7 +420,8 @@ fn refused(
                 "cannot read \"{d}\": it is in a home directory, which the sandbox keeps closed \
                  but for the workspace and the paths read_allow names (a home holds tokens and \
                  keys no list can name); ask the user for what you need from it, or to add it \
-                 to read_allow in ~/.config/dsh/config.toml"
+                 to read_allow in {}",
+                dsh_sandbox::deny_read::user_config_hint()
             ),
         )),
     }

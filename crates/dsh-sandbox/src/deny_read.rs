@@ -683,6 +683,68 @@ impl HomeRule {
     }
 }
 
+/// The paths a command's error output (`text`) says it could not read that `policy` keeps
+/// from it, and why: each absolute path a line reports missing or not permitted
+/// (`cat: /root/.aws/x: No such file or directory`, `ls: cannot access '/root/x': …`)
+/// that a closed home hides or a denial covers; at most `max`, in order. A command in a
+/// closed home sees a missing file (bubblewrap) or a refusal (Landlock); this tells the
+/// model, and through it the user, which key opens it.
+pub fn refused_in_output(
+    policy: &crate::SandboxPolicy,
+    text: &str,
+    max: usize,
+) -> Vec<(PathBuf, Refusal)> {
+    if !policy.mode.is_confined() || (policy.closed_dirs.is_empty() && policy.deny_read.is_empty())
+    {
+        return Vec::new();
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for line in text.lines().take(10_000) {
+        let Some(at) = [": No such file or directory", ": Permission denied"]
+            .iter()
+            .find_map(|s| line.find(s))
+        else {
+            continue;
+        };
+        let head = line[..at].trim_end_matches(['\'', '"']);
+        let start = head
+            .find("'/")
+            .or_else(|| head.find("\"/"))
+            .map(|i| i + 1)
+            .or_else(|| head.find(": /").map(|i| i + 2))
+            .or_else(|| head.starts_with('/').then_some(0));
+        if let Some(start) = start {
+            let p = PathBuf::from(&head[start..]);
+            if !candidates.contains(&p) {
+                candidates.push(p);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let fence = Matcher::new(&policy.deny_read).with_homes(
+        &policy.closed_dirs,
+        &policy.read_allow,
+        &policy.readable_roots(),
+    );
+    candidates
+        .into_iter()
+        .filter_map(|p| fence.refusal(&p).map(|r| (p, r)))
+        .take(max)
+        .collect()
+}
+
+/// Where the user's own config file is, as a refusal names it for `read_allow`:
+/// `$XDG_CONFIG_HOME/dsh/config.toml` when that is set (absolute), else
+/// `~/.config/dsh/config.toml`.
+pub fn user_config_hint() -> String {
+    match std::env::var_os("XDG_CONFIG_HOME").filter(|v| Path::new(v).is_absolute()) {
+        Some(x) => Path::new(&x).join("dsh/config.toml").display().to_string(),
+        None => "~/.config/dsh/config.toml".into(),
+    }
+}
+
 /// Why the file tools refuse to read a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {

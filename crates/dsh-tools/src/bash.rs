@@ -283,7 +283,29 @@ impl Tool for BashTool {
             }
             return Err(HarnessError::new(ErrorCode::Aborted, message));
         }
-        let markers = match result.sandbox.as_ref().filter(|f| f.denied) {
+        // Reads a closed home or a denial refused are said as such; a wider mode would not
+        // open them, so no escalation is offered for them alone.
+        let read_lines = if result.exit_code == Some(0) {
+            Vec::new()
+        } else {
+            crate::escalation::read_denial_lines(&policy, &result.stderr.text)
+        };
+        let other_denials = result
+            .stderr
+            .text
+            .lines()
+            .filter(|l| {
+                l.contains("Permission denied")
+                    || l.contains("Read-only file system")
+                    || l.contains("Operation not permitted")
+            })
+            .count()
+            > read_lines.len();
+        let markers = match result
+            .sandbox
+            .as_ref()
+            .filter(|f| f.denied && (read_lines.is_empty() || other_denials))
+        {
             Some(facts) => denial_lines(
                 facts.mode,
                 Subject::Command,
@@ -300,6 +322,10 @@ impl Tool for BashTool {
             text.push_str(&format!(
                 "\n[sandbox: enforced only in part, as the user allowed: {why}]"
             ));
+        }
+        for line in &read_lines {
+            text.push('\n');
+            text.push_str(line);
         }
         let after = crate::policy::after_call(ctx, &policy).await?;
         if let Some((line, _)) = &after {

@@ -58,6 +58,30 @@ pub fn validate_escalation_args(
     }
 }
 
+/// One line per path a command's error output says it could not read that its policy
+/// keeps from it: `[sandbox: reading PATH is denied: …]`, naming the key that opens it.
+pub fn read_denial_lines(policy: &dsh_sandbox::SandboxPolicy, stderr: &str) -> Vec<String> {
+    use dsh_sandbox::deny_read::Refusal;
+    dsh_sandbox::deny_read::refused_in_output(policy, stderr, 3)
+        .into_iter()
+        .map(|(p, why)| {
+            let p = dsh_core::visible::visible(&p.display().to_string());
+            match why {
+                Refusal::OutsideAllowList => format!(
+                    "[sandbox: reading {p} is denied: it is in a home directory, closed but for \
+                     the workspace and what read_allow names (a wider mode does not open it); \
+                     ask the user for what you need from it, or to add it to read_allow in {}]",
+                    dsh_sandbox::deny_read::user_config_hint()
+                ),
+                Refusal::Denied => format!(
+                    "[sandbox: reading {p} is denied: it holds credentials or dsh's own state \
+                     (deny_read); ask the user for what you need from it]"
+                ),
+            }
+        })
+        .collect()
+}
+
 /// `[sandbox: file access denied under <mode> mode]`.
 pub fn denial_marker(mode: SandboxMode) -> String {
     format!("[sandbox: file access denied under {mode} mode]")

@@ -446,3 +446,30 @@ fn the_file_tools_read_nothing_of_proc_or_dev() {
     let out = fx.dsh(&["tool", "grep", &args, "-C", ws, "--state", state]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }
+
+// The model is told why a command could not read a path in a closed home, and which key
+// opens it: the command itself only sees the file missing (bubblewrap) or refused.
+#[test]
+fn a_command_refused_a_home_path_gets_a_marker_naming_read_allow() {
+    let fx = fixture_with_unlisted_secrets();
+    let ws = fx.ws.to_str().expect("utf-8");
+    let state = fx.base.join("state");
+    let state = state.to_str().expect("utf-8");
+    let token = fx.home.join(".aws/sso/cache/0123abcd.json");
+    let args = serde_json::json!({
+        "command": format!("cat '{}'", token.display()),
+        "description": "read a token"
+    })
+    .to_string();
+    let out = fx.dsh(&["tool", "bash", &args, "-C", ws, "--state", state]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(SECRET), "{stdout}");
+    assert!(
+        stdout.contains(&format!("[sandbox: reading {} is denied", token.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("read_allow"), "{stdout}");
+    // A wider mode would not open it: none is suggested (a new user followed that advice).
+    assert!(!stdout.contains("file access denied"), "{stdout}");
+    assert!(!stdout.contains("--mode workspace-write"), "{stdout}");
+}

@@ -120,7 +120,11 @@ fn toolchains_in_the_users_home_work_in_both_modes() {
     for (mode, pick) in [("read-only", 1), ("workspace-write", 2)] {
         for (tool, ro, ww) in TOOLS.iter().filter(|t| present.contains(&t.0)) {
             let line = if pick == 1 { ro } else { ww };
+            // The project's own target folder: the one this test's cargo builds in (CI
+            // names one outside the workspace) is not the command's to write.
             let out = Command::new(env!("CARGO_BIN_EXE_dsh"))
+                .env_remove("CARGO_TARGET_DIR")
+                .env_remove("CARGO_BUILD_TARGET_DIR")
                 .args(["exec", "-C", w, "--mode", mode, "--", "bash", "-c", line])
                 .output()
                 .expect("dsh");
