@@ -69,6 +69,9 @@ pub struct Layout {
     /// The allowed paths in the homes, bound back read-only at their own names, outer ones
     /// first.
     pub home_binds: Vec<PathBuf>,
+    /// The user's own home folders inside a closed one (`/home/me` in `/home`), made empty
+    /// there: a write to one is refused as read-only, not as missing.
+    pub home_dirs: Vec<PathBuf>,
 }
 
 /// Removes `--new-session` from a bwrap argv (before its `--`), for a command on a private
@@ -124,6 +127,10 @@ pub fn argv(
     for h in &layout.homes {
         out.push("--tmpfs".into());
         out.push(h.into());
+    }
+    for d in &layout.home_dirs {
+        out.push("--dir".into());
+        out.push(d.into());
     }
     for a in &layout.home_binds {
         out.push("--ro-bind".into());

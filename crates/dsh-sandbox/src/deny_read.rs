@@ -266,6 +266,19 @@ pub fn defaults() -> Vec<PathBuf> {
     out
 }
 
+/// The user's own home folders that exist, canonical (`$HOME`, the password database's).
+pub fn user_home_dirs() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in user_homes() {
+        if let Ok(real) = std::fs::canonicalize(&h) {
+            if real.is_dir() && !out.contains(&real) {
+                out.push(real);
+            }
+        }
+    }
+    out
+}
+
 /// The user's homes: `$HOME`, and the password database's when it differs.
 fn user_homes() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();

@@ -470,6 +470,10 @@ impl LocalSandbox {
             seccomp_fd,
             carves: Vec::new(),
             homes: home.homes.clone(),
+            home_dirs: deny_read::user_home_dirs()
+                .into_iter()
+                .filter(|d| home.homes.iter().any(|h| d.starts_with(h) && d != h))
+                .collect(),
             home_binds: home
                 .allowed
                 .iter()
