@@ -237,22 +237,49 @@ impl Ruleset {
         let points: Vec<std::path::PathBuf> =
             denied.iter().chain(&closed).chain(&open).cloned().collect();
         let split = crate::deny_read::split_dirs(&points);
+        let split_set: std::collections::HashSet<&Path> =
+            split.iter().map(std::path::PathBuf::as_path).collect();
         // Whether a path that is no split directory may be read: denial wins, then the
         // deepest of an open path and a closed directory.
-        let readable = |p: &Path| {
-            if denied.iter().any(|d| p.starts_with(d)) {
+        // Whether `p`, an entry of `dir`, may be read: denial wins, then the deepest of an
+        // open path and a closed directory. Only the points on `dir`'s side are weighed
+        // (`near`, computed once per folder).
+        let readable = |p: &Path, near: &Near| {
+            if near.denied.iter().any(|d| p.starts_with(d)) {
                 return false;
             }
-            let depth = |v: &[std::path::PathBuf]| {
+            let depth = |v: &[(&std::path::PathBuf, usize)]| {
                 v.iter()
-                    .filter(|x| p.starts_with(x))
-                    .map(|x| x.components().count())
+                    .filter(|(x, _)| p.starts_with(x))
+                    .map(|(_, n)| *n)
                     .max()
             };
-            match (depth(&open), depth(&closed)) {
+            match (depth(&near.open), depth(&near.closed)) {
                 (_, None) => true,
                 (Some(o), Some(c)) => o >= c,
                 (None, Some(_)) => false,
+            }
+        };
+        struct Near<'a> {
+            denied: Vec<&'a std::path::PathBuf>,
+            open: Vec<(&'a std::path::PathBuf, usize)>,
+            closed: Vec<(&'a std::path::PathBuf, usize)>,
+        }
+        // A point matters to the entries of `dir` when it holds `dir` or lies beneath it.
+        let near = |dir: &Path| {
+            let related = |x: &std::path::PathBuf| dir.starts_with(x) || x.starts_with(dir);
+            Near {
+                denied: denied.iter().filter(|x| related(x)).collect(),
+                open: open
+                    .iter()
+                    .filter(|x| related(x))
+                    .map(|x| (x, x.components().count()))
+                    .collect(),
+                closed: closed
+                    .iter()
+                    .filter(|x| related(x))
+                    .map(|x| (x, x.components().count()))
+                    .collect(),
             }
         };
         // Grants are by inode: another name for a denied file (a hard link in a directory
@@ -269,6 +296,7 @@ impl Ruleset {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
+            let near = near(dir);
             // An entry's identity from the listing (its inode) and its folder's device:
             // no stat per entry. A mount point's listed inode is the covered one, but a
             // mount point is a folder, and only files have other names.
@@ -278,7 +306,7 @@ impl Ruleset {
             });
             for e in entries.flatten() {
                 let path = e.path();
-                if split.contains(&path) || !readable(&path) {
+                if split_set.contains(path.as_path()) || !readable(&path, &near) {
                     continue;
                 }
                 let Ok(kind) = e.file_type() else { continue };

@@ -375,11 +375,7 @@ impl SandboxPolicy {
     /// The same policy with more paths denied for reading (absolute patterns; only ever
     /// added).
     pub fn with_deny_read(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
-        for p in paths {
-            if !self.deny_read.contains(&p) {
-                self.deny_read.push(p);
-            }
-        }
+        add_unique(&mut self.deny_read, paths);
         self
     }
 
@@ -388,11 +384,7 @@ impl SandboxPolicy {
     /// and the roots.
     pub fn with_homes_closed(mut self, allow: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
         self.closed_dirs = deny_read::closed_dirs();
-        for p in allow {
-            if !self.read_allow.contains(&p) {
-                self.read_allow.push(p);
-            }
-        }
+        add_unique(&mut self.read_allow, allow);
         self
     }
 
@@ -444,6 +436,17 @@ impl SandboxPolicy {
                 .with_homes(&self.closed_dirs, &self.read_allow, &self.readable_roots())
                 .refusal(path)
                 .is_some()
+    }
+}
+
+/// Appends each of `more` not in `list` yet, in order (a set for the lookups: lists of a
+/// few hundred patterns are merged at every call).
+fn add_unique(list: &mut Vec<PathBuf>, more: impl IntoIterator<Item = PathBuf>) {
+    let mut seen: std::collections::HashSet<PathBuf> = list.iter().cloned().collect();
+    for p in more {
+        if seen.insert(p.clone()) {
+            list.push(p);
+        }
     }
 }
 

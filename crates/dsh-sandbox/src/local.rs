@@ -612,7 +612,13 @@ impl LocalSandbox {
             &RulesetSpec {
                 writable,
                 deny_network,
-                deny_read: denied.iter().map(PathBuf::as_path).collect(),
+                // A denied path a closed home hides is not granted anyway: no grants need
+                // to go around it.
+                deny_read: denied
+                    .iter()
+                    .filter(|d| !home.hides(d))
+                    .map(PathBuf::as_path)
+                    .collect(),
                 closed: closed.iter().map(PathBuf::as_path).collect(),
                 open: open.iter().map(PathBuf::as_path).collect(),
             },
