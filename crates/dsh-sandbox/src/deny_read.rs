@@ -384,8 +384,8 @@ fn expand_matches(found: Vec<(PathBuf, PathBuf)>) -> Vec<PathBuf> {
 }
 
 /// Whether this process could never read `path`, nor make it readable: another user's
-/// file it may not read (`/etc/shadow` to a user), or folder it may not enter. Denying it
-/// too would only cost each confinement (under Landlock, the grants around it). One of this
+/// file it may not read (`/etc/shadow` to a user), or folder it may neither list nor
+/// enter. Denying it too would only cost each confinement (under Landlock, the grants around it). One of this
 /// user's own is never taken for that: a command could change its mode.
 fn refused_by_the_kernel(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
@@ -400,13 +400,10 @@ fn refused_by_the_kernel(path: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return false;
     };
-    let need = if meta.is_dir() {
-        libc::X_OK
-    } else {
-        libc::R_OK
-    };
     // SAFETY: access(2) with a valid C string.
-    unsafe { libc::access(c.as_ptr(), need) != 0 }
+    let refused = |need| unsafe { libc::access(c.as_ptr(), need) != 0 };
+    // A folder that can be listed shows its names, one that can be entered its files.
+    refused(libc::R_OK) && (!meta.is_dir() || refused(libc::X_OK))
 }
 
 /// The planted link among `found` (see [`expand_unless_planted`]).
@@ -554,17 +551,7 @@ pub fn expand_within(patterns: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
 /// Whether `patterns` deny reading `path` (absolute): `path`, or where its links lead, is
 /// a denied path or lies beneath one.
 pub fn denies(patterns: &[PathBuf], path: &Path) -> bool {
-    if patterns.is_empty() {
-        return false;
-    }
-    let m = Matcher::new(patterns);
-    let by_identity = std::fs::metadata(path).is_ok_and(|st| {
-        use std::os::unix::fs::MetadataExt;
-        m.denies_identity(st.dev(), st.ino())
-    });
-    by_identity
-        || m.denies_as_written(path)
-        || m.denies_canonical(&dsh_core::path::canonical_path(path))
+    !patterns.is_empty() && Matcher::new(patterns).refusal(path).is_some()
 }
 
 /// The home rule of one confinement or file-tool check, as the disk is now: the homes
@@ -888,7 +875,7 @@ pub const IDENTITIES_MAX: usize = 4096;
 
 /// Adds to `ids` the identities of the regular files beneath each directory of `dirs`
 /// (canonical), never following a link, at most [`IDENTITIES_MAX`] in all.
-fn beneath_identities(dirs: &[PathBuf], ids: &mut Vec<(u64, u64)>) {
+pub(crate) fn beneath_identities(dirs: &[PathBuf], ids: &mut Vec<(u64, u64)>) {
     use std::os::unix::fs::MetadataExt;
     let mut seen = 0usize;
     let mut todo: Vec<(PathBuf, usize)> = dirs

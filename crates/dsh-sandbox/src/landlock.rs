@@ -132,6 +132,9 @@ pub struct RulesetSpec<'a> {
     pub deny_network: bool,
     /// Existing paths (canonical) that must not be read: read grants go around them.
     pub deny_read: Vec<&'a Path>,
+    /// Existing denied paths (canonical) no grant needs to go around (a closed home hides
+    /// them), whose files must still not be granted under another name.
+    pub deny_identities_only: Vec<&'a Path>,
     /// Existing directories (canonical) readable only beneath `open`: every home, `/dev`.
     pub closed: Vec<&'a Path>,
     /// Existing paths (canonical) inside `closed` that stay readable (unless denied).
@@ -284,7 +287,9 @@ impl Ruleset {
         };
         // Grants are by inode: another name for a denied file (a hard link in a directory
         // on the way) must not be granted, or the file is readable under its own name too.
-        let denied_ids: Vec<(u64, u64)> = denied
+        // The files beneath a denied folder count too: a link to `~/.ssh/id_x` in `/tmp`
+        // would otherwise grant the key's inode, readable then under its own name.
+        let mut denied_ids: Vec<(u64, u64)> = denied
             .iter()
             .filter_map(|d| std::fs::symlink_metadata(d).ok())
             .map(|m| {
@@ -292,18 +297,25 @@ impl Ruleset {
                 (m.dev(), m.ino())
             })
             .collect();
+        let hidden = owned(&spec.deny_identities_only);
+        denied_ids.extend(
+            hidden
+                .iter()
+                .filter_map(|d| std::fs::symlink_metadata(d).ok())
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (m.dev(), m.ino())
+                }),
+        );
+        let every_denied: Vec<std::path::PathBuf> = denied.iter().chain(&hidden).cloned().collect();
+        crate::deny_read::beneath_identities(&every_denied, &mut denied_ids);
+        denied_ids.sort_unstable();
+        denied_ids.dedup();
         for dir in &split {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
             let near = near(dir);
-            // An entry's identity from the listing (its inode) and its folder's device:
-            // no stat per entry. A mount point's listed inode is the covered one, but a
-            // mount point is a folder, and only files have other names.
-            let dev = std::fs::metadata(dir).map_or(0, |m| {
-                use std::os::unix::fs::MetadataExt;
-                m.dev()
-            });
             for e in entries.flatten() {
                 let path = e.path();
                 if split_set.contains(path.as_path()) || !readable(&path, &near) {
@@ -312,12 +324,6 @@ impl Ruleset {
                 let Ok(kind) = e.file_type() else { continue };
                 if kind.is_symlink() {
                     continue;
-                }
-                {
-                    use std::os::unix::fs::DirEntryExt;
-                    if !kind.is_dir() && denied_ids.contains(&(dev, e.ino())) {
-                        continue;
-                    }
                 }
                 let file = match open_path(&path, true) {
                     Ok(f) => f,
@@ -332,6 +338,20 @@ impl Ruleset {
                     }
                     Err(e) => return Err(e),
                 };
+                // A file's identity from the opened descriptor, not the listing: a file can
+                // be a mount point (the listing shows the inode beneath), or be swapped for
+                // another name of a denied file since it was listed. Folders cannot be
+                // another name of a file.
+                if !kind.is_dir() {
+                    let st = crate::nofollow::fstat(file.as_raw_fd())?;
+                    #[allow(clippy::useless_conversion)] // `dev_t`, `ino_t` are not u64 everywhere
+                    if denied_ids
+                        .binary_search(&(u64::from(st.st_dev), u64::from(st.st_ino)))
+                        .is_ok()
+                    {
+                        continue;
+                    }
+                }
                 let rights = access::READ & handled;
                 match self.add_rule_kind(&file, kind.is_dir(), rights, &path) {
                     // Replaced by another kind since it was listed: as it is now.

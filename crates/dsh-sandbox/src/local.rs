@@ -619,6 +619,11 @@ impl LocalSandbox {
                     .filter(|d| !home.hides(d))
                     .map(PathBuf::as_path)
                     .collect(),
+                deny_identities_only: denied
+                    .iter()
+                    .filter(|d| home.hides(d))
+                    .map(PathBuf::as_path)
+                    .collect(),
                 closed: closed.iter().map(PathBuf::as_path).collect(),
                 open: open.iter().map(PathBuf::as_path).collect(),
             },

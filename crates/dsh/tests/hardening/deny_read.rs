@@ -160,3 +160,48 @@ fn a_folder_above_a_denied_path_cannot_be_renamed_away_from_it() {
     assert!(text(&out).contains("ran"), "{}", text(&out));
     assert!(!text(&out).contains(SECRET), "{}", text(&out));
 }
+
+// Regression: a review of the faster Landlock grants made another name for a file inside a
+// denied folder (`ln ~/.ssh/id_ed25519 /tmp/x`) in a folder on the way to a home: its inode
+// was granted, so the key read under its own name too; and, as root, bind-mounted a denied
+// file over an entry on the way (the listing shows the inode beneath a mount).
+#[test]
+fn another_name_or_a_mount_of_a_denied_file_on_the_way_opens_nothing_under_landlock() {
+    let fx = fixture_with_credentials();
+    let key = fx.home.join(".ssh/id_ed25519");
+    // The fixture's base holds the home: a folder on the way to the closed home.
+    std::fs::hard_link(&key, fx.base.join("innocent")).expect("hard link");
+    let root = rustix::process::geteuid().is_root();
+    let mount_point = fx.base.join("mounted");
+    if root {
+        std::fs::write(&mount_point, "").expect("mount point");
+        let m = std::process::Command::new("mount")
+            .args(["--bind"])
+            .arg(fx.home.join(".netrc"))
+            .arg(&mount_point)
+            .status()
+            .expect("mount");
+        assert!(m.success(), "mount --bind failed as root");
+    } else {
+        println!("not root: the bind-mount half is left out (mounting needs root)");
+    }
+    let script = format!(
+        "cat '{}' '{}' 2>&1; echo ran",
+        key.display(),
+        fx.home.join(".netrc").display()
+    );
+    let out = fx.exec_runner(
+        &fx.ws,
+        "landlock",
+        &["--mode", "read-only"],
+        &["bash", "-c", &script],
+    );
+    if root {
+        let _ = std::process::Command::new("umount")
+            .arg(&mount_point)
+            .status();
+    }
+    let Some(out) = out else { return };
+    assert!(text(&out).contains("ran"), "{}", text(&out));
+    assert!(!text(&out).contains(SECRET), "{}", text(&out));
+}

@@ -82,6 +82,29 @@ impl Fixture {
         c.args(args).current_dir(dir).output().expect("run dsh")
     }
 
+    /// `dsh exec -C DIR --runner RUNNER EXTRA... -- ARGV...`; `None` when the runner is
+    /// Landlock and this kernel cannot enforce it (exit 125, said so): bubblewrap is what CI
+    /// requires, and its refusal is returned to be asserted on.
+    pub fn exec_runner(
+        &self,
+        dir: &Path,
+        runner: &str,
+        extra: &[&str],
+        argv: &[&str],
+    ) -> Option<Output> {
+        let dir = dir.to_str().expect("utf-8 path");
+        let mut args = vec!["exec", "-C", dir, "--runner", runner];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(argv);
+        let out = self.dsh(&args);
+        if out.status.code() == Some(125) && runner == "landlock" {
+            println!("{runner} {extra:?} unavailable here: {}", text(&out));
+            return None;
+        }
+        Some(out)
+    }
+
     /// `dsh exec -C DIR --mode workspace-write EXTRA... -- bash -c SCRIPT`.
     pub fn exec_in(&self, dir: &Path, extra: &[&str], script: &str) -> Output {
         let dir = dir.to_str().expect("utf-8 path");
