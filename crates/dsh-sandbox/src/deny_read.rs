@@ -186,12 +186,17 @@ pub fn read_allow_defaults() -> Vec<PathBuf> {
     let mut out = expand_each_home(DEFAULT_READ_ALLOW);
     let bases = user_homes();
     let homes = homes();
+    let mut seen: std::collections::HashSet<PathBuf> = out.iter().cloned().collect();
     if let Some(path) = std::env::var_os("PATH") {
         for d in std::env::split_paths(&path) {
             // A home itself on PATH opens nothing (nor does one reached through a link:
             // no allow-list entry opens a whole home, see `HomeRule::new`).
             let d = dsh_core::path::fold_dots(&d);
-            if d.is_absolute() && !homes.contains(&d) && !bases.contains(&d) && !out.contains(&d) {
+            if d.is_absolute()
+                && !homes.contains(&d)
+                && !bases.contains(&d)
+                && seen.insert(d.clone())
+            {
                 out.push(d);
             }
         }
@@ -298,13 +303,14 @@ fn user_homes() -> Vec<PathBuf> {
 fn expand_each_home(patterns: &[&str]) -> Vec<PathBuf> {
     let bases = user_homes();
     let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for p in patterns {
         let expanded: Vec<PathBuf> = match p.strip_prefix("~/") {
             Some(rest) => bases.iter().map(|b| b.join(rest)).collect(),
             None => vec![PathBuf::from(p)],
         };
         for e in expanded {
-            if !out.contains(&e) {
+            if seen.insert(e.clone()) {
                 out.push(e);
             }
         }
@@ -433,12 +439,17 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
             _ => dsh_core::path::canonical_path(p),
         }
     };
-    // A folder named by several patterns is listed once rather than each name looked up.
-    let mut named: std::collections::HashMap<&Path, usize> = std::collections::HashMap::new();
+    // A folder named by many patterns is listed once rather than each name looked up;
+    // only the names wanted are kept from the listing. Listing costs about as much as
+    // thirty lookups in a folder of a hundred entries (`/etc`), so a few names are looked
+    // up one by one.
+    const LIST_AT: usize = 32;
+    let mut named: std::collections::HashMap<&Path, std::collections::HashSet<&std::ffi::OsStr>> =
+        std::collections::HashMap::new();
     for p in patterns {
         if let (Some(dir), Some(last)) = (p.parent(), p.file_name()) {
             if !last.to_string_lossy().contains(['*', '?']) {
-                *named.entry(dir).or_default() += 1;
+                named.entry(dir).or_default().insert(last);
             }
         }
     }
@@ -455,11 +466,15 @@ fn matches(patterns: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
         let name = last;
         let last = last.to_string_lossy();
         if !last.contains(['*', '?']) {
-            if named.get(dir).copied().unwrap_or(0) >= 3 && name != ".." && name != "." {
+            let wanted = named.get(dir);
+            if wanted.is_some_and(|w| w.len() >= LIST_AT) && name != ".." && name != "." {
                 let listing = listings.entry(dir.to_path_buf()).or_insert_with(|| {
                     std::fs::read_dir(dir).ok().map(|entries| {
                         entries
                             .flatten()
+                            .filter(|e| {
+                                wanted.is_some_and(|w| w.contains(e.file_name().as_os_str()))
+                            })
                             .map(|e| {
                                 let link = e.file_type().is_ok_and(|t| t.is_symlink());
                                 (e.file_name(), link)

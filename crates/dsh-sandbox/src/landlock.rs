@@ -240,50 +240,55 @@ impl Ruleset {
         let points: Vec<std::path::PathBuf> =
             denied.iter().chain(&closed).chain(&open).cloned().collect();
         let split = crate::deny_read::split_dirs(&points);
-        let split_set: std::collections::HashSet<&Path> =
-            split.iter().map(std::path::PathBuf::as_path).collect();
-        // Whether a path that is no split directory may be read: denial wins, then the
-        // deepest of an open path and a closed directory.
-        // Whether `p`, an entry of `dir`, may be read: denial wins, then the deepest of an
-        // open path and a closed directory. Only the points on `dir`'s side are weighed
-        // (`near`, computed once per folder).
-        let readable = |p: &Path, near: &Near| {
-            if near.denied.iter().any(|d| p.starts_with(d)) {
-                return false;
+        // The split directories by their parent, by name.
+        let mut split_in: std::collections::HashMap<&Path, Vec<&std::ffi::OsStr>> =
+            std::collections::HashMap::new();
+        for d in &split {
+            if let (Some(parent), Some(name)) = (d.parent(), d.file_name()) {
+                split_in.entry(parent).or_default().push(name);
             }
-            let depth = |v: &[(&std::path::PathBuf, usize)]| {
-                v.iter()
-                    .filter(|(x, _)| p.starts_with(x))
-                    .map(|(_, n)| *n)
-                    .max()
-            };
-            match (depth(&near.open), depth(&near.closed)) {
-                (_, None) => true,
-                (Some(o), Some(c)) => o >= c,
-                (None, Some(_)) => false,
-            }
-        };
-        struct Near<'a> {
-            denied: Vec<&'a std::path::PathBuf>,
-            open: Vec<(&'a std::path::PathBuf, usize)>,
-            closed: Vec<(&'a std::path::PathBuf, usize)>,
         }
-        // A point matters to the entries of `dir` when it holds `dir` or lies beneath it.
-        let near = |dir: &Path| {
-            let related = |x: &std::path::PathBuf| dir.starts_with(x) || x.starts_with(dir);
-            Near {
-                denied: denied.iter().filter(|x| related(x)).collect(),
-                open: open
-                    .iter()
-                    .filter(|x| related(x))
-                    .map(|x| (x, x.components().count()))
-                    .collect(),
-                closed: closed
-                    .iter()
-                    .filter(|x| related(x))
-                    .map(|x| (x, x.components().count()))
-                    .collect(),
+        // Whether an entry of a split directory may be read: denial wins, then the deepest
+        // of an open path and a closed directory. Only the points that hold the entry
+        // weigh: those holding its directory (`Above`, weighed once per directory) and the
+        // entry itself (looked up by name).
+        #[derive(Clone, Copy, Default)]
+        struct Above {
+            denied: bool,
+            open: Option<usize>,
+            closed: Option<usize>,
+        }
+        impl Above {
+            fn readable(self) -> bool {
+                !self.denied
+                    && match (self.open, self.closed) {
+                        (_, None) => true,
+                        (Some(o), Some(c)) => o >= c,
+                        (None, Some(_)) => false,
+                    }
             }
+        }
+        let depth = |x: &Path| x.components().count();
+        // The points each directory holds directly, by name.
+        let mut at: std::collections::HashMap<&Path, Vec<(&std::ffi::OsStr, u8)>> =
+            std::collections::HashMap::new();
+        const DENIED: u8 = 1;
+        const OPEN: u8 = 2;
+        const CLOSED: u8 = 4;
+        for (list, kind) in [(&denied, DENIED), (&open, OPEN), (&closed, CLOSED)] {
+            for x in list.iter() {
+                if let (Some(parent), Some(name)) = (x.parent(), x.file_name()) {
+                    at.entry(parent).or_default().push((name, kind));
+                }
+            }
+        }
+        let above = |dir: &Path| {
+            let mut a = Above::default();
+            let holds = |x: &std::path::PathBuf| dir.starts_with(x);
+            a.denied = denied.iter().any(holds);
+            a.open = open.iter().filter(|x| holds(x)).map(|x| depth(x)).max();
+            a.closed = closed.iter().filter(|x| holds(x)).map(|x| depth(x)).max();
+            a
         };
         // Grants are by inode: another name for a denied file (a hard link in a directory
         // on the way) must not be granted, or the file is readable under its own name too.
@@ -312,20 +317,61 @@ impl Ruleset {
         denied_ids.sort_unstable();
         denied_ids.dedup();
         for dir in &split {
-            let Ok(entries) = std::fs::read_dir(dir) else {
+            // The folder is opened once, with no link on the way (a split folder is
+            // canonical: a link there now was swapped in since, and its target is not
+            // granted), and its entries opened through that descriptor.
+            let Ok(dir_fd) = crate::nofollow::open_dir(dir) else {
                 continue;
             };
-            let near = near(dir);
-            for e in entries.flatten() {
-                let path = e.path();
-                if split_set.contains(path.as_path()) || !readable(&path, &near) {
+            let base = above(dir);
+            let here = at.get(dir.as_path()).map(Vec::as_slice).unwrap_or_default();
+            let split_here = split_in
+                .get(dir.as_path())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            // The candidates, each with whether it is a folder when the listing says. In a
+            // folder closed or denied from above only its own open points can be granted:
+            // it is not listed (`/dev`, a home).
+            let candidates: Vec<(std::ffi::OsString, Option<bool>)> = if base.readable() {
+                let Ok(entries) =
+                    std::fs::read_dir(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()))
+                else {
+                    continue;
+                };
+                entries
+                    .flatten()
+                    .filter_map(|e| {
+                        let kind = e.file_type().ok()?;
+                        // A link is granted nowhere: where it leads has its own rules.
+                        (!kind.is_symlink()).then(|| (e.file_name(), Some(kind.is_dir())))
+                    })
+                    .collect()
+            } else {
+                let mut names: Vec<(std::ffi::OsString, Option<bool>)> = Vec::new();
+                for (name, kind) in here {
+                    if *kind == OPEN && !names.iter().any(|(n, _)| n == name) {
+                        names.push((name.to_os_string(), None));
+                    }
+                }
+                names
+            };
+            let entry_depth = depth(dir) + 1;
+            for (name, listed_dir) in candidates {
+                let mut state = base;
+                for (_, kind) in here.iter().filter(|(n, _)| *n == name.as_os_str()) {
+                    match *kind {
+                        DENIED => state.denied = true,
+                        OPEN => state.open = Some(entry_depth),
+                        _ => state.closed = Some(entry_depth),
+                    }
+                }
+                if !state.readable() || split_here.contains(&name.as_os_str()) {
                     continue;
                 }
-                let Ok(kind) = e.file_type() else { continue };
-                if kind.is_symlink() {
-                    continue;
-                }
-                let file = match open_path(&path, true) {
+                let path = dir.join(&name);
+                let opened = crate::nofollow::cstring(&name)
+                    .and_then(|c| crate::nofollow::open_at(&dir_fd, &c, libc::O_PATH));
+                let file = match opened {
                     Ok(f) => f,
                     // Gone since it was listed, or not ours to open: nothing to grant.
                     Err(e)
@@ -336,27 +382,50 @@ impl Ruleset {
                     {
                         continue
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("cannot open rule path {}: {e}", path.display()),
+                        ))
+                    }
                 };
                 // A file's identity from the opened descriptor, not the listing: a file can
                 // be a mount point (the listing shows the inode beneath), or be swapped for
                 // another name of a denied file since it was listed. Folders cannot be
                 // another name of a file.
-                if !kind.is_dir() {
-                    let st = crate::nofollow::fstat(file.as_raw_fd())?;
-                    #[allow(clippy::useless_conversion)] // `dev_t`, `ino_t` are not u64 everywhere
-                    if denied_ids
-                        .binary_search(&(u64::from(st.st_dev), u64::from(st.st_ino)))
-                        .is_ok()
-                    {
-                        continue;
+                let st = match listed_dir {
+                    Some(true) => None,
+                    _ => Some(crate::nofollow::fstat(file.as_raw_fd())?),
+                };
+                let is_dir = match &st {
+                    None => true,
+                    Some(st) => {
+                        let kind = st.st_mode & libc::S_IFMT;
+                        if kind == libc::S_IFLNK {
+                            continue;
+                        }
+                        #[allow(clippy::useless_conversion)]
+                        // `dev_t`, `ino_t` are not u64 everywhere
+                        let id = (u64::from(st.st_dev), u64::from(st.st_ino));
+                        if kind != libc::S_IFDIR && denied_ids.binary_search(&id).is_ok() {
+                            continue;
+                        }
+                        kind == libc::S_IFDIR
                     }
-                }
+                };
                 let rights = access::READ & handled;
-                match self.add_rule_kind(&file, kind.is_dir(), rights, &path) {
-                    // Replaced by another kind since it was listed: as it is now.
+                match self.add_rule_kind(&file, is_dir, rights, &path) {
+                    // Replaced by a file since it was listed as a folder: as it is now,
+                    // unless it is now another name of a denied file.
                     Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                         let st = crate::nofollow::fstat(file.as_raw_fd())?;
+                        #[allow(clippy::useless_conversion)] // as above
+                        let id = (u64::from(st.st_dev), u64::from(st.st_ino));
+                        if st.st_mode & libc::S_IFMT == libc::S_IFLNK
+                            || denied_ids.binary_search(&id).is_ok()
+                        {
+                            continue;
+                        }
                         self.add_rule_fd(&file, &st, rights, &path)?;
                     }
                     r => r?,

@@ -464,6 +464,50 @@ pub fn home_dir() -> Option<PathBuf> {
 /// The home directory the password database gives the user dsh runs as (which `$HOME`
 /// may differ from: toolchains installed there are still this user's).
 pub fn passwd_home() -> Option<PathBuf> {
+    // Looked up once: the user a process runs as does not change, and every confinement
+    // asks (each lookup reads the whole database).
+    static HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        // SAFETY: getuid(2) has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        // `/etc/passwd` read directly when the name service asks it first (then its entry
+        // is the one the service would give, and the service's set-up costs more than
+        // the lookup); otherwise, or for a user it does not list, the name service.
+        files_first()
+            .then(|| std::fs::read("/etc/passwd").ok())
+            .flatten()
+            .and_then(|text| home_in_passwd(&text, uid))
+            .or_else(passwd_home_by_nss)
+    })
+    .clone()
+}
+
+/// Whether the name service looks users up in `/etc/passwd` first (`passwd: files …` or
+/// `compat`, in `/etc/nsswitch.conf`).
+fn files_first() -> bool {
+    let Ok(conf) = std::fs::read_to_string("/etc/nsswitch.conf") else {
+        return false;
+    };
+    conf.lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .find_map(|l| l.trim_start().strip_prefix("passwd:"))
+        .and_then(|sources| sources.split_whitespace().next())
+        .is_some_and(|first| first == "files" || first == "compat")
+}
+
+/// The absolute home of the first entry for `uid` in the text of a passwd file.
+fn home_in_passwd(text: &[u8], uid: libc::uid_t) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let uid = uid.to_string();
+    text.split(|b| *b == b'\n').find_map(|line| {
+        let fields: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        (fields.len() >= 7 && fields[2] == uid.as_bytes())
+            .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(fields[5])))
+            .filter(|p| p.is_absolute())
+    })
+}
+
+fn passwd_home_by_nss() -> Option<PathBuf> {
     // SAFETY: getpwuid_r(3) with a live passwd struct and buffer of the sizes given; the
     // returned pointers point into `buf`, read before it goes.
     unsafe {
@@ -767,6 +811,15 @@ pub fn classify_denial(exit_code: Option<i32>, stderr: &str, signatures: &[&str]
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_passwd_file_gives_the_first_absolute_home_of_the_uid() {
+        let text = b"root:x:0:0:root:/root:/bin/bash\nbad:x:1001\nci:x:1001:1001::/home/ci:/bin/sh\nci2:x:1001:1001::/other:/bin/sh\nrel:x:1002:1002::home/rel:/bin/sh\n";
+        assert_eq!(super::home_in_passwd(text, 0), Some("/root".into()));
+        assert_eq!(super::home_in_passwd(text, 1001), Some("/home/ci".into()));
+        assert_eq!(super::home_in_passwd(text, 1002), None);
+        assert_eq!(super::home_in_passwd(text, 1003), None);
+    }
+
     use super::*;
 
     #[test]
