@@ -482,8 +482,8 @@ pub fn passwd_home() -> Option<PathBuf> {
     .clone()
 }
 
-/// Whether the name service looks users up in `/etc/passwd` first (`passwd: files …` or
-/// `compat`, in `/etc/nsswitch.conf`).
+/// Whether the name service looks users up in `/etc/passwd` first (`passwd: files …` in
+/// `/etc/nsswitch.conf`; `compat` reads NIS entries from it, so it is left to the service).
 fn files_first() -> bool {
     let Ok(conf) = std::fs::read_to_string("/etc/nsswitch.conf") else {
         return false;
@@ -492,19 +492,25 @@ fn files_first() -> bool {
         .map(|l| l.split('#').next().unwrap_or_default())
         .find_map(|l| l.trim_start().strip_prefix("passwd:"))
         .and_then(|sources| sources.split_whitespace().next())
-        .is_some_and(|first| first == "files" || first == "compat")
+        .is_some_and(|first| first == "files")
 }
 
-/// The absolute home of the first entry for `uid` in the text of a passwd file.
+/// The home of the first entry for `uid` in the text of a passwd file, as the name
+/// service's `files` source reads it (comments and `+`/`-` entries are not users); `None`
+/// when there is none or it is not absolute.
 fn home_in_passwd(text: &[u8], uid: libc::uid_t) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let uid = uid.to_string();
-    text.split(|b| *b == b'\n').find_map(|line| {
+    let entry = text.split(|b| *b == b'\n').find(|line| {
+        let line = line.trim_ascii_start();
         let fields: Vec<&[u8]> = line.split(|b| *b == b':').collect();
-        (fields.len() >= 7 && fields[2] == uid.as_bytes())
-            .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(fields[5])))
-            .filter(|p| p.is_absolute())
-    })
+        !matches!(line.first(), None | Some(b'#' | b'+' | b'-'))
+            && fields.len() >= 7
+            && fields[2] == uid.as_bytes()
+    })?;
+    let home = entry.trim_ascii_start().split(|b| *b == b':').nth(5)?;
+    let home = PathBuf::from(std::ffi::OsStr::from_bytes(home));
+    home.is_absolute().then_some(home)
 }
 
 fn passwd_home_by_nss() -> Option<PathBuf> {
@@ -813,9 +819,10 @@ pub fn classify_denial(exit_code: Option<i32>, stderr: &str, signatures: &[&str]
 mod tests {
     #[test]
     fn a_passwd_file_gives_the_first_absolute_home_of_the_uid() {
-        let text = b"root:x:0:0:root:/root:/bin/bash\nbad:x:1001\nci:x:1001:1001::/home/ci:/bin/sh\nci2:x:1001:1001::/other:/bin/sh\nrel:x:1002:1002::home/rel:/bin/sh\n";
+        let text = b"#root:x:0:0:old:/decoy:/bin/sh\n+nis:x:0:0::/decoy:/bin/sh\n-nis:x:0:0::/decoy:/bin/sh\nroot:x:0:0:root:/root:/bin/bash\nbad:x:1001\nci:x:1001:1001::/home/ci:/bin/sh\nci2:x:1001:1001::/other:/bin/sh\nrel:x:1002:1002::home/rel:/bin/sh\nrel2:x:1002:1002::/abs:/bin/sh\n";
         assert_eq!(super::home_in_passwd(text, 0), Some("/root".into()));
         assert_eq!(super::home_in_passwd(text, 1001), Some("/home/ci".into()));
+        // The first entry counts, as the name service answers it: a relative home is none.
         assert_eq!(super::home_in_passwd(text, 1002), None);
         assert_eq!(super::home_in_passwd(text, 1003), None);
     }
