@@ -308,9 +308,9 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .await
         .expect("grep");
     assert_eq!(found.total, 0, "{:?}", found.matches);
-    // Regression (review, helper-21): a denied name that is a link (a dotfiles
-    // `~/.gnupg -> dots/gnupg`) left its target readable and searchable; the denied name
-    // as the root is refused, saying so.
+    // A denied name that is a link (a dotfiles `~/.gnupg -> dots/gnupg`) denies its
+    // target too, for reading and searching; the denied name as the root is refused,
+    // saying so.
     std::fs::create_dir_all(ws.join("dots/gnupg")).expect("dots");
     std::fs::write(ws.join("dots/gnupg/key"), "alpha key\n").expect("key");
     std::os::unix::fs::symlink("dots/gnupg", ws.join(".gnupg")).expect("link");
@@ -333,7 +333,7 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .expect("resolve");
     let e = gpg.read_text(&key, 1 << 20).await.expect_err("its target");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
-    // And a hard link elsewhere to a file inside a denied directory (review, helper-21).
+    // And a hard link elsewhere to a file inside a denied directory.
     std::fs::hard_link(ws.join("dots/gnupg/key"), ws.join("notes.txt")).expect("hard link");
     let other = gpg.resolve("notes.txt", Some(&ws)).await.expect("resolve");
     let e = gpg

@@ -377,7 +377,7 @@ mod tests {
             "SESSION_COOKIE",
             "SENTRY_DSN",
             "slack_webhook_url",
-            // Regression: issue 23: names a red team found passed the scrub.
+            // Names that must not pass the scrub (issue 23).
             "CI_JOB_JWT",
             "GCP_CREDS",
             "GITHUB_OAUTH",
@@ -492,7 +492,7 @@ mod tests {
             "https://a.example https://u:p@b.example/simple",
             "url=postgres://u:pw@host/db",
             "://u:p@host",
-            // Regression: issue 23: shapes a red team found passed the scrub.
+            // Shapes that must not pass the scrub (issue 23).
             "jdbc:mysql://db:3306/app?user=app&password=hunter2",
             "jdbc:sqlserver://db;user=app;Pwd=hunter2",
             "u:pw@host:5432",

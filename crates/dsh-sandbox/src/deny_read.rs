@@ -810,8 +810,8 @@ impl Matcher {
                 (m.dev(), m.ino())
             })
             .collect();
-        // Regression (review, helper-21): a hard link elsewhere to a file inside a denied
-        // directory (`~/.ssh/id_ed25519`) was read under its other name.
+        // A hard link elsewhere to a file inside a denied directory (`~/.ssh/id_ed25519`) is
+        // denied too: identities are kept.
         beneath_identities(&real, &mut ids);
         ids.sort_unstable();
         ids.dedup();

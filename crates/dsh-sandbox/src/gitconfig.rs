@@ -434,8 +434,8 @@ mod tests {
         assert_eq!(facts.hooks_paths, vec![PathBuf::from(".githooks")]);
     }
 
-    // Regression: a review hid an `includeIf` behind a carriage return, which git reads as
-    // a blank and dsh did not.
+    // An `includeIf` hidden behind a carriage return is seen: git reads a carriage return
+    // as a blank, and so does dsh.
     #[test]
     fn a_carriage_return_is_a_blank_as_git_has_it() {
         assert_eq!(
@@ -451,7 +451,7 @@ mod tests {
         assert!(parse("[core]\r\n\tbare = false\r\n").1);
     }
 
-    // Regression: a review found a config starting with a BOM lost its first section.
+    // A config starting with a BOM keeps its first section.
     #[test]
     fn a_byte_order_mark_is_skipped_as_git_skips_it() {
         assert_eq!(

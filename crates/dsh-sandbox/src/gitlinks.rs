@@ -604,8 +604,8 @@ mod tests {
         );
     }
 
-    // Regression: a review named one long entry thousands of times in an offset table:
-    // 27 s and 1.5 GB for a 4 MB index.
+    // An offset table naming one long entry thousands of times reads each block once:
+    // read per mention, a 4 MB index takes 27 s and 1.5 GB.
     #[test]
     fn offset_tables_that_repeat_entries_read_each_block_once() {
         let mut bytes = header(4, 0);
@@ -671,8 +671,8 @@ mod tests {
         bytes
     }
 
-    // Regression: a review set the extended flag on a version 2 index's first entry (git
-    // reads it), and the parser stopped there, silently.
+    // The extended flag set on a version 2 index's first entry (git reads it) must not
+    // stop the parser there, silently.
     #[test]
     fn the_extended_flag_is_read_in_any_version() {
         let bytes = v2_index(&[
@@ -687,8 +687,8 @@ mod tests {
         );
     }
 
-    // Regression: a review hid a NUL in a gitlink's name (git uses the name up to it) and
-    // left out the NUL after another (git read on into the next bytes).
+    // A NUL hidden in a gitlink's name (git uses the name up to it), and the NUL left out
+    // after another (git reads on into the next bytes): names are read as git uses them.
     #[test]
     fn names_are_read_as_git_uses_them() {
         let bytes = v2_index(&[v2_entry(0o160000, false, b"node_modules/p\0zz", 17, b"")]);
@@ -720,8 +720,8 @@ mod tests {
         assert!(!read(&t.path().join(".git"), len).complete);
     }
 
-    // Regression: a review linked the index to another file and rewrote that file in
-    // place: the link's own stamp did not change, and the old answer was given.
+    // An index that is a link to another file rewritten in place is stamped where the
+    // link leads: the link's own stamp does not change, and would give the old answer.
     #[test]
     fn an_index_behind_a_link_is_stamped_where_it_leads() {
         let (t, len) = repo_with_gitlink(&[], &[]);

@@ -771,13 +771,13 @@ impl LocalSandbox {
                 if let Some(area) = temp_area {
                     let (mut carves, mut anchors, mut guard) = self.carves(policy, area);
                     for (root, carve) in exclude_placeholders(policy, &mut guard, area) {
-                        // Regression: a review moved `.git/info` aside and made a fresh
-                        // `exclude` that hid planted files from the host's `git status`.
+                        // `.git/info` moved aside and a fresh `exclude` made in its place
+                        // must not hide planted files from the host's `git status`.
                         add_anchors(&carve.at, &root, &mut anchors);
                         carves.push(carve);
                     }
-                    // Regression: a third review renamed a folder above a denied path
-                    // (`mv gh gh2`): the next command read the file under its new name.
+                    // A folder above a denied path renamed (`mv gh gh2`) must not let the
+                    // next command read the file under its new name.
                     let roots = policy.writable_dirs();
                     for d in &denied {
                         for root in &roots {
@@ -786,10 +786,10 @@ impl LocalSandbox {
                             }
                         }
                     }
-                    // Regression (review of the config files): a root nested in another
-                    // (the workspace in a configured root, one configured root in another)
-                    // was carried away by renaming a directory above it in the outer one,
-                    // and a trusted workspace's config, or a link, planted in its place.
+                    // A root nested in another (the workspace in a configured root, one
+                    // configured root in another) must not be carried away by renaming a
+                    // directory above it in the outer one, with a trusted workspace's config,
+                    // or a link, planted in its place.
                     for inner in &roots {
                         for outer in &roots {
                             if strictly_beneath(inner, outer) {

@@ -202,9 +202,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    // Regression: a third review swapped a directory the walk could not list for a link
-    // to a host file between the check and a chmod by name: the file got the directory's
-    // mode (1777).
+    // A directory the walk cannot list, swapped for a link to a host file between the
+    // check and a chmod by name, must not give the file the directory's mode (1777).
     #[test]
     fn modes_change_only_on_the_inode_checked_and_only_by_the_owner_bits() {
         let d = tempfile::tempdir().expect("tempdir");

@@ -648,9 +648,9 @@ mod tests {
         assert!(!at.exists());
     }
 
-    // Regression: a third review put files in a placeholder directory while its command
-    // ran (as the user's editor or a root process can: only a sandbox cannot), and the
-    // release deleted them.
+    // Files put in a placeholder directory while its command runs (as the user's editor
+    // or a root process can: only a sandbox cannot) are left there: the release must not
+    // delete them.
     #[test]
     fn a_placeholder_someone_put_files_in_is_left_with_them() {
         use std::os::unix::fs::PermissionsExt;
@@ -677,8 +677,8 @@ mod tests {
         assert!(at.join("deep/settings.json").exists());
     }
 
-    // Regression: a review set the old placeholder mark (an extended attribute) on a
-    // user's `.git`; the next call took it for a placeholder and emptied it.
+    // The old placeholder mark (an extended attribute) set on a user's `.git` must not
+    // make the next call take it for a placeholder and empty it.
     #[test]
     fn nothing_a_command_can_set_makes_a_real_directory_a_placeholder() {
         let (_d, r) = root();

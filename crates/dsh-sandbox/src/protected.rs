@@ -1093,8 +1093,8 @@ mod tests {
         );
     }
 
-    // Regression: a review found `gitdir: /any/dir` in a root's `.git` file made that
-    // directory a writable root.
+    // `gitdir: /any/dir` in a root's `.git` file must not make that directory a writable
+    // root.
     #[test]
     fn a_pointer_to_a_directory_that_does_not_name_it_back_grants_nothing() {
         let (_d, base) = canonical_tempdir();
@@ -1185,8 +1185,8 @@ mod tests {
         assert!(name_matches("*", ""));
     }
 
-    // Regression: a fifth review hid a submodule's git dir seven levels down in
-    // `.git/modules` (a name with `/`), deeper than the search went, with a hook.
+    // A submodule's git dir with a hook, seven levels down in `.git/modules` (a name
+    // with `/`), is found: the search for submodule git dirs goes to any depth.
     #[test]
     fn submodule_git_dirs_are_found_at_any_depth() {
         let (_d, root) = canonical_tempdir();
@@ -1198,8 +1198,8 @@ mod tests {
         assert!(layout.protected.contains(&deep.join("hooks")), "{layout:?}");
     }
 
-    // Regression: a fifth review wrote `.husky/pre-commit` in a nested repository that uses
-    // husky: its hook managers were protected at the root only.
+    // `.husky/pre-commit` in a nested repository that uses husky is protected: hook
+    // managers are protected in nested repositories, not at the root only.
     #[test]
     fn nested_repositories_hook_managers_are_protected() {
         let (_d, root) = canonical_tempdir();
@@ -1212,8 +1212,8 @@ mod tests {
         }
     }
 
-    // Regression: a fifth review had `~/.config/git` link into the workspace, with no
-    // `config` there: the missing startup file was looked for by its unresolved path.
+    // With `~/.config/git` a link into the workspace and no `config` there, the missing
+    // startup file is placed where the link leads, not at its unresolved path.
     #[test]
     fn a_missing_path_is_placed_where_links_on_the_way_lead() {
         let (_d, root) = canonical_tempdir();

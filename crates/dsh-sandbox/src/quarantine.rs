@@ -1084,8 +1084,8 @@ mod tests {
         assert!(!root.join("crates/x/.cargo/config.toml").exists());
     }
 
-    // Regression: a second review took every `config.dsh-quarantine*` name first, hid an
-    // include behind a carriage return, and padded a config past what dsh reads.
+    // Every `config.dsh-quarantine*` name taken first, an include hidden behind a carriage
+    // return, or a config padded past what dsh reads must not leave a config armed.
     #[test]
     fn names_cannot_be_taken_first_and_what_dsh_cannot_read_whole_is_rewritten() {
         let (_d, root, policy) = setup();
@@ -1139,8 +1139,8 @@ mod tests {
         );
     }
 
-    // Regression: a second review pointed a new git dir's `commondir` at a directory
-    // holding the config and hooks, which git reads instead.
+    // A new git dir's `commondir` pointed at a directory holding the config and hooks,
+    // which git reads instead, is made to lead home.
     #[test]
     fn a_commondir_leading_to_an_unprotected_directory_is_made_to_lead_home() {
         let (_d, root, policy) = setup();
@@ -1160,8 +1160,8 @@ mod tests {
         );
     }
 
-    // Regression: a third review found that what could not be set aside was refused only
-    // in the process that found it: the next `dsh tool` or `dsh exec` ran on.
+    // What cannot be set aside is refused in every process, not only the one that found
+    // it: the next `dsh tool` or `dsh exec` must not run on.
     #[test]
     fn what_cannot_be_set_aside_is_remembered_and_refused_until_it_is_gone() {
         let (_d, root, policy) = setup();
@@ -1219,9 +1219,8 @@ mod tests {
         assert!(!gap(&policy).contains(&through.display().to_string()));
     }
 
-    // Regression: a third review had a root dsh truncate another user's file that a
-    // command hard-linked or moved into a new repository, and lose the end of a file
-    // larger than the copy kept.
+    // A root dsh must not truncate another user's file that a command hard-linked or
+    // moved into a new repository, nor lose the end of a file larger than the copy kept.
     #[test]
     fn a_file_too_large_to_copy_or_not_ours_is_moved_aside_whole() {
         let (_d, root, policy) = setup();
@@ -1256,8 +1255,8 @@ mod tests {
         assert_eq!((meta.uid(), meta.len()), (65534, 11), "changed, not moved");
     }
 
-    // Regression: a third review had a chmod by name follow a symlink swapped in; now the
-    // owner's bits are added through the inode checked, and a link is moved aside whole.
+    // A chmod by name would follow a symlink swapped in: the owner's bits are added
+    // through the inode checked, and a link is moved aside whole.
     #[test]
     fn files_without_their_owner_bits_are_opened_through_the_inode_checked() {
         use std::os::unix::fs::PermissionsExt;
@@ -1292,9 +1291,9 @@ mod tests {
         std::fs::set_permissions(outside.path(), PermissionsExt::from_mode(0o700)).expect("rw");
     }
 
-    // Regression: a fourth review made more entries than a walk reads (hard links), then
-    // an armed repository: the check after the command did not see it, and once the
-    // entries were gone the repository was taken for one that was always there.
+    // More entries than a walk reads (hard links), then an armed repository: a root walked
+    // short is refused, or the check after the command would not see the repository, and
+    // once the entries were gone would take it for one that was always there.
     #[test]
     fn a_root_walked_short_is_refused_and_then_checked_against_what_was_there() {
         let (_d, root, before) = setup();

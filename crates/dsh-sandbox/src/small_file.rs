@@ -81,8 +81,8 @@ mod tests {
         assert_eq!(read(&big, 4).map(|s| s.len()), Some(4));
     }
 
-    // Regression: a third review named `evil ` (a trailing space) in a `.git` file and a
-    // `commondir`; dsh trimmed the space and looked elsewhere than git.
+    // `evil ` (a trailing space) named in a `.git` file or a `commondir` is read as git reads
+    // it: trimming the space would look elsewhere than git.
     #[test]
     fn git_paths_are_read_as_git_reads_them() {
         let d = tempfile::tempdir().expect("tempdir");

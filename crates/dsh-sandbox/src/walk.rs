@@ -279,8 +279,8 @@ mod tests {
         assert_eq!(dirs, 10);
     }
 
-    // Regression: a review made a bare repository whose objects and refs were symlinks,
-    // which git takes for a git dir and the walk did not.
+    // A bare repository whose objects and refs are symlinks is a git dir to git, and so
+    // to the walk.
     #[test]
     fn git_dirs_are_found_by_git_own_rule_links_and_commondir_included() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -300,8 +300,8 @@ mod tests {
         assert!(is_git_dir(&r.join("a")) && is_git_dir(&r.join("b")));
     }
 
-    // Regression: a third review made `pkg/.zed/settings.json` and `pkg/opencode.json`,
-    // which the walk did not look for although the root protects them.
+    // `pkg/.zed/settings.json` and `pkg/opencode.json` are looked for: every setting the
+    // root protects is looked for in subdirectories too.
     #[test]
     fn every_setting_protected_at_a_root_is_looked_for_in_subdirectories() {
         for name in [
@@ -319,8 +319,8 @@ mod tests {
         }
     }
 
-    // Regression: a third review made `objects` and `refs` executable files, which git
-    // accepts in a git dir and the walk did not.
+    // `objects` and `refs` as executable files, which git accepts in a git dir, make a
+    // git dir to the walk too.
     #[test]
     fn objects_and_refs_of_any_kind_make_a_git_dir() {
         let dir = tempfile::tempdir().expect("tempdir");

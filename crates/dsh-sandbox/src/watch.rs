@@ -384,9 +384,9 @@ mod tests {
         );
     }
 
-    // Regression: a second review made `a/objects` a link to a directory that did not
-    // exist yet, then made it: `a` became a git dir with no event in it. Git's shape is
-    // now its names alone (whatever they lead to), so it is one from the start.
+    // `a/objects` a link to a directory that does not exist yet, made later, would turn
+    // `a` into a git dir with no event in it. Git's shape is its names alone (whatever
+    // they lead to), so it is one from the start.
     #[test]
     fn a_directory_with_git_names_is_a_git_dir_whatever_they_lead_to() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -399,9 +399,9 @@ mod tests {
         assert_eq!(w.walk().git_entries, vec![r.join("a")]);
     }
 
-    // Regression: a third review made a directory, a repository in it, and moved it, all
-    // in one command (events are read after it): the move only renamed what was known of
-    // the directory, which was nothing, and the repository went unseen.
+    // A directory made, a repository made in it, and the directory moved, all in one
+    // command (events are read after it): renaming only what was known of the directory,
+    // which is nothing, would leave the repository unseen. It is walked where it went.
     #[test]
     fn a_directory_made_filled_and_moved_in_one_go_is_walked_where_it_went() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -435,9 +435,9 @@ mod tests {
         assert!(w.walk().git_entries.contains(&r.join("y/sub/later/.git")));
     }
 
-    // Regression: a third review moved a directory away and made a new one at its path in
-    // the same command; what was known beneath the old path was forgotten after the new
-    // one had been walked, with the new one's repository.
+    // A directory moved away and a new one made at its path in the same command: what is
+    // known beneath the old path must not be forgotten after the new one has been walked,
+    // which would lose the new one's repository.
     #[test]
     fn a_directory_made_where_one_was_moved_away_is_kept() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -462,8 +462,8 @@ mod tests {
         assert!(w.walk().git_entries.contains(&r.join("z/e/later/.git")));
     }
 
-    // Regression: a third review gave a directory (and the root itself) git's shape, which
-    // ended the walk there, and hid a repository beneath it.
+    // A directory (or the root itself) given git's shape must not end the walk there: a
+    // repository hidden beneath it is found.
     #[test]
     fn repositories_beneath_a_directory_of_git_shape_are_found() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -484,9 +484,8 @@ mod tests {
         );
     }
 
-    // Regression: a sixth review gave `node_modules` itself git's shape, with a pager in
-    // its config (git in any package beneath takes it for the repository): the walk never
-    // read it.
+    // `node_modules` itself given git's shape, with a pager in its config (git in any
+    // package beneath takes it for the repository), is read by the walk.
     #[test]
     fn what_is_right_in_node_modules_counts_and_nothing_deeper_is_walked() {
         let d = tempfile::tempdir().expect("tempdir");

@@ -225,8 +225,8 @@ fn operator_runner_configuration_is_checked() {
     assert!(LocalSandbox::new().operator_runner(vec![], vec![]).is_ok());
 }
 
-// Regression: a review found a protected path of `ROOT/../..` (from a workspace's config)
-// turned into anchors that bound the root's parents, up to `/`, writable.
+// A protected path of `ROOT/../..` (from a workspace's config) must not turn into anchors
+// that bind the root's parents, up to `/`, writable.
 #[test]
 fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -257,8 +257,8 @@ fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
     assert!(!argv.iter().any(|a| a.contains("dshprobe")), "{argv:?}");
 }
 
-// Regression: a fifth review hard-linked a denied file's name before the secret was
-// written into it; the other name was readable.
+// A denied file's name hard-linked before the secret is written into it leaves the other
+// name readable: the policy reports it as a gap.
 #[test]
 fn a_denied_file_with_another_name_is_a_gap() {
     let d = tempfile::tempdir().expect("tempdir");

@@ -849,8 +849,7 @@ impl PtySession {
     fn settle(&self, wait: WaitReason) -> SendResult {
         let mut st = self.lock();
         // What the next send will show starts collecting now: output that arrives
-        // between two sends is not lost (helper-24: an end marker printed then went
-        // missing).
+        // between two sends is not lost (an end marker printed then must not go missing).
         let op = std::mem::take(st.op.get_or_insert_with(OpOutput::default));
         let viewport = if st.screen.alternate() {
             st.screen.contents()

@@ -578,7 +578,7 @@ async fn a_program_printing_a_gigabyte_costs_bounded_memory_and_never_hangs() {
         &owner,
         id,
         // An unterminated OSC first: neither the sanitizer nor the screen may keep its
-        // body (regression: helper-22 grew dsh to 1 GB through the emulator's OSC buffer).
+        // body (the emulator's OSC buffer could otherwise grow dsh to 1 GB).
         "printf '\\033]0;'; head -c 100000000 /dev/zero | tr '\\0' x; printf '\\007'; \
          yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 1073741824",
         Duration::from_secs(6),
@@ -601,8 +601,8 @@ async fn a_program_printing_a_gigabyte_costs_bounded_memory_and_never_hangs() {
 
 #[tokio::test]
 async fn an_interrupt_discards_input_the_interrupted_program_never_read() {
-    // Regression: helper-23 had a line typed while `sleep` held the terminal run by the
-    // shell once SIGINT ended `sleep` (a keyboard Ctrl-C discards it).
+    // A line typed while `sleep` holds the terminal must not be run by the shell once
+    // SIGINT ends `sleep` (a keyboard Ctrl-C discards it).
     let ws = tempfile::tempdir().expect("ws");
     let t = service(config(), None);
     let owner = Owner::new(SessionId::new("s1"));

@@ -275,7 +275,7 @@ impl Tool for BashTool {
         let result = shell.run(shell.resolve(request)?).await?;
         if result.aborted {
             // A cancelled call may have planted something before it was stopped: the
-            // check runs all the same (helper-27: a hook survived a cancelled call).
+            // check runs all the same, so a hook it planted does not survive.
             let mut message = String::from("tool call aborted");
             if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
                 message.push('\n');

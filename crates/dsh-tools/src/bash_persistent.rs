@@ -78,7 +78,7 @@ impl Bounded for Args {
 
 /// `s` as a bash ANSI-C string (`$'…'`): backslash and quote escaped, and every control
 /// character (C0, DEL, C1) as `\xHH` or `\uHHHH`, so nothing reaches the shell's line
-/// editor as a key (a tab completing, Ctrl-U erasing the wrapper: helper-24).
+/// editor as a key (a tab completing, Ctrl-U erasing the wrapper).
 fn ansi_c(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 3);
     out.push_str("$'");
@@ -506,7 +506,7 @@ impl Tool for PersistentBashTool {
                 if r.wait == WaitReason::StdinRead {
                     // A program waits for input this tool cannot give (or the shell waits
                     // for the rest of a line): whatever the next call typed would go to
-                    // it, and it could answer in the shell's place (helper-24). Reset.
+                    // it, and it could answer in the shell's place. Reset.
                     reset(&mut slot).await;
                     let parts = [
                         render_output(&partial, incomplete_upstream),

@@ -726,7 +726,7 @@ impl Tool for TerminalCloseTool {
             ),
         };
         // Its tree is gone: what a background job of it made since the last send is
-        // set aside and protected now (helper-24: it outlived every check before).
+        // set aside and protected now (it outlives every check before this one).
         if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
             text.push('\n');
             text.push_str(&line);

@@ -1185,9 +1185,9 @@ fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-/// helper-26: a settled job held its pipes and sandbox placeholders until the connection
-/// ended (a long session ran out of descriptors), and its `setsid` children outlived its
-/// `completed`.
+/// A settled job releases its pipes and sandbox placeholders at once, not when the
+/// connection ends (a long session would run out of descriptors), and its `setsid`
+/// children do not outlive its `completed`.
 #[test]
 fn a_settled_job_holds_nothing_and_leaves_nothing_running() {
     // Read-only runs under Landlock here, where no PID namespace ends the tree for dsh.
@@ -1243,8 +1243,8 @@ fn a_settled_job_holds_nothing_and_leaves_nothing_running() {
     );
 }
 
-/// helper-26: a SIGTERM to dsh mcp skipped the check after a job, so what the job planted
-/// for the host's git stayed where git runs it.
+/// A SIGTERM to dsh mcp still runs the check after a job: what the job planted for the
+/// host's git must not stay where git runs it.
 #[test]
 fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
     let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
@@ -1269,8 +1269,8 @@ fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
     );
 }
 
-/// helper-27: a cancelled call skipped the check after the command, so a hook it planted
-/// stayed where the host's git runs it.
+/// A cancelled call still gets the check after its command: a hook it planted must not
+/// stay where the host's git runs it.
 #[test]
 fn a_cancelled_task_still_gets_the_check_after_its_command() {
     let mut c = Client::start_full(
@@ -1298,7 +1298,7 @@ fn a_cancelled_task_still_gets_the_check_after_its_command() {
     );
 }
 
-/// helper-27: after a signal, a client that stopped reading stdout held dsh mcp forever.
+/// After a signal, a client that stopped reading stdout does not hold dsh mcp forever.
 #[test]
 fn a_signal_ends_dsh_mcp_even_when_the_client_stopped_reading() {
     let mut c = Client::start();
@@ -1319,7 +1319,7 @@ fn a_signal_ends_dsh_mcp_even_when_the_client_stopped_reading() {
     panic!("dsh mcp still runs 40 s after SIGTERM");
 }
 
-/// helper-26: `job_output` waits took every call slot, so other calls waited behind them.
+/// `job_output` waits do not take every call slot: other calls do not wait behind them.
 #[test]
 fn waits_for_jobs_do_not_hold_up_other_calls() {
     let mut c = Client::start();

@@ -440,9 +440,9 @@ fn no_pattern_or_set_of_patterns_takes_dsh_mcp_past_a_fixed_memory_bound() {
     s.finish();
 }
 
-// Regression: a security review made 200 000 files beneath fourteen 250-character folder
-// names: glob and grep each took dsh mcp past 1 GB (every match, or every queued entry,
-// held with its 3.5 KB path).
+// 200 000 files beneath fourteen 250-character folder names: glob and grep keep dsh mcp
+// in bounded memory (holding every match, or every queued entry, with its 3.5 KB path
+// would take it past 1 GB).
 #[test]
 fn a_search_of_a_huge_deep_tree_keeps_dsh_mcp_in_bounded_memory() {
     let mut s = Server::start();

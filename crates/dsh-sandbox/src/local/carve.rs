@@ -249,8 +249,8 @@ pub(super) fn add_anchors(at: &Path, root: &Path, anchors: &mut Vec<PathBuf>) {
         .take_while(|a| a.starts_with(root) && *a != root)
     {
         // Only a real directory reached by no link: a bind of a path through a link would
-        // bind the link's target, writable, wherever it is (a review found
-        // `protected = ["link/sub/x"]` with `link -> ../victim` made `victim/sub` writable).
+        // bind the link's target, writable, wherever it is (`protected = ["link/sub/x"]`
+        // with `link -> ../victim` would make `victim/sub` writable).
         let real_dir = std::fs::symlink_metadata(anchor).is_ok_and(|m| m.is_dir())
             && dsh_core::path::canonical_path(anchor) == anchor;
         if real_dir && !anchors.iter().any(|a| a == anchor) {

@@ -135,8 +135,8 @@ impl Tool for WriteTool {
             "Updated file"
         };
         let mut text = envelope(target.display(), what);
-        // Regression: a review made a repository (config, HEAD, objects/, refs/) with
-        // writes alone, which no check after a command saw.
+        // A repository (config, HEAD, objects/, refs/) made with writes alone gets the
+        // check after a command too.
         if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
             text.push('\n');
             text.push_str(&line);

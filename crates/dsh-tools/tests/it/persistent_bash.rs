@@ -156,8 +156,8 @@ async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_background_job_of_a_terminal_made_is_checked_when_it_closes() {
-    // Regression: helper-24's job made a repository after the terminal's last send; no
-    // check saw it, and the host's git ran its fsmonitor.
+    // A background job that makes a repository after the terminal's last send is checked
+    // when the terminal closes: unchecked, the host's git would run its fsmonitor.
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let (world, session) = workspace_write_world(&ws).await;

@@ -10,9 +10,9 @@ fn workspace_config(fx: &Fixture, text: &str) {
     std::fs::write(fx.ws.join(".dsh/config.toml"), text).expect("config");
 }
 
-// Regression: a third review named a folder denied for reading as a new repository's
-// `core.hooksPath`: dsh "set aside" its files beside it, where the next command read them.
-// A pointer to the protected `.cargo` made dsh rewrite the user's cargo config.
+// A folder denied for reading named as a new repository's `core.hooksPath` must not make
+// dsh "set aside" its files beside it, where the next command could read them; nor may a
+// pointer to the protected `.cargo` make dsh rewrite the user's cargo config.
 #[test]
 fn a_config_or_pointer_naming_denied_or_protected_paths_moves_none_of_them() {
     if !bwrap_usable() {
@@ -52,8 +52,8 @@ fn a_config_or_pointer_naming_denied_or_protected_paths_moves_none_of_them() {
     assert!(all.contains("secrets"), "{all}");
 }
 
-// Regression: a third review gave the workspace root git's shape, and dsh rewrote the
-// user's protected `config` and emptied the protected `hooks` folder at the root.
+// The workspace root given git's shape must not make dsh rewrite the user's protected
+// `config` or empty the protected `hooks` folder at the root.
 #[test]
 fn a_root_given_git_shape_keeps_its_protected_files() {
     if !bwrap_usable() {
@@ -83,8 +83,8 @@ fn a_root_given_git_shape_keeps_its_protected_files() {
     );
 }
 
-// Regression: a third review protected files inside folders named `config` and `hooks`,
-// gave the root (which has its own `.git`) git's shape, and dsh moved those folders.
+// Protected files inside folders named `config` and `hooks` stay when the root (which has
+// its own `.git`) is given git's shape: dsh must not move those folders.
 #[test]
 fn protected_files_inside_a_git_shaped_roots_parts_stay() {
     if !bwrap_usable() {
@@ -110,8 +110,8 @@ fn protected_files_inside_a_git_shaped_roots_parts_stay() {
     );
 }
 
-// Regression: a third review wrote `gitdir: ../node_modules/evil ` (a trailing space, which
-// git keeps) in a `.git` file, leading to an armed bare repository dsh never looked at.
+// `gitdir: ../node_modules/evil ` (a trailing space, which git keeps) in a `.git` file is
+// read as git reads it: the armed bare repository it leads to is looked at.
 #[test]
 fn pointers_are_read_as_git_reads_them() {
     if !bwrap_usable() {
@@ -134,9 +134,9 @@ fn pointers_are_read_as_git_reads_them() {
     );
 }
 
-// Regression: a fourth review broke the root's own `.git` (a garbage HEAD) and gave the
-// root git's shape with a pager in `config`: git took the root for the repository, and dsh
-// had skipped it because `.git` looked like one.
+// The root's own `.git` broken (a garbage HEAD) and the root given git's shape with a
+// pager in `config`: git takes the root for the repository, so dsh must not skip it
+// because `.git` looks like one.
 #[test]
 fn a_root_made_a_repository_around_a_broken_git_dir_is_disarmed() {
     if !bwrap_usable() {
@@ -159,8 +159,8 @@ fn a_root_made_a_repository_around_a_broken_git_dir_is_disarmed() {
     );
 }
 
-// Regression: a fourth review, with `--writable ~/.config`, made `~/.config/git/config`
-// (which every host git reads) and `~/.config/systemd/user`, neither of which existed.
+// With `--writable ~/.config`, neither `~/.config/git/config` (which every host git reads)
+// nor `~/.config/systemd/user` can be made where it does not exist.
 #[test]
 fn startup_files_missing_in_a_writable_root_cannot_be_made() {
     if !bwrap_usable() {
@@ -191,9 +191,9 @@ fn startup_files_missing_in_a_writable_root_cannot_be_made() {
     assert!(!config.join("autostart").exists(), "{}", text(&out));
 }
 
-// Regression: a fourth review made links at names denied for reading (`secrets ->
-// /usr/lib`): dsh hid `/usr/lib` from every later command, read-only ones included, with a
-// message about installing bubblewrap.
+// A link at a name denied for reading (`secrets -> /usr/lib`) is refused by name: dsh must
+// not hide `/usr/lib` from every later command, read-only ones included, with a message
+// about installing bubblewrap.
 #[test]
 fn a_link_at_a_denied_name_is_refused_by_name() {
     if !bwrap_usable() {
@@ -215,8 +215,8 @@ fn a_link_at_a_denied_name_is_refused_by_name() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
-// Regression: a sixth review made `~/.cargo` a writable root and planted `bin/cargo`,
-// which the host runs from PATH.
+// `~/.cargo` as a writable root is a gap: a command could plant `bin/cargo`, which the
+// host runs from PATH.
 #[test]
 fn a_root_where_programs_keep_what_they_run_is_a_gap() {
     if !bwrap_usable() {

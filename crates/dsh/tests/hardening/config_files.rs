@@ -476,10 +476,9 @@ fn show(fx: &Fixture) -> (Option<i32>, String) {
     )
 }
 
-/// Regression (review of the config files, F1, C1, C2): a trusted workspace's config that
-/// is a link could be rewritten through the link's target by a confined command and then
-/// widen the next run to no sandbox; a link to `/dev/zero` grew without bound, a FIFO
-/// hung dsh. Each is refused, at once.
+/// A trusted workspace's config that is a link could be rewritten through the link's
+/// target by a confined command and then widen the next run to no sandbox; a link to
+/// `/dev/zero` would grow without bound, a FIFO would hang dsh. Each is refused, at once.
 #[test]
 fn a_config_file_that_is_a_link_a_fifo_or_a_device_is_refused() {
     let fx = Fixture::new();
@@ -532,9 +531,9 @@ fn a_config_file_that_is_a_link_a_fifo_or_a_device_is_refused() {
     assert!(stderr.contains("larger than"), "{stderr}");
 }
 
-/// Regression (review, F2): a trusted workspace inside another workspace (or a writable
-/// root) had no protection on its `.dsh`, so a command run in the outer one could plant
-/// a config there that the next run in the trusted one obeyed.
+/// A trusted workspace inside another workspace (or a writable root) keeps its `.dsh`
+/// protected: a command run in the outer one must not plant a config there that the next
+/// run in the trusted one obeys.
 #[test]
 fn a_trusted_workspace_inside_a_writable_root_keeps_its_config_out_of_reach() {
     if !bwrap_usable() {
@@ -573,8 +572,8 @@ fn a_trusted_workspace_inside_a_writable_root_keeps_its_config_out_of_reach() {
     );
 }
 
-/// Regression (review, F3): a relative writable root of a trusted workspace's config was
-/// followed through a link a command could plant, making a directory outside writable.
+/// A relative writable root of a trusted workspace's config that leads outside through a
+/// link a command could plant is refused: it would make a directory outside writable.
 #[test]
 fn a_relative_writable_root_that_leads_outside_the_workspace_is_refused() {
     let fx = Fixture::new();
@@ -598,9 +597,9 @@ fn a_relative_writable_root_that_leads_outside_the_workspace_is_refused() {
     assert!(stderr.contains("leads outside the workspace"), "{stderr}");
 }
 
-/// Regression (review, F5, older than the config keys): a protected path reached through a
-/// link (`link/sub/x`, `link -> ../victim`) made the link's target writable under
-/// `--allow-partial`: the bind that keeps a carve in place followed the link.
+/// A protected path reached through a link (`link/sub/x`, `link -> ../victim`) must not
+/// make the link's target writable under `--allow-partial`: the bind that keeps a carve
+/// in place would follow the link.
 #[test]
 fn a_protected_path_through_a_link_never_makes_its_target_writable() {
     if !bwrap_usable() {
@@ -620,9 +619,9 @@ fn a_protected_path_through_a_link_never_makes_its_target_writable() {
     assert!(!victim.join("sub/g").exists(), "{}", text(&out));
 }
 
-/// Regression (second review of the config files, F1): a trusted workspace two levels
-/// inside a configured writable root could have the directory above it renamed and a new
-/// config planted where it was; and a root nested in another, a link put above it.
+/// A trusted workspace two levels inside a configured writable root cannot have the
+/// directory above it renamed and a new config planted where it was; nor can a root
+/// nested in another have a link put above it.
 #[test]
 fn a_root_inside_another_cannot_be_carried_away() {
     if !bwrap_usable() {
@@ -666,8 +665,8 @@ fn a_root_inside_another_cannot_be_carried_away() {
     );
 }
 
-/// Regression (second review, F2): of a trusted path that is a chain of links, only the
-/// first was protected; a command swapped a later one to a directory with its own config.
+/// Every link of a trusted path that is a chain of links is protected, not only the
+/// first: a command must not swap a later one to a directory with its own config.
 #[test]
 fn every_link_on_the_way_to_a_trusted_workspace_is_out_of_reach() {
     if !bwrap_usable() {
@@ -701,8 +700,8 @@ fn every_link_on_the_way_to_a_trusted_workspace_is_out_of_reach() {
     );
 }
 
-/// Regression (second review, F5): a workspace config with a second name could be
-/// rewritten through that name once trusted.
+/// A workspace config with a second name is refused: it could be rewritten through that
+/// name once trusted.
 #[test]
 fn a_workspace_config_with_a_second_name_is_refused() {
     let fx = Fixture::new();

@@ -133,9 +133,8 @@ fn the_file_tools_refuse_credential_stores() {
     );
 }
 
-// Regression: a third review renamed a folder above a denied path inside a writable root
-// (`mv gh gh2` under `--writable ~/.config`); the next command read the file under its new
-// name.
+// A folder above a denied path inside a writable root renamed (`mv gh gh2` under
+// `--writable ~/.config`) must not let the next command read the file under its new name.
 #[test]
 fn a_folder_above_a_denied_path_cannot_be_renamed_away_from_it() {
     if !crate::support::bwrap_usable() {
@@ -161,10 +160,11 @@ fn a_folder_above_a_denied_path_cannot_be_renamed_away_from_it() {
     assert!(!text(&out).contains(SECRET), "{}", text(&out));
 }
 
-// Regression: a review of the faster Landlock grants made another name for a file inside a
-// denied folder (`ln ~/.ssh/id_ed25519 /tmp/x`) in a folder on the way to a home: its inode
-// was granted, so the key read under its own name too; and, as root, bind-mounted a denied
-// file over an entry on the way (the listing shows the inode beneath a mount).
+// Under the faster Landlock grants, another name for a file inside a denied folder
+// (`ln ~/.ssh/id_ed25519 /tmp/x`) in a folder on the way to a home must not get its inode
+// granted (the key would then read under its own name too); nor may a denied file
+// bind-mounted as root over an entry on the way open anything (the listing shows the
+// inode beneath a mount).
 #[test]
 fn another_name_or_a_mount_of_a_denied_file_on_the_way_opens_nothing_under_landlock() {
     let fx = fixture_with_credentials();

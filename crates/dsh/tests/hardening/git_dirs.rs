@@ -242,8 +242,8 @@ fn a_repository_the_command_makes_is_reported_disarmed_and_protected_afterwards(
     assert_eq!(v["sandbox"]["quarantined"], serde_json::json!([]), "{v}");
 }
 
-// Regression: a review made a bare repository git accepts but the walk did not (objects and
-// refs as symlinks), and another with the file tools alone.
+// A bare repository git accepts with objects and refs as symlinks, and one made with the
+// file tools alone, are both disarmed.
 #[test]
 fn repositories_of_unusual_shape_or_made_by_the_file_tools_are_disarmed() {
     if !bwrap_usable() {
@@ -309,8 +309,8 @@ fn repositories_of_unusual_shape_or_made_by_the_file_tools_are_disarmed() {
     );
 }
 
-// Regression: a review planted `.cargo/config.toml` in a subdirectory, which cargo reads
-// when run there.
+// `.cargo/config.toml` planted in a subdirectory, which cargo reads when run there, is set
+// aside.
 #[test]
 fn tool_settings_made_in_a_subdirectory_are_set_aside() {
     if !bwrap_usable() {
@@ -372,8 +372,8 @@ fn the_bash_tool_reports_a_new_repository_and_logs_it() {
     assert!(log.contains("made/.git"), "{log}");
 }
 
-// Regression: a review put a FIFO where dsh reads a git dir's small files (every later call
-// hung) and a sparse 2 GB `gitdir` (2 GB of memory per call).
+// A FIFO where dsh reads a git dir's small files must not hang every later call, nor a
+// sparse 2 GB `gitdir` cost 2 GB of memory per call.
 #[test]
 fn fifos_and_huge_files_where_git_keeps_its_facts_do_not_stall_dsh() {
     if !bwrap_usable() {
@@ -406,8 +406,8 @@ fn fifos_and_huge_files_where_git_keeps_its_facts_do_not_stall_dsh() {
     assert!(start.elapsed() < std::time::Duration::from_secs(60));
 }
 
-// Regression: a second review redirected a new git dir's `commondir` to a directory with
-// the config and hooks, and pointed a `.git` file at a repository in `$TMPDIR`.
+// A new git dir's `commondir` redirected to a directory with the config and hooks, and a
+// `.git` file pointed at a repository in `$TMPDIR`, are undone.
 #[test]
 fn redirects_to_config_elsewhere_are_undone() {
     if !bwrap_usable() {
@@ -434,8 +434,8 @@ fn redirects_to_config_elsewhere_are_undone() {
     assert!(!fx.marker().exists(), "a redirected config ran on the host");
 }
 
-// Regression: a second review set dsh's old placeholder mark on the user's `.git`, which
-// the next call then emptied.
+// dsh's old placeholder mark set on the user's `.git` must not make the next call empty
+// it.
 #[test]
 fn nothing_a_command_sets_makes_dsh_remove_a_users_files() {
     if !bwrap_usable() {
@@ -453,8 +453,8 @@ fn nothing_a_command_sets_makes_dsh_remove_a_users_files() {
     assert_eq!(fx.git(&fx.ws, &["log", "--format=%s"]), "init\n");
 }
 
-// Regression: a second review hid a new repository in a directory its owner could not
-// list (non-root), so the check did not see it.
+// A new repository hidden in a directory its owner cannot list (non-root) is still seen
+// by the check.
 #[test]
 fn a_repository_hidden_in_an_unlistable_directory_is_found() {
     if !bwrap_usable() {
@@ -492,10 +492,9 @@ fn assert_reported_and_disarmed(fx: &Fixture, out: &std::process::Output, repo: 
     );
 }
 
-// Regression: a third review made a directory, a repository with an fsmonitor in it, and
-// moved the directory, all in one command; and moved a directory that existed before
-// after arming a repository in it. The check read the moves but never walked where the
-// directories went.
+// A directory made, a repository with an fsmonitor made in it, and the directory moved,
+// all in one command; and a directory that existed before moved after arming a repository
+// in it. The check reads the moves and walks where the directories went.
 #[test]
 fn repositories_in_directories_moved_during_the_command_are_found() {
     if !bwrap_usable() {
@@ -516,9 +515,9 @@ fn repositories_in_directories_moved_during_the_command_are_found() {
     }
 }
 
-// Regression: a third review (1) moved a directory away and made a repository at its
-// path, (2) hid a repository beneath a directory it gave git's shape, and (3) gave the
-// workspace root itself git's shape, which blinded every later check.
+// None of these hides a new repository: (1) a directory moved away and a repository made
+// at its path, (2) a repository beneath a directory given git's shape, and (3) the
+// workspace root itself given git's shape, which must not blind every later check.
 #[test]
 fn no_shape_or_order_of_directories_hides_a_new_repository() {
     if !bwrap_usable() {
@@ -558,9 +557,9 @@ fn no_shape_or_order_of_directories_hides_a_new_repository() {
     );
 }
 
-// Regression: a review made a repository beneath a `node_modules` package (where the walk
-// does not go) and named it a submodule in the workspace's index; the host's `git status`
-// at the top entered it and ran its fsmonitor. Every index format git writes is tried.
+// A repository beneath a `node_modules` package (where the walk does not go), named a
+// submodule in the workspace's index, is disarmed: the host's `git status` at the top
+// would enter it and run its fsmonitor. Every index format git writes is tried.
 #[test]
 fn a_repository_the_index_names_as_a_submodule_is_disarmed_wherever_it_is() {
     if !bwrap_usable() {
@@ -602,10 +601,11 @@ fn a_repository_the_index_names_as_a_submodule_is_disarmed_wherever_it_is() {
     }
 }
 
-// Regression: a review made a directory a second worktree of the workspace's own git dir
-// (`sub/.git` naming `../.git`) and named a repository beneath `sub/node_modules` in the
-// index: the host's git enters `sub`, reads the same index against it, and recurses. And a
-// gitlink through a link (which git does not enter) must not wedge later commands.
+// A directory made a second worktree of the workspace's own git dir (`sub/.git` naming
+// `../.git`), with a repository beneath `sub/node_modules` named in the index: the host's
+// git enters `sub`, reads the same index against it, and recurses, so the index is read
+// against every worktree. And a gitlink through a link (which git does not enter) must not
+// wedge later commands.
 #[test]
 fn an_index_read_against_every_worktree_of_its_git_dir_finds_their_submodules() {
     if !bwrap_usable() {

@@ -273,9 +273,9 @@ fn session_b_cannot_read_session_a_log() {
     assert!(!text(&out).contains("sk_live_42abcdef"), "{}", text(&out));
 }
 
-// Regression: a security review opened a whole home through a link at an allowed name: a
-// `bin -> ~` on PATH inside the workspace, and `~/.cache/pip -> ~/.aws` planted in a
-// writable root; and read a whole home from a session started in it.
+// A link at an allowed name must not open a whole home: a `bin -> ~` on PATH inside the
+// workspace, or `~/.cache/pip -> ~/.aws` planted in a writable root; nor may a session
+// started in a home read all of it.
 #[test]
 fn no_link_a_command_could_make_and_no_root_in_a_home_opens_its_secrets() {
     let fx = fixture_with_unlisted_secrets();
@@ -355,9 +355,9 @@ fn no_link_a_command_could_make_and_no_root_in_a_home_opens_its_secrets() {
     assert!(!text(&out).contains(SECRET), "{}", text(&out));
 }
 
-// Regression: a security review read a session's log kept with `--state DIR` from another
-// session. A store in a home is closed to every session by construction (one outside every
-// home is denied to its own session's commands only: see docs/reading.md).
+// A session's log kept with `--state DIR` must not be read from another session. A store
+// in a home is closed to every session by construction (one outside every home is denied
+// to its own session's commands only: see docs/reading.md).
 #[test]
 fn a_session_store_in_a_home_is_closed_to_every_other_session() {
     let fx = Fixture::new();
@@ -388,9 +388,8 @@ fn a_session_store_in_a_home_is_closed_to_every_other_session() {
     assert!(!text(&out).contains(":1"), "{}", text(&out));
 }
 
-// Regression: a second review read `/proc/<pid>/environ` through the read tool, which runs
-// in dsh's own process, unconfined (its environment holds what the scrub keeps from
-// commands).
+// `/proc/<pid>/environ` must not be read through the read tool, which runs in dsh's own
+// process, unconfined (its environment holds what the scrub keeps from commands).
 #[test]
 fn the_file_tools_read_nothing_of_proc_or_dev() {
     let fx = Fixture::new();

@@ -36,7 +36,7 @@ const PLANTS: &[(&str, &str)] = &[
     (".gitmodules", "x"),
     // Missing, but lefthook.yml exists: lefthook would merge them.
     ("lefthook-local.yml", "pre-commit: {}"),
-    // Regression: a third review named the other formats lefthook merges.
+    // The other formats lefthook merges, too.
     ("lefthook-local.json", "{\"pre-commit\": {}}"),
 ];
 

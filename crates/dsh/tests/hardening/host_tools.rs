@@ -303,11 +303,11 @@ fn a_protected_file_is_protected_under_every_name() {
     );
 }
 
-// Regression: a second review got hg to read a planted hgrc (through `.hg/sharedpath` and
-// `.hg/requires`, and through an hgrc's `%include`), direnv to source a file its `.envrc`
-// names with `source` or in a later command of a line, a pre-commit hook installed with
-// `-c` to run its config, a hook that is a link to run its target, and a local bare
-// remote with a relative `core.hooksPath` to run a pre-receive hook.
+// A command cannot write what these read indirectly: an hgrc hg reads through
+// `.hg/sharedpath` and `.hg/requires`, or through an hgrc's `%include`; a file direnv
+// sources because its `.envrc` names it with `source` or in a later command of a line;
+// the config a pre-commit hook installed with `-c` runs; the target of a hook that is a
+// link; and a pre-receive hook a local bare remote with a relative `core.hooksPath` runs.
 #[test]
 fn what_hg_direnv_pre_commit_and_git_reach_indirectly_cannot_be_written() {
     if !bwrap_usable() {
