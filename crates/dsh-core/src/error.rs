@@ -335,6 +335,15 @@ impl HarnessError {
         &self.message
     }
 
+    /// The same error with `line` added to its message, on a line of its own.
+    pub fn with_line(mut self, line: &str) -> Self {
+        let mut message = self.message.into_owned();
+        message.push('\n');
+        message.push_str(line);
+        self.message = message.into();
+        self
+    }
+
     /// `INVALID_ARGUMENT` with `message`.
     pub fn invalid_argument(message: impl Into<Cow<'static, str>>) -> Self {
         HarnessError::new(ErrorCode::InvalidArgument, message)

@@ -15,22 +15,20 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use dsh_core::{CancelReason, CancelToken, HarnessError};
 use dsh_jobs::{Job, JobEnd, JobOutcome};
-use dsh_sandbox::SandboxPolicy;
 use dsh_shell::render::{outcome_detail, render_process_read};
 use dsh_shell::{ProcessStatus, ShellProcess};
 use dsh_terminal::{BackgroundSend, SendReader, SessionStatus};
 
 use crate::escalation::{denial_lines, Subject};
-use crate::policy::AfterCheck;
+use crate::scope::HeldScopes;
 
-/// The line the check after a job's command gives (what it found, or that it could not
-/// be logged), if any.
-async fn check_line(check: &AfterCheck, policy: &SandboxPolicy) -> Option<String> {
-    match check.run(policy).await {
-        Ok(found) => found.map(|(line, _)| line),
-        Err(e) => Some(format!(
-            "[dsh: the check of what the command made could not be logged: {e}]"
-        )),
+/// The lines closing `scopes` gives (what the check found, or that it could not be
+/// logged); none the second time.
+async fn close(scopes: &Mutex<Option<HeldScopes>>) -> Vec<String> {
+    let held = scopes.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match held {
+        Some(held) => held.close().await,
+        None => Vec::new(),
     }
 }
 
@@ -39,8 +37,8 @@ pub(crate) struct BashJob {
     /// The command while it runs; given up when it settles, so a finished job holds no
     /// pipes, no sandbox placeholders and no process.
     process: Mutex<Option<Arc<ShellProcess>>>,
-    policy: SandboxPolicy,
-    check: AfterCheck,
+    /// The call's write scopes, closed when the command ends.
+    scopes: Mutex<Option<HeldScopes>>,
     /// Whether a person could be asked for a wider mode when the job started.
     can_ask: bool,
     /// What the first read after the end gets: the last output and the closing lines.
@@ -48,16 +46,10 @@ pub(crate) struct BashJob {
 }
 
 impl BashJob {
-    pub(crate) fn new(
-        process: ShellProcess,
-        policy: SandboxPolicy,
-        check: AfterCheck,
-        can_ask: bool,
-    ) -> BashJob {
+    pub(crate) fn new(process: ShellProcess, scopes: HeldScopes, can_ask: bool) -> BashJob {
         BashJob {
             process: Mutex::new(Some(Arc::new(process))),
-            policy,
-            check,
+            scopes: Mutex::new(Some(scopes)),
             can_ask,
             last: Mutex::new(None),
         }
@@ -106,7 +98,7 @@ impl Job for BashJob {
                 lines.extend(denial_lines(facts.mode, Subject::Command, self.can_ask));
             }
         }
-        lines.extend(check_line(&self.check, &self.policy).await);
+        lines.extend(close(&self.scopes).await);
         let status = process.status();
         let detail = outcome_detail(status, process.exit_code(), process.signal());
         {
@@ -169,8 +161,8 @@ pub(crate) struct PtySendJob {
     reader: SendReader,
     cancel: CancelToken,
     killed: AtomicBool,
-    policy: SandboxPolicy,
-    check: AfterCheck,
+    /// The call's write scopes, closed when the send ends.
+    scopes: Mutex<Option<HeldScopes>>,
     /// What the first read after the end gets: the rest of the output and the closing
     /// lines.
     last: Mutex<Option<String>>,
@@ -179,19 +171,13 @@ pub(crate) struct PtySendJob {
 }
 
 impl PtySendJob {
-    pub(crate) fn new(
-        send: BackgroundSend,
-        cancel: CancelToken,
-        policy: SandboxPolicy,
-        check: AfterCheck,
-    ) -> PtySendJob {
+    pub(crate) fn new(send: BackgroundSend, cancel: CancelToken, scopes: HeldScopes) -> PtySendJob {
         PtySendJob {
             reader: send.reader(),
             send: Mutex::new(Some(send)),
             cancel,
             killed: AtomicBool::new(false),
-            policy,
-            check,
+            scopes: Mutex::new(Some(scopes)),
             last: Mutex::new(None),
             ended: AtomicBool::new(false),
         }
@@ -221,11 +207,11 @@ impl Job for PtySendJob {
         };
         let result = send.await;
         self.ended.store(true, Ordering::SeqCst);
-        let after = check_line(&self.check, &self.policy).await;
+        let after = close(&self.scopes).await;
         match result {
             Ok(r) => {
                 let mut text = crate::terminal::render_viewport(&r);
-                if let Some(line) = after {
+                for line in after {
                     if !text.ends_with('\n') {
                         text.push('\n');
                     }
@@ -252,7 +238,7 @@ impl Job for PtySendJob {
                 }
             }
             Err(e) => {
-                *self.last() = after;
+                *self.last() = (!after.is_empty()).then(|| after.join("\n"));
                 JobOutcome {
                     end: JobEnd::Failed,
                     detail: Some(e.to_string()),

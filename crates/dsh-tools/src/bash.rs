@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use crate::background::BashJob;
 use crate::bounds::{self, Bound, Bounded};
-use crate::policy::{AfterCheck, Escalation};
+use crate::policy::Escalation;
 use crate::{CallContext, Tool, ToolOutput, World};
 use dsh_jobs::JobStart;
 
@@ -98,7 +98,6 @@ fn start_in_background(
     ctx: &CallContext<'_>,
     mut request: ShellRequest,
     label: String,
-    policy: dsh_sandbox::SandboxPolicy,
     can_ask: bool,
 ) -> Result<ToolOutput, HarnessError> {
     let Some(jobs) = ctx.world.jobs() else {
@@ -117,10 +116,12 @@ fn start_in_background(
     request.timeout_ms = None;
     let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
     let shell = ctx.world.shell().clone();
-    let check = AfterCheck::of(ctx);
+    // The job takes the call's write scopes over once its command runs, and closes them
+    // when it ends; if it never starts, the pipeline closes them with the call.
+    let scopes = ctx.scopes.handover();
     let id = jobs.start(JobStart::new("bash", label, Some(owner)), move || {
         let process = shell.start(shell.resolve(request)?)?;
-        Ok(Arc::new(BashJob::new(process, policy, check, can_ask)) as Arc<dyn dsh_jobs::Job>)
+        Ok(Arc::new(BashJob::new(process, scopes.take(), can_ask)) as Arc<dyn dsh_jobs::Job>)
     })?;
     Ok(ToolOutput {
         image: None,
@@ -237,7 +238,7 @@ impl Tool for BashTool {
         let a = parse(args)?;
         let world = ctx.world;
         let journal_cwd = ctx.session.map(|s| s.header().cwd.clone());
-        let policy = crate::policy::call_policy(
+        let policy = crate::policy::policy_for_call(
             ctx,
             a.sandbox_permissions.map(Escalation::mode),
             a.justification.as_deref(),
@@ -268,20 +269,15 @@ impl Tool for BashTool {
         request.dsh_env = Some(dsh_env);
         if a.run_in_background == Some(true) {
             let can_ask = world.can_ask(ctx.session.map(|s| &**s)).await;
-            return start_in_background(ctx, request, label, policy, can_ask);
+            return start_in_background(ctx, request, label, can_ask);
         }
         request.cancel = Some(ctx.cancel.clone());
         let shell = world.shell();
         let result = shell.run(shell.resolve(request)?).await?;
         if result.aborted {
-            // A cancelled call may have planted something before it was stopped: the
-            // check runs all the same, so a hook it planted does not survive.
-            let mut message = String::from("tool call aborted");
-            if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
-                message.push('\n');
-                message.push_str(&line);
-            }
-            return Err(HarnessError::new(ErrorCode::Aborted, message));
+            // What a cancelled call planted before it was stopped is still checked: the
+            // pipeline closes the call's write scope on every outcome.
+            return Err(HarnessError::new(ErrorCode::Aborted, "tool call aborted"));
         }
         // Reads a closed home or a denial refused are said as such; a wider mode would not
         // open them, so no escalation is offered for them alone.
@@ -327,11 +323,6 @@ impl Tool for BashTool {
             text.push('\n');
             text.push_str(line);
         }
-        let after = crate::policy::after_call(ctx, &policy).await?;
-        if let Some((line, _)) = &after {
-            text.push('\n');
-            text.push_str(line);
-        }
         let meta = json!({
             "exitCode": result.exit_code,
             "signal": result.signal.map(|s| s.name()),
@@ -349,7 +340,6 @@ impl Tool for BashTool {
                 "enforcement": f.enforcement.as_ref().map(|e| e.as_str()),
                 "partialReason": partial,
                 "runner": f.runner.map(|r| r.as_str()),
-                "appeared": after.as_ref().map(|(_, d)| d.clone()),
             })),
         });
         Ok(ToolOutput {

@@ -237,7 +237,7 @@ async fn shell(
         let _ = t.close(&owner, id.as_str()).await;
         *slot = None;
     }
-    let policy = crate::policy::call_policy(
+    let policy = crate::policy::policy_for_call(
         ctx,
         None,
         None,
@@ -395,9 +395,9 @@ impl Tool for PersistentBashTool {
             .terminals()
             .ok_or_else(|| HarnessError::internal("no terminals"))?;
         let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
-        // The shell's policy, for the check after the command (the shell may be reset
-        // before then).
-        let policy = t.policy(&owner, id.as_str())?;
+        // The shell's policy: what the command makes is checked after this call, also
+        // when it fails or is cut (the shell may be reset before then).
+        let policy = ctx.armed(t.policy(&owner, id.as_str())?);
         let markers = Markers::new();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut seen = String::new();
@@ -522,22 +522,12 @@ impl Tool for PersistentBashTool {
             }
         }
         .await;
-        // What the command made that the host's tools would run is set aside and
-        // protected, as after a one-shot call (also when the call failed or was cut).
-        let after = crate::policy::after_call(ctx, &policy).await;
         let mut out = ran?;
-        let after = after?;
-        if let Some((line, _)) = &after {
-            out.text.push('\n');
-            out.text.push_str(line);
-        }
-        // The shell's sandbox facts, as a one-shot call gives them.
+        // The shell's sandbox facts, as a one-shot call gives them (what the check after
+        // the call finds is added by the pipeline).
         if let Some(Value::Object(facts)) = out.meta.as_mut() {
             let mut sandbox = serde_json::Map::new();
             sandbox.insert("mode".into(), json!(policy.mode.as_str()));
-            if let Some((_, appeared)) = after {
-                sandbox.insert("appeared".into(), json!(appeared));
-            }
             facts.insert("sandbox".into(), Value::Object(sandbox));
         }
         Ok(out)

@@ -164,7 +164,7 @@ pub(super) async fn target_and_policy(
     action: Action,
 ) -> Result<(FsTarget, SandboxPolicy), HarnessError> {
     let fs = fs_of(ctx.world)?;
-    let policy = crate::policy::call_policy(
+    let policy = crate::policy::policy_for_call(
         ctx,
         requested.map(Escalation::mode),
         justification,

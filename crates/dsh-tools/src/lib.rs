@@ -53,6 +53,7 @@ mod pipeline;
 mod policy;
 pub mod policy_service;
 pub mod preset;
+mod scope;
 pub mod search;
 pub mod structured;
 pub mod terminal;
@@ -183,6 +184,41 @@ pub struct CallContext<'a> {
     pub cancel: &'a CancelToken,
     /// The world the call runs in.
     pub world: &'a World,
+    /// The call's write scopes: the pipeline closes them (see [`CallContext::policy`]).
+    pub(crate) scopes: &'a scope::CallScopes,
+}
+
+impl CallContext<'_> {
+    /// The policy this call runs under: the session's standing policy, as the World's
+    /// policy service gives it. When it can write (workspace-write), the check after the
+    /// call is armed with it: the pipeline runs it once the body returns, whatever the
+    /// outcome, and adds what it found to the result. A tool that runs a confined command
+    /// never calls the check itself.
+    pub async fn policy(&self) -> dsh_sandbox::SandboxPolicy {
+        let standing = match self.session {
+            Some(s) => {
+                let cwd = s.header().cwd.clone();
+                self.world
+                    .policy()
+                    .resolve(Some((&**s as &dyn dsh_core::journal::Journal, &cwd)), None)
+                    .await
+            }
+            None => self.world.policy().resolve(None, None).await,
+        };
+        self.armed(standing)
+    }
+
+    /// `policy`, with the check after the call armed for it when it can write (see
+    /// [`policy`](Self::policy)).
+    pub(crate) fn armed(&self, policy: dsh_sandbox::SandboxPolicy) -> dsh_sandbox::SandboxPolicy {
+        self.scopes.add(scope::WriteScope::open(
+            self.world,
+            self.session,
+            self.call_id,
+            &policy,
+        ));
+        policy
+    }
 }
 
 /// What a tool may do, for a client deciding how to show or gate it (MCP's annotations).

@@ -11,6 +11,7 @@ use dsh_core::journal::{ErrorRecord, ImageRecord, Record, ToolResultRecord};
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
 
+use crate::scope::CallScopes;
 use crate::{CallContext, CallView, PostDecision, PreDecision, ToolCall, ToolResult, World};
 
 fn aborted_before_dispatch() -> HarnessError {
@@ -154,11 +155,13 @@ impl World {
                 format!("unknown tool \"{}\"", view.name),
             )));
         };
+        let scopes = CallScopes::default();
         let ctx = CallContext {
             call_id: &view.call_id,
             session,
             cancel,
             world: self,
+            scopes: &scopes,
         };
         // A body that started is awaited to its end, cancelled or not. A panic in it ends
         // this call alone.
@@ -169,10 +172,35 @@ impl World {
                 payload.as_ref(),
             )),
         };
-        Stage::Post(match outcome {
+        let outcome = match outcome {
             Ok(_) if cancel.is_cancelled() => {
-                ToolResult::from_error(&HarnessError::new(ErrorCode::Aborted, "tool call aborted"))
+                Err(HarnessError::new(ErrorCode::Aborted, "tool call aborted"))
             }
+            other => other,
+        };
+        // The check after the call, on every outcome: the write scopes the body's
+        // policies armed and nothing took over (see `scope`).
+        let outcome = match (outcome, scopes.close_all().await) {
+            (_, Err(e)) => Err(e),
+            (Ok(mut out), Ok(found)) => {
+                for (line, data) in found {
+                    out.text.push('\n');
+                    out.text.push_str(&line);
+                    // Beside the sandbox facts of a command's result.
+                    if let Some(sandbox) = out
+                        .meta
+                        .as_mut()
+                        .and_then(|m| m.get_mut("sandbox"))
+                        .and_then(serde_json::Value::as_object_mut)
+                    {
+                        sandbox.insert("appeared".into(), data);
+                    }
+                }
+                Ok(out)
+            }
+            (Err(e), Ok(found)) => Err(found.iter().fold(e, |e, (line, _)| e.with_line(line))),
+        };
+        Stage::Post(match outcome {
             Ok(out) => ToolResult {
                 text: out.text,
                 is_error: false,

@@ -5,13 +5,11 @@ use crate::escalation::{
     approve_escalation, validate_escalation_args, ApprovalQuestion, EscalationRequest, Subject,
 };
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
-use dsh_core::journal::{Journal, Logged, Quarantined, Record};
-use dsh_core::{CallId, ErrorCode, HarnessError};
+use dsh_core::journal::Journal;
+use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
-use dsh_store::session::Session;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::Arc;
 
 use crate::CallContext;
 
@@ -20,14 +18,15 @@ use crate::CallContext;
 /// policy in that mode, as the World's policy service resolves it (the only place a
 /// call's policy is made; in a World that does not confine, it resolves
 /// danger-full-access when so configured, and a confined mode there is refused by the
-/// providers). The user is shown `action` (what the call will do), a file's path resolved against the
-/// workspace root.
+/// providers). The user is shown `action` (what the call will do), a file's path resolved
+/// against the workspace root. The check after the call is armed for the policy returned
+/// (see [`CallContext::policy`]).
 ///
 /// # Errors
 /// `ESCALATION_INVALID` (unpaired or blank arguments, a mode not strictly wider),
 /// `INVALID_ARGS` (an escalation where nothing confines), the approval errors
 /// (`APPROVAL_REJECTED`, `APPROVAL_CANCELLED`, `APPROVAL_UNAVAILABLE`). Nothing ran.
-pub(crate) async fn call_policy(
+pub(crate) async fn policy_for_call(
     ctx: &CallContext<'_>,
     requested: Option<SandboxMode>,
     justification: Option<&str>,
@@ -37,6 +36,9 @@ pub(crate) async fn call_policy(
 ) -> Result<SandboxPolicy, HarnessError> {
     validate_escalation_args(requested, justification)?;
     let world = ctx.world;
+    let (Some(wanted), Some(why)) = (requested, justification) else {
+        return Ok(ctx.policy().await);
+    };
     let standing = match ctx.session {
         Some(s) => {
             let cwd = s.header().cwd.clone();
@@ -46,9 +48,6 @@ pub(crate) async fn call_policy(
                 .await
         }
         None => world.policy().resolve(None, None).await,
-    };
-    let (Some(wanted), Some(why)) = (requested, justification) else {
-        return Ok(standing);
     };
     if !world.confines() {
         let what = match subject {
@@ -105,7 +104,7 @@ pub(crate) async fn call_policy(
         }
         None => world.policy().resolve(None, Some(granted)).await,
     };
-    Ok(widened)
+    Ok(ctx.armed(widened))
 }
 
 /// `action` with a file's path resolved against `root` as the file tools resolve it
@@ -144,161 +143,5 @@ impl Escalation {
             Escalation::WorkspaceWrite => SandboxMode::WorkspaceWrite,
             Escalation::DangerFullAccess => SandboxMode::DangerFullAccess,
         }
-    }
-}
-
-/// The check after a confined call that could write (workspace-write): what it made that
-/// the host's tools would run or read, with the programs in it set aside
-/// ([`PolicyService::after_command`](crate::PolicyService::after_command)). Logs
-/// `sandbox/new-git-dir` and returns the line the model sees (and the event's data), or
-/// `None` when nothing appeared.
-///
-/// # Errors
-/// The session log's.
-pub(crate) async fn after_call(
-    ctx: &CallContext<'_>,
-    policy: &SandboxPolicy,
-) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
-    AfterCheck::of(ctx).run(policy).await
-}
-
-/// What [`after_call`] needs, kept beyond the call: a background job runs the check when
-/// it ends.
-pub(crate) struct AfterCheck {
-    service: Arc<crate::PolicyService>,
-    temp: Vec<std::path::PathBuf>,
-    session: Option<Arc<Session>>,
-    call_id: CallId,
-}
-
-impl AfterCheck {
-    /// The check for `ctx`'s call.
-    pub(crate) fn of(ctx: &CallContext<'_>) -> AfterCheck {
-        AfterCheck {
-            service: ctx.world.policy_arc(),
-            temp: ctx
-                .world
-                .sandbox()
-                .and_then(|s| s.temp_dir())
-                .into_iter()
-                .collect(),
-            session: ctx.session.cloned(),
-            call_id: ctx.call_id.clone(),
-        }
-    }
-
-    /// Runs it for a command that ran under `policy` (see [`after_call`]).
-    ///
-    /// # Errors
-    /// The session log's.
-    pub(crate) async fn run(
-        &self,
-        policy: &SandboxPolicy,
-    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
-        if policy.mode != SandboxMode::WorkspaceWrite {
-            return Ok(None);
-        }
-        let after = self.service.after_command(policy, &self.temp).await;
-        self.report(after).await
-    }
-
-    async fn report(
-        &self,
-        after: crate::policy_service::AfterCommand,
-    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
-        if after.appeared.is_empty() {
-            return Ok(None);
-        }
-        let paths: Vec<String> = after
-            .appeared
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        let quarantined: Vec<Quarantined> = after
-            .quarantined
-            .iter()
-            .map(|q| Quarantined {
-                path: q.path.display().to_string().into(),
-                moved_to: q.moved_to.as_ref().map(|m| m.display().to_string().into()),
-                what: q.what.to_string().into(),
-                set_aside: q.set_aside,
-            })
-            .collect();
-        let mut line = format!(
-            "[sandbox: this call made {}, which the host's git and editors run or read by \
-         themselves; from now on it is protected",
-            paths.join(", ")
-        );
-        let (done, failed): (Vec<_>, Vec<_>) = after.quarantined.iter().partition(|q| q.set_aside);
-        if !done.is_empty() {
-            let set: Vec<String> = done
-                .iter()
-                .map(|q| {
-                    let to = q.moved_to.as_ref().map(|m| m.display().to_string());
-                    format!(
-                        "{} ({}) to {}",
-                        q.path.display(),
-                        q.what,
-                        to.unwrap_or_default()
-                    )
-                })
-                .collect();
-            line.push_str(&format!(
-                "; what would run a program was set aside for the user to review: {}",
-                set.join("; ")
-            ));
-        }
-        if !failed.is_empty() {
-            let list: Vec<String> = failed
-                .iter()
-                .map(|q| format!("{} ({})", q.path.display(), q.what))
-                .collect();
-            line.push_str(&format!(
-                "; dsh could NOT set aside {}: workspace-write is refused in this workspace until \
-             the user has dealt with it",
-                list.join("; ")
-            ));
-        }
-        line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
-        if !failed.is_empty() {
-            // The user is told directly: the model is the one that made it.
-            let list: Vec<String> = failed
-                .iter()
-                .map(|q| format!("{} ({})", q.path.display(), q.what))
-                .collect();
-            let text = format!(
-                "a sandboxed command (call {}) made what the host's git or tools would run, \
-                 and dsh could not set it aside: {}. Do not run git or those tools there \
-                 until you have looked at it and moved or removed it; dsh refuses \
-                 workspace-write commands there until then (dsh doctor lists it).",
-                self.call_id.as_str(),
-                list.join("; ")
-            );
-            self.service.tell_unsettled(&text);
-            if let Some(session) = &self.session {
-                let unsettled: Vec<Quarantined> = quarantined
-                    .iter()
-                    .filter(|q| !q.set_aside)
-                    .cloned()
-                    .collect();
-                session
-                    .append(Record::SandboxUnsettled {
-                        call_id: Some(self.call_id.as_str().into()),
-                        text: text.into(),
-                        quarantined: unsettled,
-                    })
-                    .await?;
-            }
-        }
-        let record = Record::SandboxNewGitDir {
-            call_id: Some(self.call_id.as_str().into()),
-            paths: paths.into_iter().map(Logged::from).collect(),
-            quarantined,
-        };
-        let data = record.data();
-        if let Some(session) = &self.session {
-            session.append(record).await?;
-        }
-        Ok(Some((line, data)))
     }
 }

@@ -203,7 +203,7 @@ impl Tool for TerminalOpenTool {
             return Err(invalid_args("type must be a non-empty string (\"shell\")"));
         }
         let (t, owner) = terminals(ctx)?;
-        let policy = crate::policy::call_policy(
+        let policy = crate::policy::policy_for_call(
             ctx,
             None,
             None,
@@ -342,7 +342,6 @@ fn send_in_background(
     owner: dsh_terminal::Owner,
     id: &str,
     request: SendRequest,
-    policy: dsh_sandbox::SandboxPolicy,
 ) -> Result<ToolOutput, HarnessError> {
     let jobs = ctx.world.jobs().ok_or_else(|| {
         HarnessError::new(
@@ -366,12 +365,14 @@ fn send_in_background(
     );
     let mut start = dsh_jobs::JobStart::new("pty-send", label, Some(owner.clone()));
     start.output_limit_bytes = Some(MAX_RESULT_BYTES);
-    let check = crate::policy::AfterCheck::of(ctx);
+    // The job takes the call's write scopes over once the send has started, and closes
+    // them when it ends; if it never starts, the pipeline closes them with the call.
+    let scopes = ctx.scopes.handover();
     // The send does not use the call's cancel: it outlives the call; a kill cancels it.
     let cancel = dsh_core::CancelToken::new();
     let job = jobs.start(start, || {
         let send = t.start_send(&owner, id, request, cancel.clone())?;
-        let job = crate::background::PtySendJob::new(send, cancel, policy, check);
+        let job = crate::background::PtySendJob::new(send, cancel, scopes.take());
         Ok(std::sync::Arc::new(job) as std::sync::Arc<dyn dsh_jobs::Job>)
     })?;
     Ok(ToolOutput {
@@ -455,14 +456,15 @@ impl Tool for TerminalSendTool {
             None if a.run_in_background == Some(true) => max,
             None => t.config().timeout,
         };
-        let policy = t.policy(&owner, id)?;
+        // The terminal's policy: what its command makes is checked after this call.
+        ctx.armed(t.policy(&owner, id)?);
         if a.run_in_background == Some(true) {
             let request = SendRequest {
                 text: a.text,
                 submit: a.submit.unwrap_or(true),
                 timeout,
             };
-            return send_in_background(ctx, t, owner, id, request, policy);
+            return send_in_background(ctx, t, owner, id, request);
         }
         let r = t
             .send(
@@ -482,13 +484,7 @@ impl Tool for TerminalSendTool {
                 "terminal send aborted: the program was interrupted (SIGINT)",
             ));
         }
-        let mut text = render_send(&r);
-        // What a command in a workspace-write terminal made that the host's tools would
-        // run is set aside and protected, as after a bash call.
-        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
-            text.push('\n');
-            text.push_str(&line);
-        }
+        let text = render_send(&r);
         Ok(ToolOutput {
             text,
             meta: Some(json!({
@@ -717,20 +713,16 @@ impl Tool for TerminalCloseTool {
         let a: CloseArgs = parse_args(args)?;
         let id = session_id(&a.session_id)?;
         let (t, owner) = terminals(ctx)?;
-        let policy = t.policy(&owner, id)?;
-        let (mut text, outcome) = match t.close(&owner, id).await? {
+        // Once its tree is gone, what a background job of it made since the last send is
+        // checked (it outlives every check before this one).
+        ctx.armed(t.policy(&owner, id)?);
+        let (text, outcome) = match t.close(&owner, id).await? {
             CloseOutcome::Closed => (format!("closed terminal session {id}"), "closed"),
             CloseOutcome::AlreadyClosing => (
                 format!("terminal session {id} was already closing"),
                 "already-closing",
             ),
         };
-        // Its tree is gone: what a background job of it made since the last send is
-        // set aside and protected now (it outlives every check before this one).
-        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
-            text.push('\n');
-            text.push_str(&line);
-        }
         Ok(ToolOutput {
             text,
             meta: Some(json!({"sessionId": id, "outcome": outcome})),

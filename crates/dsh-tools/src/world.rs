@@ -181,18 +181,12 @@ impl World {
         let owner = self.owner(session.map(|s| s.id()));
         let policies = t.policies(&owner);
         let ended = self.end_terminals().await;
+        // The session's end closes a write scope for each policy its terminals ran under.
         let call_id = dsh_core::CallId::new("terminals-ended");
-        let cancel = dsh_core::CancelToken::new();
-        let ctx = crate::CallContext {
-            call_id: &call_id,
-            session,
-            cancel: &cancel,
-            world: self,
-        };
         let mut lines = Vec::new();
         for p in &policies {
-            if let Some((line, _)) = crate::policy::after_call(&ctx, p).await? {
-                lines.push(line);
+            if let Some(scope) = crate::scope::WriteScope::open(self, session, &call_id, p) {
+                lines.extend(scope.close().await?.map(|(line, _)| line));
             }
         }
         ended.map(|()| lines)

@@ -162,15 +162,11 @@ impl Tool for EditTool {
             target.key(),
             Observation::Present(out.version.clone()),
         );
-        let mut text = if all {
+        let text = if all {
             format!("The file {d} has been updated. All occurrences were successfully replaced.")
         } else {
             format!("The file {d} has been updated successfully.")
         };
-        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
-            text.push('\n');
-            text.push_str(&line);
-        }
         Ok(ToolOutput {
             image: None,
             text,

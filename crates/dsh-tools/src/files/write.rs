@@ -134,13 +134,9 @@ impl Tool for WriteTool {
         } else {
             "Updated file"
         };
-        let mut text = envelope(target.display(), what);
         // A repository (config, HEAD, objects/, refs/) made with writes alone gets the
-        // check after a command too.
-        if let Some((line, _)) = crate::policy::after_call(ctx, &policy).await? {
-            text.push('\n');
-            text.push_str(&line);
-        }
+        // check after the call too: the policy armed it.
+        let text = envelope(target.display(), what);
         Ok(ToolOutput {
             image: None,
             text,

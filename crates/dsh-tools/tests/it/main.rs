@@ -11,3 +11,4 @@ mod policy_service;
 mod presets;
 mod search;
 mod support;
+mod write_scope;

@@ -1,0 +1,280 @@
+//! The write scope: how the check after a call is a step of the call's life, not a
+//! convention each tool keeps.
+//!
+//! Every policy a call runs under that can write (workspace-write) opens a [`WriteScope`]
+//! in the call's [`CallScopes`] when the call gets it ([`CallContext::policy`](crate::CallContext::policy),
+//! [`policy_for_call`](crate::policy::policy_for_call), a terminal's policy). The pipeline
+//! closes what is still open once the body has returned, on every outcome (a result, an
+//! error, a cancel, a timeout, a panic), and adds what the check found to the result the
+//! model sees. Work that outlives the call takes its scopes over when it starts (a
+//! background job closes them at its end); a terminal's scope at its close is its
+//! `terminal_close` call's, and the World closes one for each policy a session's
+//! terminals ran under when the session ends. A tool never runs the check itself, so a new
+//! tool that writes through a confined command cannot forget it.
+//!
+//! Closing runs the check where the files are: what the command made that the host's
+//! tools would run or read (a repository, a hook, a tool setting) is set aside and
+//! protected ([`PolicyService::after_command`](crate::PolicyService::after_command)).
+
+use std::sync::{Arc, Mutex};
+
+use dsh_core::journal::{Logged, Quarantined, Record};
+use dsh_core::{CallId, HarnessError};
+use dsh_sandbox::{SandboxMode, SandboxPolicy};
+use dsh_store::session::Session;
+
+/// What the check found: the line the model sees and the `sandbox/new-git-dir` event's
+/// data.
+pub(crate) type Found = (String, serde_json::Value);
+
+/// The check after a call for one policy that can write, open until closed; see the
+/// [module docs](self).
+#[must_use = "a write scope is closed by the pipeline or by what took it over"]
+pub(crate) struct WriteScope {
+    service: Arc<crate::PolicyService>,
+    policy: SandboxPolicy,
+    temp: Vec<std::path::PathBuf>,
+    session: Option<Arc<Session>>,
+    call_id: CallId,
+}
+
+impl WriteScope {
+    /// The scope of `policy` for the call `call_id` in `world`, or `None` when the policy
+    /// cannot write (nothing to check after it).
+    pub(crate) fn open(
+        world: &crate::World,
+        session: Option<&Arc<Session>>,
+        call_id: &CallId,
+        policy: &SandboxPolicy,
+    ) -> Option<WriteScope> {
+        (policy.mode == SandboxMode::WorkspaceWrite).then(|| WriteScope {
+            service: world.policy_arc(),
+            policy: policy.clone(),
+            temp: world
+                .sandbox()
+                .and_then(|s| s.temp_dir())
+                .into_iter()
+                .collect(),
+            session: session.cloned(),
+            call_id: call_id.clone(),
+        })
+    }
+
+    /// Runs the check: sets aside and protects what appeared, logs
+    /// `sandbox/new-git-dir` (and `sandbox/unsettled` for what could not be set aside,
+    /// which the user is told of directly), and returns what it found, if anything.
+    ///
+    /// # Errors
+    /// The session log's.
+    pub(crate) async fn close(self) -> Result<Option<Found>, HarnessError> {
+        let after = self.service.after_command(&self.policy, &self.temp).await;
+        self.report(after).await
+    }
+
+    async fn report(
+        &self,
+        after: crate::policy_service::AfterCommand,
+    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
+        if after.appeared.is_empty() {
+            return Ok(None);
+        }
+        let paths: Vec<String> = after
+            .appeared
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let quarantined: Vec<Quarantined> = after
+            .quarantined
+            .iter()
+            .map(|q| Quarantined {
+                path: q.path.display().to_string().into(),
+                moved_to: q.moved_to.as_ref().map(|m| m.display().to_string().into()),
+                what: q.what.to_string().into(),
+                set_aside: q.set_aside,
+            })
+            .collect();
+        let mut line = format!(
+            "[sandbox: this call made {}, which the host's git and editors run or read by \
+         themselves; from now on it is protected",
+            paths.join(", ")
+        );
+        let (done, failed): (Vec<_>, Vec<_>) = after.quarantined.iter().partition(|q| q.set_aside);
+        if !done.is_empty() {
+            let set: Vec<String> = done
+                .iter()
+                .map(|q| {
+                    let to = q.moved_to.as_ref().map(|m| m.display().to_string());
+                    format!(
+                        "{} ({}) to {}",
+                        q.path.display(),
+                        q.what,
+                        to.unwrap_or_default()
+                    )
+                })
+                .collect();
+            line.push_str(&format!(
+                "; what would run a program was set aside for the user to review: {}",
+                set.join("; ")
+            ));
+        }
+        if !failed.is_empty() {
+            let list: Vec<String> = failed
+                .iter()
+                .map(|q| format!("{} ({})", q.path.display(), q.what))
+                .collect();
+            line.push_str(&format!(
+                "; dsh could NOT set aside {}: workspace-write is refused in this workspace until \
+             the user has dealt with it",
+                list.join("; ")
+            ));
+        }
+        line.push_str(". Do not make repositories, hooks or tool settings for the user to run.]");
+        if !failed.is_empty() {
+            // The user is told directly: the model is the one that made it.
+            let list: Vec<String> = failed
+                .iter()
+                .map(|q| format!("{} ({})", q.path.display(), q.what))
+                .collect();
+            let text = format!(
+                "a sandboxed command (call {}) made what the host's git or tools would run, \
+                 and dsh could not set it aside: {}. Do not run git or those tools there \
+                 until you have looked at it and moved or removed it; dsh refuses \
+                 workspace-write commands there until then (dsh doctor lists it).",
+                self.call_id.as_str(),
+                list.join("; ")
+            );
+            self.service.tell_unsettled(&text);
+            if let Some(session) = &self.session {
+                let unsettled: Vec<Quarantined> = quarantined
+                    .iter()
+                    .filter(|q| !q.set_aside)
+                    .cloned()
+                    .collect();
+                session
+                    .append(Record::SandboxUnsettled {
+                        call_id: Some(self.call_id.as_str().into()),
+                        text: text.into(),
+                        quarantined: unsettled,
+                    })
+                    .await?;
+            }
+        }
+        let record = Record::SandboxNewGitDir {
+            call_id: Some(self.call_id.as_str().into()),
+            paths: paths.into_iter().map(Logged::from).collect(),
+            quarantined,
+        };
+        let data = record.data();
+        if let Some(session) = &self.session {
+            session.append(record).await?;
+        }
+        Ok(Some((line, data)))
+    }
+}
+
+/// One open scope, shared between the call and what may take it over.
+type Slot = Arc<Mutex<Option<WriteScope>>>;
+
+/// The write scopes of one call, which only the pipeline makes and closes.
+#[derive(Default)]
+pub struct CallScopes {
+    slots: Mutex<Vec<Slot>>,
+}
+
+impl std::fmt::Debug for CallScopes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallScopes")
+    }
+}
+
+impl CallScopes {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds `scope` to the call's open scopes, unless one with the same policy is open
+    /// (one check covers both).
+    pub(crate) fn add(&self, scope: Option<WriteScope>) {
+        let Some(scope) = scope else { return };
+        let mut slots = self.slots();
+        let open = slots.iter().any(|s| {
+            s.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|o| o.policy == scope.policy)
+        });
+        if !open {
+            slots.push(Arc::new(Mutex::new(Some(scope))));
+        }
+    }
+
+    /// The scopes open now, for work that outlives the call to take over with
+    /// [`Handover::take`] once it has started; what it does not take the pipeline closes
+    /// with the call.
+    pub(crate) fn handover(&self) -> Handover {
+        Handover(self.slots().clone())
+    }
+
+    /// Closes every scope still open, in the order they were opened, each once, and
+    /// returns what they found.
+    ///
+    /// # Errors
+    /// The session log's (the first; every scope is closed all the same).
+    pub(crate) async fn close_all(&self) -> Result<Vec<Found>, HarnessError> {
+        let open: Vec<WriteScope> = self.slots().drain(..).filter_map(|s| take(&s)).collect();
+        let mut found = Vec::new();
+        let mut first_error = None;
+        for scope in open {
+            match scope.close().await {
+                Ok(f) => found.extend(f),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
+    }
+}
+
+fn take(slot: &Slot) -> Option<WriteScope> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
+/// A call's open scopes, handed to work that outlives it (see [`CallScopes::handover`]).
+pub(crate) struct Handover(Vec<Slot>);
+
+impl Handover {
+    /// Takes the scopes over: from now on their closing is the taker's.
+    pub(crate) fn take(&self) -> HeldScopes {
+        HeldScopes(self.0.iter().filter_map(take).collect())
+    }
+}
+
+/// Scopes taken over by work that outlives its call, closed when it ends.
+#[derive(Default)]
+#[must_use = "held scopes are closed when the work that holds them ends"]
+pub(crate) struct HeldScopes(Vec<WriteScope>);
+
+impl HeldScopes {
+    /// Closes them and returns the lines for the model: what the check found, or that
+    /// it could not be logged.
+    pub(crate) async fn close(self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for scope in self.0 {
+            match scope.close().await {
+                Ok(found) => lines.extend(found.map(|(line, _)| line)),
+                Err(e) => lines.push(format!(
+                    "[dsh: the check of what the command made could not be logged: {e}]"
+                )),
+            }
+        }
+        lines
+    }
+}
