@@ -262,6 +262,10 @@ pub struct SandboxPolicy {
     /// configs name too many includes or hooks paths to follow: their protection is
     /// incomplete, a gap of every runner.
     pub incomplete_roots: Vec<PathBuf>,
+    /// What earlier checks could not set aside in the writable roots, as tried again
+    /// when the policy was decided ([`rechecked`](Self::rechecked)): while any is left, a
+    /// confinement of this policy under workspace-write is refused.
+    pub unsettled: Vec<quarantine::Quarantined>,
 }
 
 impl SandboxPolicy {
@@ -279,7 +283,7 @@ impl SandboxPolicy {
         // walk (`with_mode` makes it when a policy is widened).
         if mode == SandboxMode::WorkspaceWrite {
             let layout = protected::for_workspace(&root);
-            policy.with_layout(&root, layout)
+            policy.with_layout(&root, layout).rechecked()
         } else {
             policy
         }
@@ -308,7 +312,22 @@ impl SandboxPolicy {
             on_partial: OnPartial::Refuse,
             git_dirs: Vec::new(),
             incomplete_roots: Vec::new(),
+            unsettled: Vec::new(),
         }
+    }
+
+    /// The same policy with [`unsettled`](Self::unsettled) as the disk is now, under
+    /// workspace-write: what an earlier check (of any dsh process of this user) could not
+    /// set aside in a writable root is tried again, and what still cannot be is kept.
+    /// Part of deciding a policy; [`for_workspace`](Self::for_workspace) and the policy
+    /// service do it. It may move files (see [`quarantine::recheck`]).
+    pub fn rechecked(mut self) -> SandboxPolicy {
+        self.unsettled = if self.mode == SandboxMode::WorkspaceWrite {
+            quarantine::recheck(&self)
+        } else {
+            Vec::new()
+        };
+        self
     }
 
     /// The same policy with the protected paths, commit roots and git dirs of `root`'s
@@ -412,7 +431,7 @@ impl SandboxPolicy {
         if mode == SandboxMode::WorkspaceWrite && !has_layout {
             let root = self.workspace_root.clone();
             let layout = protected::for_workspace(&root);
-            self = self.with_layout(&root, layout);
+            self = self.with_layout(&root, layout).rechecked();
         }
         self
     }

@@ -42,7 +42,7 @@ use crate::small_file;
 use crate::walk::{self, Walk};
 
 /// Names under each writable root that are protected whether they exist or not (a missing
-/// one is held by a placeholder, so it cannot be created), and why: see the README's
+/// one is held by a placeholder, so it cannot be created), and why: see docs/sandbox.md's
 /// table. A name listed in [`DIRECTORY_NAMES`] is a folder, protected whole.
 pub const PROTECTED_NAMES: &[&str] = &[
     // git: hooks run, config names programs (fsmonitor, pager, sshCommand), commondir and

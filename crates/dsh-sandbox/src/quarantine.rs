@@ -1198,7 +1198,7 @@ mod tests {
         let policy = policy.with_on_partial(crate::OnPartial::Accept);
         let gap = |p: &SandboxPolicy| {
             use crate::Sandbox;
-            match crate::LocalSandbox::new().confine(&["true".into()], p) {
+            match crate::LocalSandbox::new().confine(&["true".into()], &p.clone().rechecked()) {
                 Ok(_) => String::new(),
                 Err(e) => e.message().to_owned(),
             }

@@ -522,6 +522,9 @@ impl Tool for PersistentBashTool {
             }
         }
         .await;
+        // The check runs before the next call may type into the shell, so it sees this
+        // call's command alone (the pipeline adds what it found to the result).
+        ctx.scopes.close_now().await;
         let mut out = ran?;
         // The shell's sandbox facts, as a one-shot call gives them (what the check after
         // the call finds is added by the pipeline).

@@ -180,9 +180,11 @@ impl World {
         };
         // The check after the call, on every outcome: the write scopes the body's
         // policies armed and nothing took over (see `scope`).
-        let outcome = match (outcome, scopes.close_all().await) {
-            (_, Err(e)) => Err(e),
-            (Ok(mut out), Ok(found)) => {
+        let (found, log_error) = scopes.close_all().await;
+        let outcome = match (outcome, log_error) {
+            // What was found is said all the same (it was set aside).
+            (_, Some(e)) => Err(found.iter().fold(e, |e, (line, _)| e.with_line(line))),
+            (Ok(mut out), None) => {
                 for (line, data) in found {
                     out.text.push('\n');
                     out.text.push_str(&line);
@@ -198,7 +200,7 @@ impl World {
                 }
                 Ok(out)
             }
-            (Err(e), Ok(found)) => Err(found.iter().fold(e, |e, (line, _)| e.with_line(line))),
+            (Err(e), None) => Err(found.iter().fold(e, |e, (line, _)| e.with_line(line))),
         };
         Stage::Post(match outcome {
             Ok(out) => ToolResult {

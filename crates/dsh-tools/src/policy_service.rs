@@ -213,7 +213,29 @@ impl PolicyService {
             let layout = self.layout_of(dir).await;
             policy = policy.with_writable_root_layout(dir, layout);
         }
-        policy
+        // What earlier checks could not set aside is tried again here, where the policy is
+        // decided (it may move files: a blocking thread).
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => {
+                let again = policy.clone();
+                match tokio::task::spawn_blocking(move || again.rechecked()).await {
+                    Ok(rechecked) => rechecked,
+                    // Not known to be settled: refused, as what could not be set aside is.
+                    Err(_) => {
+                        let root = policy.workspace_root.clone();
+                        let mut refused = policy;
+                        refused.unsettled = vec![dsh_sandbox::quarantine::Quarantined {
+                            path: root,
+                            moved_to: None,
+                            what: "what earlier checks left here (the recheck failed)".into(),
+                            set_aside: false,
+                        }];
+                        refused
+                    }
+                }
+            }
+            Err(_) => policy.rechecked(),
+        }
     }
 
     /// The check after a command under `policy` (workspace-write), in its workspace root

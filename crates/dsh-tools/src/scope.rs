@@ -179,6 +179,15 @@ type Slot = Arc<Mutex<Option<WriteScope>>>;
 #[derive(Default)]
 pub struct CallScopes {
     slots: Mutex<Vec<Slot>>,
+    /// What scopes closed early found ([`close_now`](Self::close_now)), for the result.
+    closed: tokio::sync::Mutex<Closed>,
+}
+
+/// What the scopes closed so far found, and the first error closing one gave.
+#[derive(Default)]
+struct Closed {
+    found: Vec<Found>,
+    error: Option<HarnessError>,
 }
 
 impl std::fmt::Debug for CallScopes {
@@ -212,32 +221,35 @@ impl CallScopes {
 
     /// The scopes open now, for work that outlives the call to take over with
     /// [`Handover::take`] once it has started; what it does not take the pipeline closes
-    /// with the call.
+    /// with the call. Every scope open is taken: a tool starts such work last.
     pub(crate) fn handover(&self) -> Handover {
         Handover(self.slots().clone())
     }
 
-    /// Closes every scope still open, in the order they were opened, each once, and
-    /// returns what they found.
-    ///
-    /// # Errors
-    /// The session log's (the first; every scope is closed all the same).
-    pub(crate) async fn close_all(&self) -> Result<Vec<Found>, HarnessError> {
+    /// Closes the scopes open now, before the body returns, keeping what they found for
+    /// the result: for a tool whose next call may run a command as soon as this one lets
+    /// go of what it holds (a persistent shell), so that the check sees this call's
+    /// command alone.
+    pub(crate) async fn close_now(&self) {
         let open: Vec<WriteScope> = self.slots().drain(..).filter_map(|s| take(&s)).collect();
-        let mut found = Vec::new();
-        let mut first_error = None;
+        let mut closed = self.closed.lock().await;
         for scope in open {
             match scope.close().await {
-                Ok(f) => found.extend(f),
+                Ok(f) => closed.found.extend(f),
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    closed.error.get_or_insert(e);
                 }
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(found),
-        }
+    }
+
+    /// Closes every scope still open, in the order they were opened, each once, and
+    /// returns what every scope of the call found, and the first error closing one gave
+    /// (the session log's; every scope is closed all the same).
+    pub(crate) async fn close_all(&self) -> (Vec<Found>, Option<HarnessError>) {
+        self.close_now().await;
+        let mut closed = self.closed.lock().await;
+        (std::mem::take(&mut closed.found), closed.error.take())
     }
 }
 

@@ -184,12 +184,22 @@ impl World {
         // The session's end closes a write scope for each policy its terminals ran under.
         let call_id = dsh_core::CallId::new("terminals-ended");
         let mut lines = Vec::new();
+        let mut log_error = None;
         for p in &policies {
             if let Some(scope) = crate::scope::WriteScope::open(self, session, &call_id, p) {
-                lines.extend(scope.close().await?.map(|(line, _)| line));
+                // Each policy is checked, whatever logging the one before did.
+                match scope.close().await {
+                    Ok(found) => lines.extend(found.map(|(line, _)| line)),
+                    Err(e) => {
+                        log_error.get_or_insert(e);
+                    }
+                }
             }
         }
-        ended.map(|()| lines)
+        match log_error {
+            Some(e) => Err(e),
+            None => ended.map(|()| lines),
+        }
     }
 
     /// Whether a wider mode can be asked for in `session`: an answerer is installed (a

@@ -28,13 +28,15 @@ fn doctor_reports_protected_paths_and_read_denial_per_mode() {
         assert_eq!(r["read_denial"]["enforced"], true, "{r}");
         let paths = r["read_denial"]["paths"].as_array().expect("paths");
         assert!(paths.contains(&serde_json::json!(key)), "{r}");
-        // Nothing else of the fixture's home is listed: the rest of it is closed.
+        // Nothing else of the fixture's home is listed but dsh's state directory (denied
+        // by construction; deciding a workspace-write policy looks for unsettled records
+        // there): the rest of it is closed.
         let home = fx.home.display().to_string();
+        let state = fx.home.join(".local/state/dsh").display().to_string();
         assert!(
-            paths
-                .iter()
-                .all(|p| p == &serde_json::json!(key)
-                    || !p.as_str().unwrap_or("").starts_with(&home)),
+            paths.iter().all(|p| p == &serde_json::json!(key)
+                || p == &serde_json::json!(state)
+                || !p.as_str().unwrap_or("").starts_with(&home)),
             "{r}"
         );
         let closed = r["read_denial"]["closed"].as_array().expect("closed");

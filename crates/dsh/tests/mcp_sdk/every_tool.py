@@ -376,8 +376,17 @@ async def run(dsh: str, scratch: Path, client: str = "session") -> int:
                     print(f"[{label}] {name}: protocol {cl.protocol_version}")
                     await every_tool(c, mode, "persistent" in flags)
         except Exception as e:  # noqa: BLE001
-            tally.fail(f"{name} (session)", "aborted", f"{type(e).__name__}: {e}")
+            tally.fail(f"{name} (session)", "aborted", describe(e))
     return tally.finish()
+
+
+def describe(e: BaseException) -> str:
+    """An exception, with the ones an exception group holds (a task group's) named too."""
+    inner = getattr(e, "exceptions", None)
+    text = f"{type(e).__name__}: {e}"
+    if inner:
+        text += " [" + "; ".join(describe(x) for x in inner) + "]"
+    return text
 
 
 if __name__ == "__main__":
