@@ -14,7 +14,7 @@ fn without_clone3_the_leader_still_joins_its_cgroup() {
         return helper();
     }
     if let Err(why) = LocalSubprocess::new().cgroup_status() {
-        println!("skipped: cgroups unavailable here ({why})");
+        dsh_testkit::skip(dsh_testkit::Need::Cgroups, why);
         return;
     }
     let out = Command::new(std::env::current_exe().expect("test binary"))

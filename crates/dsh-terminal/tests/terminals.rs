@@ -88,16 +88,7 @@ async fn send_with(
 }
 
 fn alive(pid: u32) -> bool {
-    // A zombie is dead for our purpose; /proc/<pid>/stat says which.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let state = s
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next());
-            state != Some("Z")
-        })
-        .unwrap_or(false)
+    dsh_testkit::alive(pid as i32)
 }
 
 #[tokio::test]
@@ -366,8 +357,8 @@ async fn a_full_screen_program_is_shown_as_its_screen() {
     t.dispose().await.expect("dispose");
 }
 
-/// Each runner that works here, forced; `DSH_REQUIRE_BWRAP` / `DSH_REQUIRE_LANDLOCK` make
-/// a missing one a failure.
+/// Each runner that works here, forced; a missing one is a skip `dsh_testkit` records (a
+/// failure where it is required).
 fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
     let mut out = Vec::new();
     for runner in [Runner::Landlock, Runner::Bwrap] {
@@ -379,21 +370,22 @@ fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
             .map(|s| s.available);
         match status {
             Some(Ok(_)) => out.push((runner, Arc::new(sandbox))),
-            Some(Err(why)) => {
-                let required = match runner {
-                    Runner::Bwrap => "DSH_REQUIRE_BWRAP",
-                    _ => "DSH_REQUIRE_LANDLOCK",
-                };
-                assert!(
-                    std::env::var_os(required).is_none(),
-                    "{required} is set but {runner} is unusable: {why}"
-                );
-                println!("skipping {runner}: {why}");
-            }
-            None => println!("skipping {runner}: not a runner of this platform"),
+            Some(Err(why)) => dsh_testkit::skip(need_of(runner), &format!("{runner}: {why}")),
+            None => dsh_testkit::skip(
+                need_of(runner),
+                &format!("{runner} is not a runner of this platform"),
+            ),
         }
     }
     out
+}
+
+/// What a test under `runner` needs of the machine.
+fn need_of(runner: Runner) -> dsh_testkit::Need {
+    match runner {
+        Runner::Bwrap => dsh_testkit::Need::Bwrap,
+        _ => dsh_testkit::Need::Landlock,
+    }
 }
 
 #[tokio::test]
@@ -518,11 +510,7 @@ async fn a_fork_bomb_stops_at_the_process_limit_and_close_ends_it() {
     const LIMIT: u32 = 48;
     let sub = LocalSubprocess::new().with_process_limit(Some(LIMIT));
     if let Err(why) = sub.process_limit_status() {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_PROCESS_LIMIT").is_none(),
-            "DSH_REQUIRE_PROCESS_LIMIT is set but there is no process limit: {why}"
-        );
-        println!("skipped: no process limit here ({why})");
+        dsh_testkit::skip(dsh_testkit::Need::ProcessLimit, &why.to_string());
         return;
     }
     let ws = tempfile::tempdir().expect("ws");

@@ -4,7 +4,7 @@
 //! text dsh rendered must reach the model, whatever the client does on the way.
 //!
 //! Needs `DSH_CLIENTS_BIN`: a directory holding `claude`, `codex` and `gemini`. Without a
-//! client the test says so and passes, unless `DSH_REQUIRE_CLIENTS` is set.
+//! client the test records a skip with `dsh_testkit` (a failure where the clients are required).
 
 #[path = "clients/model.rs"]
 mod model;
@@ -52,21 +52,20 @@ impl Client {
         self != Client::GeminiCli
     }
 
-    /// The client's binary in `DSH_CLIENTS_BIN`; a failure when it is missing and
-    /// `DSH_REQUIRE_CLIENTS` is set, else `None` with a note.
+    /// The client's binary in `DSH_CLIENTS_BIN`; when it is missing, `None` after
+    /// `dsh_testkit::skip` (a failure where the clients are required).
     fn find(self) -> Option<PathBuf> {
         let name = self.program();
         let found = std::env::var_os("DSH_CLIENTS_BIN")
             .map(|dir| PathBuf::from(dir).join(name))
             .filter(|p| p.is_file());
         if found.is_none() {
-            assert!(
-                std::env::var_os("DSH_REQUIRE_CLIENTS").is_none(),
-                "DSH_REQUIRE_CLIENTS is set but {name} is not in DSH_CLIENTS_BIN ({:?})",
-                std::env::var_os("DSH_CLIENTS_BIN")
-            );
-            println!(
-                "skipped: {name} not found (set DSH_CLIENTS_BIN; DSH_REQUIRE_CLIENTS=1 makes this fail)"
+            dsh_testkit::skip(
+                dsh_testkit::Need::Clients,
+                &format!(
+                    "{name} is not in DSH_CLIENTS_BIN ({:?}; see .ci/run)",
+                    std::env::var_os("DSH_CLIENTS_BIN")
+                ),
             );
         }
         found

@@ -12,23 +12,10 @@ fn exec(args: &[&str]) -> Output {
     dsh().arg("exec").args(args).output().expect("run dsh")
 }
 
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
+use dsh_testkit::alive;
 
 fn wait_gone(pid: i32) -> bool {
-    for _ in 0..1000 {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
+    dsh_testkit::wait_gone(pid, Duration::from_secs(10))
 }
 
 #[test]
@@ -398,9 +385,9 @@ fn the_runner_can_be_forced_and_an_impossible_one_is_sandbox_unavailable() {
     if out.status.code() == Some(0) {
         assert_eq!(v["sandbox"]["runner"], "bwrap");
     } else {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_BWRAP").is_none(),
-            "bwrap must work here: {v}"
+        dsh_testkit::skip(
+            dsh_testkit::Need::Bwrap,
+            &format!("dsh exec could not use it: {v}"),
         );
         assert_eq!(v["error"]["code"], "SANDBOX_UNAVAILABLE");
     }
@@ -501,11 +488,11 @@ fn doctor_reports_runners_and_proves_enforcement() {
             );
         }
     }
-    if std::env::var_os("DSH_REQUIRE_BWRAP").is_some() {
+    if dsh_testkit::Need::Bwrap.required() {
         let bwrap = checks.iter().find(|c| c["name"] == "bwrap").expect("bwrap");
         assert_eq!(bwrap["ok"], true, "{bwrap}");
     }
-    if std::env::var_os("DSH_REQUIRE_PROCESS_LIMIT").is_some() {
+    if dsh_testkit::Need::ProcessLimit.required() {
         let limit = checks.iter().find(|c| c["name"] == "process-limit");
         let limit = limit.expect("process-limit");
         assert_eq!(limit["ok"], true, "{limit}");

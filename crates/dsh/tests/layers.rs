@@ -5,6 +5,7 @@ use std::path::Path;
 
 /// ARCHITECTURE.md's order, lowest first.
 const LAYERS: &[&str] = &[
+    "dsh-testkit",
     "dsh-core",
     "dsh-sandbox",
     "dsh-process",
@@ -86,6 +87,10 @@ fn no_crate_depends_on_a_crate_above_it() {
                 .unwrap_or_else(|| panic!("{dep} (used by {name}) is not a known layer"));
             if dep_level >= level {
                 upward.push(format!("{name} -> {dep} ({kind})"));
+            }
+            // The test support is for tests alone.
+            if dep == "dsh-testkit" && kind != "dev" {
+                upward.push(format!("{name} -> {dep} ({kind}: only tests may use it)"));
             }
         }
     }

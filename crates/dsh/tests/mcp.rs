@@ -2,7 +2,7 @@
 //! handshake, the tool list, calls, errors, cancellation by disconnect, and nothing left
 //! running afterwards.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde_json::{json, Value};
@@ -1344,4 +1344,42 @@ fn waits_for_jobs_do_not_hold_up_other_calls() {
     );
     let r = c.call("job_kill", json!({"job_id": "bash-1"}));
     assert_eq!(text(&r), "requested cancellation of job bash-1", "{r}");
+}
+
+/// After the client's input ends, nothing more is written to it (a client tearing down
+/// could not take it), and the job killed then is still checked: what it planted for the
+/// host's git is set aside before dsh mcp exits.
+#[test]
+fn nothing_is_sent_after_the_input_ends() {
+    let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
+    let r = c.call(
+        "bash",
+        json!({"command": "git init -q sub && printf '#!/bin/sh\\necho pwned\\n' > sub/.git/hooks/pre-commit && chmod +x sub/.git/hooks/pre-commit && echo planted && sleep 1000",
+               "description": "t", "run_in_background": true}),
+    );
+    assert_eq!(text(&r), "started background job bash-1", "{r}");
+    let hook = c.ws.join("sub/.git/hooks/pre-commit");
+    assert!(
+        within_5s(|| hook.exists()),
+        "the job never planted its hook"
+    );
+    // The input ends: the job is killed, checked and logged.
+    let Client {
+        mut child,
+        stdin,
+        mut stdout,
+        _dirs: dirs,
+        ..
+    } = c;
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("read to the end");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert_eq!(rest, "", "written after the input ended");
+    assert!(
+        !hook.exists(),
+        "the planted hook is still where git runs it"
+    );
+    drop(dirs);
 }

@@ -3,13 +3,13 @@
 //! `auto` (2026-07-28, elicitation through `InputRequiredResult` and a retry).
 //!
 //! Needs `DSH_MCP_PYTHON`: a Python with `mcp` installed (`.ci/run` makes one). Without
-//! it the test says so and passes, unless `DSH_REQUIRE_MCP_SDK` is set (CI sets it).
+//! it the test records a skip with `dsh_testkit` (a failure where the SDKs are required: CI).
 //!
 //! Every tool's every result, error results included, is validated against its output
 //! schema by each official SDK (`tests/mcp_sdk/every_tool.py` and `every_tool.mjs`): the
 //! Python SDK of `DSH_MCP_PYTHON` (2.x) and of `DSH_MCP_PYTHON_V1` (1.x), and the
 //! TypeScript SDK v1 (`@modelcontextprotocol/sdk`) and v2 (`@modelcontextprotocol/client`)
-//! installed under `DSH_TS_SDK_DIR`. Each is required when `DSH_REQUIRE_MCP_SDK` is set.
+//! installed under `DSH_TS_SDK_DIR`. Each is required where the SDKs are.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,16 +22,15 @@ fn manifest_dir() -> PathBuf {
         .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
 }
 
-/// The value of `var`, or `None` after saying why the check is skipped; a failure when
-/// `DSH_REQUIRE_MCP_SDK` is set.
+/// The value of `var`, or `None` after `dsh_testkit::skip` (a failure where the SDKs are
+/// required).
 fn required(var: &str, what: &str) -> Option<OsString> {
     let value = std::env::var_os(var);
     if value.is_none() {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_MCP_SDK").is_none(),
-            "DSH_REQUIRE_MCP_SDK is set but {var} is not"
+        dsh_testkit::skip(
+            dsh_testkit::Need::McpSdk,
+            &format!("{var} is not set to {what} (see .ci/run)"),
         );
-        eprintln!("skipped: set {var} to {what} (see .ci/run)");
     }
     value
 }
@@ -94,12 +93,7 @@ fn every_sdk_validates_every_result_of_every_tool_against_its_output_schema() {
 
 #[test]
 fn the_official_python_sdk_drives_dsh_mcp_in_both_protocol_eras() {
-    let Some(python) = std::env::var_os("DSH_MCP_PYTHON") else {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_MCP_SDK").is_none(),
-            "DSH_REQUIRE_MCP_SDK is set but DSH_MCP_PYTHON is not"
-        );
-        eprintln!("skipped: set DSH_MCP_PYTHON to a Python with the `mcp` package (see .ci/run)");
+    let Some(python) = required("DSH_MCP_PYTHON", "a Python with the `mcp` package") else {
         return;
     };
     let script = manifest_dir().join("tests/mcp_sdk/drive.py");

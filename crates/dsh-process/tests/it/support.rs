@@ -24,26 +24,12 @@ pub fn collect(max_bytes: usize, spill: Option<u64>) -> OutputMode {
 
 /// True while `pid` names a live (non-zombie) process.
 pub fn is_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
+    dsh_testkit::alive(pid)
 }
 
 /// Waits (up to 10 s, only to stop a hang) until `pid` is gone.
 pub async fn wait_gone(pid: i32) -> bool {
-    for _ in 0..1000 {
-        if !is_alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    dsh_testkit::gone_within(pid, Duration::from_secs(10)).await
 }
 
 /// Reads pids, one per line, that a test command wrote to `file`, waiting (bounded) until

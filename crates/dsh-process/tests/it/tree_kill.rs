@@ -291,7 +291,7 @@ async fn shutdown_waits_for_term_trapping_trees() {
 async fn with_cgroups_each_command_lives_in_its_own_cgroup() {
     let sub = LocalSubprocess::new();
     if let Err(why) = sub.cgroup_status() {
-        println!("skipped: cgroups unavailable here ({why})");
+        dsh_testkit::skip(dsh_testkit::Need::Cgroups, why);
         return;
     }
     let mut seen = Vec::new();

@@ -77,7 +77,10 @@ async fn local_pwsh_passes_the_shell_conformance_checks_where_pwsh_is_installed(
         .await
     {
         Err(e) if e.code() == ErrorCode::ProcessNotFound => {
-            println!("skipped: pwsh is not installed: {e}");
+            dsh_testkit::skip(
+                dsh_testkit::Need::Pwsh,
+                &format!("pwsh is not installed: {e}"),
+            );
             return;
         }
         Err(e) => panic!("pwsh is there but did not run: {e}"),

@@ -1,7 +1,6 @@
 //! Confined bash with real runners (Landlock + seccomp, bubblewrap): what the kernel lets
-//! through and what it refuses. Each test runs under every runner available here;
-//! `DSH_REQUIRE_BWRAP=1`, `DSH_REQUIRE_LANDLOCK=1` and `DSH_REQUIRE_SANDBOX=1` (any runner)
-//! make a missing one a failure instead of a skip.
+//! through and what it refuses. Each test runs under every runner available here; a
+//! missing one is a skip recorded by `dsh_testkit` (a failure where it is required).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,23 +23,22 @@ fn sandboxes() -> Vec<(Runner, Arc<LocalSandbox>)> {
             .map(|s| s.available);
         match status {
             Some(Ok(_)) => out.push((runner, Arc::new(sandbox))),
-            Some(Err(why)) => {
-                let required = match runner {
-                    Runner::Bwrap => "DSH_REQUIRE_BWRAP",
-                    _ => "DSH_REQUIRE_LANDLOCK",
-                };
-                if std::env::var_os(required).is_some() {
-                    panic!("{required} is set but {runner} is unusable: {why}");
-                }
-                println!("skipping {runner}: {why}");
-            }
-            None => println!("skipping {runner}: not a runner of this platform"),
+            Some(Err(why)) => dsh_testkit::skip(need_of(runner), &format!("{runner}: {why}")),
+            None => dsh_testkit::skip(
+                need_of(runner),
+                &format!("{runner} is not a runner of this platform"),
+            ),
         }
     }
-    if out.is_empty() && std::env::var_os("DSH_REQUIRE_SANDBOX").is_some() {
-        panic!("DSH_REQUIRE_SANDBOX is set but no runner works here");
-    }
     out
+}
+
+/// What a test under `runner` needs of the machine.
+fn need_of(runner: Runner) -> dsh_testkit::Need {
+    match runner {
+        Runner::Bwrap => dsh_testkit::Need::Bwrap,
+        _ => dsh_testkit::Need::Landlock,
+    }
 }
 
 /// The workspace's policy for a test of `runner`. Landlock enforces workspace-write only
@@ -554,7 +552,10 @@ async fn the_users_keyrings_and_host_ipc_are_out_of_reach() {
         .args(["-M", "4096"])
         .output();
     let Ok(made) = made.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()) else {
-        println!("skipped: ipcmk (util-linux) is missing");
+        dsh_testkit::skip(
+            dsh_testkit::Need::SystemTool,
+            "ipcmk (util-linux) is missing",
+        );
         return;
     };
     let id: i64 = made

@@ -78,23 +78,11 @@ async fn printed_pid(world: &World, session: &Arc<Session>, id: &str) -> u32 {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            != Some("Z")
-    })
+    dsh_testkit::alive(pid as i32)
 }
 
 async fn gone_within(pid: u32, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if !alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    dsh_testkit::gone_within(pid as i32, limit).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -269,7 +269,10 @@ async fn grep_skips_a_file_whose_read_would_wait_forever() {
     // `/proc/kmsg` is a regular file whose read blocks until the kernel logs something
     // (root only). Without it here, the test has nothing to show.
     if std::fs::File::open("/proc/kmsg").is_err() {
-        println!("skipped: /proc/kmsg cannot be opened here");
+        dsh_testkit::skip(
+            dsh_testkit::Need::KernelInterface,
+            "/proc/kmsg cannot be opened here (root only)",
+        );
         return;
     }
     let f = fixture(|b| b, vec![]).await;

@@ -7,7 +7,7 @@ fn landlock_usable() -> bool {
     let ws = fx.ws.to_str().expect("utf-8");
     let out = fx.dsh(&["exec", "-C", ws, "--runner", "landlock", "--", "true"]);
     if out.status.code() != Some(0) {
-        println!("skipped: Landlock does not work here: {}", text(&out));
+        dsh_testkit::skip(dsh_testkit::Need::Landlock, &text(&out));
         return false;
     }
     true

@@ -2,28 +2,26 @@
 //! the host tool the user would run (`mvn -v`, `yarn --version`, `direnv`, `git commit`
 //! with pre-commit, `hg status`, `git push`, `git status`), which must run nothing planted.
 //!
-//! A host tool missing here is a failure when `DSH_REQUIRE_HOST_TOOLS` is set (CI installs
-//! them all); otherwise the attack is still made and refused, and only the host run is
-//! left out, saying so.
+//! A host tool missing here is a skip `dsh_testkit` records (a failure where the host tools
+//! are required: CI installs them all); the attack is still made and refused, and only the
+//! host run is left out.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::support::{bwrap_usable, text, Fixture};
 
-/// Whether `tool` is on `PATH`; a failure when `DSH_REQUIRE_HOST_TOOLS` is set and it is
-/// not.
+/// Whether `tool` is on `PATH`; when it is not, a skip of its host run (see `dsh_testkit`).
 fn host_has(tool: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_HOST_TOOLS").is_none(),
-            "DSH_REQUIRE_HOST_TOOLS is set but {tool} is not on PATH"
+        dsh_testkit::skip(
+            dsh_testkit::Need::HostTools,
+            &format!("{tool} is not on PATH: its host run is left out"),
         );
-        println!("{tool} is not on PATH: its host run is left out");
     }
     found
 }

@@ -3,7 +3,7 @@
 //! sandbox-hardening issue has a test here that fails on a dsh without its fix.
 //!
 //! The tests need bubblewrap (the runner that enforces workspace-write in full): without
-//! it they print why and pass, unless `DSH_REQUIRE_BWRAP=1` makes that a failure. Each test
+//! it each records a skip with `dsh_testkit` (a failure where bubblewrap is required). Each test
 //! runs dsh with its own `HOME` and `XDG_CONFIG_HOME`, so the user's files and git config
 //! play no part.
 

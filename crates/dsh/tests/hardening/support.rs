@@ -3,19 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Whether bubblewrap works here; a failure when `DSH_REQUIRE_BWRAP` is set and it does
-/// not, else false with a note.
+/// Whether bubblewrap works here; when it does not, false after `dsh_testkit::skip` (a
+/// failure where bubblewrap is required).
 pub fn bwrap_usable() -> bool {
     let works = Command::new("bwrap")
         .args(["--ro-bind", "/", "/", "--unshare-pid", "--", "true"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !works {
-        assert!(
-            std::env::var_os("DSH_REQUIRE_BWRAP").is_none(),
-            "DSH_REQUIRE_BWRAP is set but bubblewrap does not work here"
-        );
-        println!("skipped: bubblewrap does not work here (set DSH_REQUIRE_BWRAP=1 to fail)");
+        dsh_testkit::skip(dsh_testkit::Need::Bwrap, "bubblewrap does not work here");
     }
     works
 }
