@@ -105,13 +105,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
         Ok(_) => Check {
             name: "config",
             ok: true,
-            detail: format!(
-                "valid ({} and {})",
-                crate::config::user_config_path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "no user config".into()),
-                ws.join(".dsh/config.toml").display()
-            ),
+            detail: config_files_detail(&ws),
             fix: None,
         },
         Err(e) => Check {
@@ -620,5 +614,27 @@ async fn attempt(shell: &LocalBash, ws: &Path, command: &str, policy: SandboxPol
                 .to_owned(),
         ),
         Err(e) => Attempt::CouldNotRun(e.to_string()),
+    }
+}
+
+/// The config files `dsh` reads here and which of them exist: the valid ones named, a
+/// missing one said to be absent (defaults apply in its place).
+fn config_files_detail(ws: &std::path::Path) -> String {
+    let files = [
+        crate::config::user_config_path(),
+        Some(ws.join(".dsh/config.toml")),
+    ];
+    let (present, absent): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.into_iter().flatten().partition(|p| p.is_file());
+    let list = |v: &[PathBuf]| {
+        v.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    match (present.is_empty(), absent.is_empty()) {
+        (true, _) => format!("no config file ({} absent): the defaults", list(&absent)),
+        (false, true) => format!("valid ({})", list(&present)),
+        (false, false) => format!("valid ({}); {} absent", list(&present), list(&absent)),
     }
 }

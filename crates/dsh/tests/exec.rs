@@ -522,3 +522,43 @@ fn doctor_reports_runners_and_proves_enforcement() {
         "{text}"
     );
 }
+
+/// `dsh doctor` names the config files it read and says which are absent (the defaults
+/// apply), rather than calling a missing file valid.
+#[test]
+fn doctor_says_which_config_files_exist() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let (xdg, ws) = (root.join("xdg"), root.join("ws"));
+    std::fs::create_dir_all(xdg.join("dsh")).expect("xdg");
+    std::fs::create_dir_all(&ws).expect("ws");
+    let detail = || {
+        let out = dsh()
+            .args(["doctor", "--json"])
+            .current_dir(&ws)
+            .env("XDG_CONFIG_HOME", &xdg)
+            .output()
+            .expect("doctor");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let check = v["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "config").cloned())
+            .expect("a config check");
+        assert_eq!(check["ok"], true, "{check}");
+        check["detail"].as_str().unwrap_or_default().to_owned()
+    };
+    let user = xdg.join("dsh/config.toml");
+    let d = detail();
+    assert!(d.starts_with("no config file ("), "{d}");
+    assert!(
+        d.contains(&user.display().to_string()) && d.contains("absent"),
+        "{d}"
+    );
+    std::fs::write(&user, "mode = \"read-only\"\n").expect("config");
+    let d = detail();
+    assert!(d.starts_with(&format!("valid ({})", user.display())), "{d}");
+    assert!(
+        d.contains(&format!("{} absent", ws.join(".dsh/config.toml").display())),
+        "{d}"
+    );
+}
