@@ -20,8 +20,11 @@ pub enum ErrorCode {
     /// limit). The last good configuration stays in force. Fix the named field.
     /// `as_str()`: `CONFIG_INVALID`.
     ConfigInvalid,
-    /// The call was cancelled before any work started. Nothing ran; retry if still wanted.
-    /// `as_str()`: `ABORTED`.
+    /// The call was cancelled (by its caller, the client, or the end of its connection)
+    /// after its tool's body started: whatever it had started was stopped, what it changed
+    /// stays, and the check after the call still ran. A call cancelled before its body
+    /// started is [`AbortedBeforeDispatch`](Self::AbortedBeforeDispatch). Retry if still
+    /// wanted. `as_str()`: `ABORTED`.
     Aborted,
     /// The working directory of a command does not exist, is not a directory, or cannot be
     /// entered. Nothing ran. Pass an existing directory.
@@ -160,6 +163,16 @@ pub enum ErrorCode {
     /// A bug in dsh: an invariant did not hold. Please report it with the message.
     /// `as_str()`: `INTERNAL`.
     Internal,
+    /// An MCP message was larger than `dsh mcp` reads (the message says the limit); it was
+    /// skipped whole. Put large data in a file and pass its path.
+    /// `as_str()`: `MCP_MESSAGE_TOO_LARGE`.
+    McpMessageTooLarge,
+    /// The MCP connection is closing (its input ended): no new call starts. Open a new
+    /// connection. `as_str()`: `MCP_CLOSING`.
+    McpClosing,
+    /// A resumed call's `requestState` names no call waiting for input (answered, expired,
+    /// or another connection's). Call the tool again. `as_str()`: `MCP_REQUEST_STATE_UNKNOWN`.
+    McpRequestStateUnknown,
 }
 
 impl ErrorCode {
@@ -222,6 +235,9 @@ impl ErrorCode {
         ErrorCode::JobsUnavailable,
         ErrorCode::IoFailed,
         ErrorCode::Internal,
+        ErrorCode::McpMessageTooLarge,
+        ErrorCode::McpClosing,
+        ErrorCode::McpRequestStateUnknown,
     ];
 
     /// The stable SCREAMING_SNAKE form of the code.
@@ -284,6 +300,9 @@ impl ErrorCode {
             ErrorCode::JobsUnavailable => "JOBS_UNAVAILABLE",
             ErrorCode::IoFailed => "IO_FAILED",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::McpMessageTooLarge => "MCP_MESSAGE_TOO_LARGE",
+            ErrorCode::McpClosing => "MCP_CLOSING",
+            ErrorCode::McpRequestStateUnknown => "MCP_REQUEST_STATE_UNKNOWN",
         }
     }
 }
@@ -354,7 +373,8 @@ impl HarnessError {
         HarnessError::new(ErrorCode::ConfigInvalid, message)
     }
 
-    /// `ABORTED`: the call was cancelled before work started, with the cancel reason.
+    /// `ABORTED`: the call was cancelled before `what` started (its body had), with the
+    /// cancel reason.
     pub fn aborted_before_start(what: &str, reason: &crate::CancelReason) -> Self {
         HarnessError::new(
             ErrorCode::Aborted,
@@ -502,6 +522,12 @@ mod tests {
                 (ErrorCode::JobsUnavailable, "JOBS_UNAVAILABLE"),
                 (ErrorCode::IoFailed, "IO_FAILED"),
                 (ErrorCode::Internal, "INTERNAL"),
+                (ErrorCode::McpMessageTooLarge, "MCP_MESSAGE_TOO_LARGE"),
+                (ErrorCode::McpClosing, "MCP_CLOSING"),
+                (
+                    ErrorCode::McpRequestStateUnknown,
+                    "MCP_REQUEST_STATE_UNKNOWN"
+                ),
             ]
         );
     }

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_approval::ApprovalOutcome;
-use dsh_core::{CallId, CancelToken, HarnessError};
+use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
 use dsh_tools::{ToolCall, ToolResult};
 use elicitation::{Ask, Desk, Flight};
 use rmcp::model::{
@@ -389,7 +389,7 @@ impl ServerHandler for DshServer {
         if world.tool(&name).is_none() {
             return Err(McpError::invalid_params(
                 format!("unknown tool \"{name}\""),
-                Some(json!({"code": "UNKNOWN_TOOL"})),
+                Some(json!({"code": ErrorCode::UnknownTool.as_str()})),
             ));
         }
         // Parsed once, by the transport: the tool gets this object as it is.
@@ -406,7 +406,7 @@ impl ServerHandler for DshServer {
                         "this requestState names no waiting call of this tool with these \
                          arguments (it was answered, expired, or belongs to another \
                          connection); call the tool again",
-                        Some(json!({"code": "MCP_REQUEST_STATE_UNKNOWN"})),
+                        Some(json!({"code": ErrorCode::McpRequestStateUnknown.as_str()})),
                     ));
                 };
                 let response = request
@@ -428,7 +428,7 @@ impl ServerHandler for DshServer {
                 let Some(slot) = slot else {
                     return Err(McpError::internal_error(
                         "the call was cancelled before it started",
-                        Some(json!({"code": "ABORTED_BEFORE_DISPATCH"})),
+                        Some(json!({"code": ErrorCode::AbortedBeforeDispatch.as_str()})),
                     ));
                 };
                 let call_id = format!("mcp-{}", self.calls.fetch_add(1, Ordering::Relaxed));
@@ -436,7 +436,7 @@ impl ServerHandler for DshServer {
                 let Some((asks, running)) = self.desk.route(&call_id, &cancel) else {
                     return Err(McpError::internal_error(
                         "the connection is closing; no new calls",
-                        Some(json!({"code": "MCP_CLOSING"})),
+                        Some(json!({"code": ErrorCode::McpClosing.as_str()})),
                     ));
                 };
                 let fingerprint = hash(&arguments);

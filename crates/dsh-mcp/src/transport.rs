@@ -342,7 +342,7 @@ where
                     id,
                     -32600,
                     message,
-                    Some(json!({"code": "MCP_MESSAGE_TOO_LARGE"})),
+                    Some(json!({"code": dsh_core::ErrorCode::McpMessageTooLarge.as_str()})),
                 ));
                 continue;
             }
