@@ -252,6 +252,23 @@ impl SpawnSpec {
             terminal: None,
         }
     }
+
+    /// The spec run inside `confinement`: its argv (the runner's, around the command), its
+    /// variables over the spec's own, its restrictions for the child, and who bounds the
+    /// tree (a runner with a PID namespace of its own does; else dsh's per-command cgroup).
+    /// The one place a confinement becomes a spawn.
+    pub fn confined_by(mut self, confinement: &dsh_sandbox::Confinement) -> SpawnSpec {
+        self.argv = confinement.argv.clone();
+        for (k, v) in &confinement.env {
+            self.env.insert(
+                k.to_string_lossy().into_owned(),
+                Some(v.to_string_lossy().into_owned()),
+            );
+        }
+        self.restrictions = confinement.restrictions.clone();
+        self.own_cgroup = !confinement.bounds_tree;
+        self
+    }
 }
 
 /// A signal number, printed by name (`SIGTERM`).

@@ -256,14 +256,7 @@ impl<D: Dialect> ShellExecutor<D> {
         });
         s.env = layered_env(self.dialect.env_overrides(), spec);
         if let Some(w) = wrapped {
-            for (k, v) in &w.confinement.env {
-                s.env.insert(
-                    k.to_string_lossy().into_owned(),
-                    Some(v.to_string_lossy().into_owned()),
-                );
-            }
-            s.restrictions = w.confinement.restrictions.clone();
-            s.own_cgroup = !w.confinement.bounds_tree;
+            s = s.confined_by(&w.confinement);
         }
         s.grace = Duration::from_millis(cfg.grace_ms);
         s.cancel = cancel;

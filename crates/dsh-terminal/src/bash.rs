@@ -104,14 +104,7 @@ impl BashBackend {
         set("PROMPT_COMMAND", PROMPT_COMMAND);
         set("BASH_SILENCE_DEPRECATION_WARNING", "1");
         if let Some(c) = &confinement {
-            for (k, v) in &c.env {
-                spec.env.insert(
-                    k.to_string_lossy().into_owned(),
-                    Some(v.to_string_lossy().into_owned()),
-                );
-            }
-            spec.restrictions = c.restrictions.clone();
-            spec.own_cgroup = !c.bounds_tree;
+            spec = spec.confined_by(c);
         }
         spec.terminal = Some(TerminalSize {
             rows: config.rows,

@@ -194,17 +194,9 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         }
     }
-    let argv = confinement.map_or_else(|| args.argv.clone(), |c| c.argv.clone());
-    let mut spec = SpawnSpec::new(argv, cwd);
+    let mut spec = SpawnSpec::new(args.argv.clone(), cwd);
     if let Some(c) = confinement {
-        for (k, v) in &c.env {
-            spec.env.insert(
-                k.to_string_lossy().into_owned(),
-                Some(v.to_string_lossy().into_owned()),
-            );
-        }
-        spec.restrictions = c.restrictions.clone();
-        spec.own_cgroup = !c.bounds_tree;
+        spec = spec.confined_by(c);
     }
     spec.stdin = StdinMode::Inherit;
     spec.grace = Duration::from_millis(args.grace);
