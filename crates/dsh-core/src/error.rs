@@ -21,8 +21,9 @@ pub enum ErrorCode {
     /// `as_str()`: `CONFIG_INVALID`.
     ConfigInvalid,
     /// The call was cancelled (by its caller, the client, or the end of its connection)
-    /// after its tool's body started: whatever it had started was stopped, what it changed
-    /// stays, and the check after the call still ran. A call cancelled before its body
+    /// after its tool's body started: what the call itself was running was stopped (a
+    /// background job it started goes on), what it changed stays, and the check after the
+    /// call still ran. A call cancelled before its body
     /// started is [`AbortedBeforeDispatch`](Self::AbortedBeforeDispatch). Retry if still
     /// wanted. `as_str()`: `ABORTED`.
     Aborted,
