@@ -1243,10 +1243,9 @@ fn a_settled_job_holds_nothing_and_leaves_nothing_running() {
     );
 }
 
-/// A SIGTERM to dsh mcp still runs the check after a job: what the job planted for the
-/// host's git must not stay where git runs it.
-#[test]
-fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
+/// A workspace-write connection with a background job (`bash-1`, still running) that has
+/// planted a hook the host's git would run, and where that hook is.
+fn a_job_that_planted_a_hook() -> (Client, std::path::PathBuf) {
     let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
     let r = c.call(
         "bash",
@@ -1259,6 +1258,14 @@ fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
         within_5s(|| hook.exists()),
         "the job never planted its hook"
     );
+    (c, hook)
+}
+
+/// A SIGTERM to dsh mcp still runs the check after a job: what the job planted for the
+/// host's git must not stay where git runs it.
+#[test]
+fn a_sigterm_ends_the_connection_as_eof_does_checks_included() {
+    let (mut c, hook) = a_job_that_planted_a_hook();
     let pid = rustix::process::Pid::from_raw(c.child.id() as i32).expect("pid");
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
     let status = c.child.wait().expect("wait");
@@ -1351,18 +1358,7 @@ fn waits_for_jobs_do_not_hold_up_other_calls() {
 /// host's git is set aside before dsh mcp exits.
 #[test]
 fn nothing_is_sent_after_the_input_ends() {
-    let mut c = Client::start_full(json!({}), true, &["--mode", "workspace-write"]);
-    let r = c.call(
-        "bash",
-        json!({"command": "git init -q sub && printf '#!/bin/sh\\necho pwned\\n' > sub/.git/hooks/pre-commit && chmod +x sub/.git/hooks/pre-commit && echo planted && sleep 1000",
-               "description": "t", "run_in_background": true}),
-    );
-    assert_eq!(text(&r), "started background job bash-1", "{r}");
-    let hook = c.ws.join("sub/.git/hooks/pre-commit");
-    assert!(
-        within_5s(|| hook.exists()),
-        "the job never planted its hook"
-    );
+    let (c, hook) = a_job_that_planted_a_hook();
     // The input ends: the job is killed, checked and logged.
     let Client {
         mut child,

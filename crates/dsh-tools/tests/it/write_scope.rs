@@ -66,28 +66,45 @@ async fn world_with_plants(ws: &std::path::Path) -> (World, Arc<dsh_store::sessi
 const PLANT: &str =
     "git init -q sub && printf '#!/bin/sh\\necho pwned\\n' > sub/.git/hooks/pre-commit && chmod +x sub/.git/hooks/pre-commit";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_tool_that_writes_gets_the_check_without_calling_it() {
+/// A call of `plants` planting a hook (with `args` added) in a fresh workspace-write World:
+/// its result, its session, whether the hook is still where git would run it, and the
+/// folder holding the workspace and the log (kept while the test reads them).
+async fn plant(
+    args: Value,
+) -> (
+    dsh_tools::ToolResult,
+    Arc<dsh_store::session::Session>,
+    bool,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let (world, session) = world_with_plants(&ws).await;
+    let mut arguments = json!({"command": PLANT});
+    if let (Some(a), Some(more)) = (arguments.as_object_mut(), args.as_object()) {
+        a.extend(more.clone());
+    }
     let r = world
         .call(
             Some(&session),
-            call("plants", json!({"command": PLANT})),
+            call("plants", arguments),
             CancelToken::new(),
         )
         .await;
+    let armed = ws.join("sub/.git/hooks/pre-commit").exists();
+    (r, session, armed, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_tool_that_writes_gets_the_check_without_calling_it() {
+    let (r, session, armed, _dir) = plant(json!({})).await;
     assert!(!r.is_error, "{r:?}");
     assert!(r.text.starts_with("ran: exit Some(0)"), "{r:?}");
     assert!(
         r.text.contains("[sandbox: this call made") && r.text.contains("sub/.git"),
         "the check's line is not in the result: {r:?}"
     );
-    assert!(
-        !ws.join("sub/.git/hooks/pre-commit").exists(),
-        "the planted hook is still where git would run it"
-    );
+    assert!(!armed, "the planted hook is still where git would run it");
     // The check is in the session log too, as for a built-in tool.
     let events = session.events().await.expect("events");
     assert!(
@@ -100,20 +117,11 @@ async fn a_new_tool_that_writes_gets_the_check_without_calling_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_that_fails_after_its_command_ran_still_gets_the_check() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let (world, session) = world_with_plants(&ws).await;
-    let r = world
-        .call(
-            Some(&session),
-            call("plants", json!({"command": PLANT, "fail": true})),
-            CancelToken::new(),
-        )
-        .await;
+    let (r, _session, armed, _dir) = plant(json!({"fail": true})).await;
     assert!(r.is_error, "{r:?}");
     assert!(
         r.text.contains("failed after it ran") && r.text.contains("[sandbox: this call made"),
         "the error does not say what the check found: {r:?}"
     );
-    assert!(!ws.join("sub/.git/hooks/pre-commit").exists());
+    assert!(!armed, "the planted hook is still where git would run it");
 }
