@@ -233,13 +233,10 @@ impl CallScopes {
     pub(crate) async fn close_now(&self) {
         let open: Vec<WriteScope> = self.slots().drain(..).filter_map(|s| take(&s)).collect();
         let mut closed = self.closed.lock().await;
-        for scope in open {
-            match scope.close().await {
-                Ok(f) => closed.found.extend(f),
-                Err(e) => {
-                    closed.error.get_or_insert(e);
-                }
-            }
+        let (found, error) = close_each(open).await;
+        closed.found.extend(found);
+        if let Some(e) = error {
+            closed.error.get_or_insert(e);
         }
     }
 
@@ -251,6 +248,23 @@ impl CallScopes {
         let mut closed = self.closed.lock().await;
         (std::mem::take(&mut closed.found), closed.error.take())
     }
+}
+
+/// Closes each of `scopes` in order, whatever logging the one before did; what they
+/// found, and the first error one gave (the session log's).
+pub(crate) async fn close_each(
+    scopes: impl IntoIterator<Item = WriteScope>,
+) -> (Vec<Found>, Option<HarnessError>) {
+    let (mut found, mut error) = (Vec::new(), None);
+    for scope in scopes {
+        match scope.close().await {
+            Ok(f) => found.extend(f),
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    (found, error)
 }
 
 fn take(slot: &Slot) -> Option<WriteScope> {
@@ -278,14 +292,12 @@ impl HeldScopes {
     /// Closes them and returns the lines for the model: what the check found, or that
     /// it could not be logged.
     pub(crate) async fn close(self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for scope in self.0 {
-            match scope.close().await {
-                Ok(found) => lines.extend(found.map(|(line, _)| line)),
-                Err(e) => lines.push(format!(
-                    "[dsh: the check of what the command made could not be logged: {e}]"
-                )),
-            }
+        let (found, error) = close_each(self.0).await;
+        let mut lines: Vec<String> = found.into_iter().map(|(line, _)| line).collect();
+        if let Some(e) = error {
+            lines.push(format!(
+                "[dsh: the check of what the command made could not be logged: {e}]"
+            ));
         }
         lines
     }

@@ -183,22 +183,14 @@ impl World {
         let ended = self.end_terminals().await;
         // The session's end closes a write scope for each policy its terminals ran under.
         let call_id = dsh_core::CallId::new("terminals-ended");
-        let mut lines = Vec::new();
-        let mut log_error = None;
-        for p in &policies {
-            if let Some(scope) = crate::scope::WriteScope::open(self, session, &call_id, p) {
-                // Each policy is checked, whatever logging the one before did.
-                match scope.close().await {
-                    Ok(found) => lines.extend(found.map(|(line, _)| line)),
-                    Err(e) => {
-                        log_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
+        // Each policy is checked, whatever logging the one before did.
+        let scopes = policies
+            .iter()
+            .filter_map(|p| crate::scope::WriteScope::open(self, session, &call_id, p));
+        let (found, log_error) = crate::scope::close_each(scopes).await;
         match log_error {
             Some(e) => Err(e),
-            None => ended.map(|()| lines),
+            None => ended.map(|()| found.into_iter().map(|(line, _)| line).collect()),
         }
     }
 
