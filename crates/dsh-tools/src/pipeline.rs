@@ -185,7 +185,7 @@ impl World {
             // What was found is said all the same (it was set aside).
             (_, Some(e)) => Err(found.iter().fold(e, |e, (line, _)| e.with_line(line))),
             (Ok(mut out), None) => {
-                for (line, data) in found {
+                for (line, paths) in found {
                     out.text.push('\n');
                     out.text.push_str(&line);
                     // Beside the sandbox facts of a command's result.
@@ -195,7 +195,7 @@ impl World {
                         .and_then(|m| m.get_mut("sandbox"))
                         .and_then(serde_json::Value::as_object_mut)
                     {
-                        sandbox.insert("appeared".into(), data);
+                        sandbox.insert("appeared".into(), paths.into());
                     }
                 }
                 Ok(out)

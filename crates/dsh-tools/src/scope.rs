@@ -23,9 +23,9 @@ use dsh_core::{CallId, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use dsh_store::session::Session;
 
-/// What the check found: the line the model sees and the `sandbox/new-git-dir` event's
-/// data.
-pub(crate) type Found = (String, serde_json::Value);
+/// What the check found: the line the model sees, and the paths that appeared (a
+/// command's `sandbox.appeared`, as its output schema declares it).
+pub(crate) type Found = (String, Vec<String>);
 
 /// The check after a call for one policy that can write, open until closed; see the
 /// [module docs](self).
@@ -74,7 +74,7 @@ impl WriteScope {
     async fn report(
         &self,
         after: crate::policy_service::AfterCommand,
-    ) -> Result<Option<(String, serde_json::Value)>, HarnessError> {
+    ) -> Result<Option<Found>, HarnessError> {
         if after.appeared.is_empty() {
             return Ok(None);
         }
@@ -161,14 +161,13 @@ impl WriteScope {
         }
         let record = Record::SandboxNewGitDir {
             call_id: Some(self.call_id.as_str().into()),
-            paths: paths.into_iter().map(Logged::from).collect(),
+            paths: paths.iter().cloned().map(Logged::from).collect(),
             quarantined,
         };
-        let data = record.data();
         if let Some(session) = &self.session {
             session.append(record).await?;
         }
-        Ok(Some((line, data)))
+        Ok(Some((line, paths)))
     }
 }
 

@@ -317,6 +317,13 @@ fn writable_steps() -> Vec<Step> {
             vec![has("has been updated successfully")],
         ),
         step("bash", bash("cat new.txt"), vec![has("edited-marker")]),
+        // The check after the call, which the pipeline adds to the result, reaches the
+        // model too.
+        step(
+            "bash",
+            bash("git init -q sub && printf '#!/bin/sh\\n' > sub/.git/hooks/pre-commit"),
+            vec![has("[sandbox: this call made"), has("sub/.git")],
+        ),
         step(
             "bash",
             bash("cd /tmp && export X=persist-marker"),
