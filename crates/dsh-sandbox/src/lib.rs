@@ -263,9 +263,11 @@ pub struct SandboxPolicy {
     /// incomplete, a gap of every runner.
     pub incomplete_roots: Vec<PathBuf>,
     /// What earlier checks could not set aside in the writable roots, as tried again
-    /// when the policy was decided ([`rechecked`](Self::rechecked)): while any is left, a
-    /// confinement of this policy under workspace-write is refused.
-    pub unsettled: Vec<quarantine::Quarantined>,
+    /// when the policy was decided ([`rechecked`](Self::rechecked)); `None` when it was not
+    /// tried for the roots and mode the policy has now (a builder that adds a root or
+    /// widens the mode forgets it), and then confining it under workspace-write tries
+    /// again. While any is left, such a confinement is refused.
+    pub unsettled: Option<Vec<quarantine::Quarantined>>,
 }
 
 impl SandboxPolicy {
@@ -312,7 +314,7 @@ impl SandboxPolicy {
             on_partial: OnPartial::Refuse,
             git_dirs: Vec::new(),
             incomplete_roots: Vec::new(),
-            unsettled: Vec::new(),
+            unsettled: None,
         }
     }
 
@@ -322,17 +324,19 @@ impl SandboxPolicy {
     /// Part of deciding a policy; [`for_workspace`](Self::for_workspace) and the policy
     /// service do it. It may move files (see [`quarantine::recheck`]).
     pub fn rechecked(mut self) -> SandboxPolicy {
-        self.unsettled = if self.mode == SandboxMode::WorkspaceWrite {
+        self.unsettled = Some(if self.mode == SandboxMode::WorkspaceWrite {
             quarantine::recheck(&self)
         } else {
             Vec::new()
-        };
+        });
         self
     }
 
     /// The same policy with the protected paths, commit roots and git dirs of `root`'s
     /// layout added.
     pub fn with_layout(mut self, root: &Path, layout: protected::WorkspaceLayout) -> SandboxPolicy {
+        // A root it was not rechecked for.
+        self.unsettled = None;
         self = self.with_protected(layout.protected);
         for w in layout.writable {
             if !self.writable_roots.contains(&w) && w != self.workspace_root {
@@ -427,6 +431,9 @@ impl SandboxPolicy {
     pub fn with_mode(mut self, mode: SandboxMode) -> SandboxPolicy {
         let dot_git = self.workspace_root.join(".git");
         let has_layout = self.protected.iter().any(|p| p.starts_with(&dot_git));
+        if mode != self.mode {
+            self.unsettled = None;
+        }
         self.mode = mode;
         if mode == SandboxMode::WorkspaceWrite && !has_layout {
             let root = self.workspace_root.clone();

@@ -737,11 +737,17 @@ impl LocalSandbox {
         if let (Enforcement::Partial(why), OnPartial::Refuse) = (&enforcement, policy.on_partial) {
             return Err(partial_refused(policy.mode, why));
         }
-        if policy.mode == SandboxMode::WorkspaceWrite && !policy.unsettled.is_empty() {
+        if policy.mode == SandboxMode::WorkspaceWrite {
             // What earlier checks could not set aside, tried again when the policy was
-            // decided: a program the host would run, whatever partial enforcement the
-            // user accepts.
-            return Err(unsettled_refused(&policy.unsettled));
+            // decided (or now, for a policy built without that): a program the host would
+            // run, whatever partial enforcement the user accepts.
+            let left = match &policy.unsettled {
+                Some(left) => left.clone(),
+                None => crate::quarantine::recheck(policy),
+            };
+            if !left.is_empty() {
+                return Err(unsettled_refused(&left));
+            }
         }
         // The private directory: the temp dir under workspace-write; under read-only only
         // the empty stand-ins bubblewrap mounts over denied paths need it.

@@ -1198,7 +1198,7 @@ mod tests {
         let policy = policy.with_on_partial(crate::OnPartial::Accept);
         let gap = |p: &SandboxPolicy| {
             use crate::Sandbox;
-            match crate::LocalSandbox::new().confine(&["true".into()], &p.clone().rechecked()) {
+            match crate::LocalSandbox::new().confine(&["true".into()], p) {
                 Ok(_) => String::new(),
                 Err(e) => e.message().to_owned(),
             }
@@ -1208,6 +1208,14 @@ mod tests {
             "{}",
             gap(&policy)
         );
+        // Decided (rechecked) it carries what is left; a root added afterwards makes the
+        // confinement try again rather than trust the list.
+        let decided = policy.clone().rechecked();
+        assert!(decided.unsettled.as_ref().is_some_and(|u| !u.is_empty()));
+        assert!(gap(&decided).contains(&through.display().to_string()));
+        let widened = decided.with_writable_root(root.join("a"));
+        assert!(widened.unsettled.is_none());
+        assert!(gap(&widened).contains(&through.display().to_string()));
         // Read-only calls are not held up by it.
         let ro = SandboxPolicy::bare(crate::SandboxMode::ReadOnly, &root)
             .with_on_partial(crate::OnPartial::Accept);

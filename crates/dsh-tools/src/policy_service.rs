@@ -224,12 +224,12 @@ impl PolicyService {
                     Err(_) => {
                         let root = policy.workspace_root.clone();
                         let mut refused = policy;
-                        refused.unsettled = vec![dsh_sandbox::quarantine::Quarantined {
+                        refused.unsettled = Some(vec![dsh_sandbox::quarantine::Quarantined {
                             path: root,
                             moved_to: None,
                             what: "what earlier checks left here (the recheck failed)".into(),
                             set_aside: false,
-                        }];
+                        }]);
                         refused
                     }
                 }
