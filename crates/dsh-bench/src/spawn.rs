@@ -95,7 +95,7 @@ pub(crate) fn spawn_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         // The argv dsh runs for this workspace (the closed homes, the denied paths),
         // minus `--seccomp FD` (the raw baseline has no fd to pass).
         let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-        let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &cwd);
+        let policy = SandboxPolicy::new(SandboxMode::ReadOnly, &cwd);
         // Kept until the figures are taken: its private area holds the stand-ins the argv
         // mounts.
         let confiner = LocalSandbox::new().force_runner(Runner::Bwrap);

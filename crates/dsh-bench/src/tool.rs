@@ -11,7 +11,7 @@ pub(crate) async fn tool_pipeline(runs: usize) -> Vec<Figure> {
     let Some((_dir, ws, world, session, shell)) = bench_world(SandboxMode::ReadOnly).await else {
         return Vec::new();
     };
-    let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws);
+    let policy = SandboxPolicy::new(SandboxMode::ReadOnly, &ws);
     let bare = || async {
         let mut req = ShellRequest::new("true", policy.clone());
         req.workdir = Some(ws.clone());

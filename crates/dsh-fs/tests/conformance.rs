@@ -286,7 +286,7 @@ async fn the_local_provider_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandboxed_provider_conforms() {
     let (_dir, ws) = workspace();
-    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &ws);
+    let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &ws);
     conforms(&SandboxedFs::new(LocalFs::new(&ws)), &ws, &policy).await;
 }
 

@@ -48,7 +48,7 @@ impl std::ops::Deref for Fenced {
 fn fenced(s: &Setup, mode: SandboxMode) -> Fenced {
     Fenced {
         fs: SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp),
-        policy: SandboxPolicy::for_workspace(mode, &s.ws),
+        policy: dsh_protect::workspace_policy(mode, &s.ws),
     }
 }
 
@@ -160,7 +160,7 @@ async fn workspace_write_lands_inside_only() {
         .resolve(s.outside.join("granted").to_str().expect("utf-8"), None)
         .await
         .expect("resolve");
-    let full = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, &s.ws);
+    let full = dsh_protect::workspace_policy(SandboxMode::DangerFullAccess, &s.ws);
     fs.write_text(&outside, "ok", None, &full)
         .await
         .expect("danger-full-access");
@@ -168,7 +168,7 @@ async fn workspace_write_lands_inside_only() {
         code(fs.write_text(&outside, "again", None, &fs.policy).await),
         ErrorCode::FsSandboxDenied
     );
-    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &s.ws);
+    let ro = dsh_protect::workspace_policy(SandboxMode::ReadOnly, &s.ws);
     assert_eq!(
         code(fs.write_text(&nested, "x", None, &ro).await),
         ErrorCode::FsSandboxDenied

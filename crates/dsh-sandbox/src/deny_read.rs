@@ -41,8 +41,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::protected::name_matches;
-
 /// The credential stores denied by default (`~` is the home directory of the user dsh
 /// runs as).
 pub const DEFAULT_DENY_READ: &[&str] = &[
@@ -948,9 +946,45 @@ pub(crate) fn split_dirs(denied: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Whether `name` matches `pattern`, where `*` matches any run of characters and `?` one
+/// character (no other syntax).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The classic two-pointer match with one backtrack point.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn name_patterns_match_as_shell_globs_do() {
+        assert!(name_matches("*.code-workspace", "a.code-workspace"));
+        assert!(name_matches("*.code-workspace", ".code-workspace"));
+        assert!(!name_matches("*.code-workspace", "a.code-workspace.bak"));
+        assert!(name_matches("id_*", "id_ed25519"));
+        assert!(!name_matches("id_*", "known_hosts"));
+        assert!(name_matches("a?c*", "abcdef"));
+        assert!(name_matches("*", ""));
+    }
 
     #[test]
     fn patterns_expand_to_what_exists_and_links_to_their_targets() {

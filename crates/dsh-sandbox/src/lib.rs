@@ -1,7 +1,7 @@
 //! Confine a command so the kernel, not the model's good will, decides what it may write.
 //!
 //! A [`SandboxPolicy`] travels with each call: a [`SandboxMode`] (what may be written), a
-//! [`Network`] axis (denied by default), the writable roots and the [`protected`] paths
+//! [`Network`] axis (denied by default), the writable roots and the protected paths
 //! that stay read-only inside them. A [`Sandbox`] provider turns a command's argv and a
 //! policy into a [`Confinement`]: the argv to spawn instead, the environment it needs
 //! (`TMPDIR`), and the [`ChildRestrictions`] the spawner applies in the child between
@@ -21,17 +21,17 @@
 //! call fails with `SANDBOX_UNAVAILABLE` ([`sandbox_unavailable`]); nothing runs
 //! unconfined.
 //!
-//! What stays read-only inside a writable root is [`protected`]: the git dirs of every
-//! repository in it (found by a [`walk`], followed by a [`watch`]), the settings editors,
-//! agents and toolchains act on by themselves; missing ones are held by [`Placeholders`]
-//! shared by every dsh process on the host. What no confined command may read is
-//! [`deny_read`]. After a command, [`protected::appeared`] finds what it made that the
-//! host's tools would run, and [`quarantine`] sets the programs in it aside.
+//! What stays read-only inside a writable root is the policy's `protected` set, found by
+//! `dsh-protect` (the git dirs of every repository in it, the settings editors, agents
+//! and toolchains act on by themselves) when it decides a policy; missing ones are held
+//! by [`Placeholders`] shared by every dsh process on the host. What no confined command
+//! may read is [`deny_read`]. Confining never moves or changes a file: it is a function of
+//! the argv, the policy and what the probes found.
 //!
 //! ```no_run
 //! use dsh_sandbox::{LocalSandbox, Sandbox, SandboxMode, SandboxPolicy};
 //! let sandbox = LocalSandbox::new();
-//! let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, "/work/project");
+//! let policy = SandboxPolicy::new(SandboxMode::ReadOnly, "/work/project");
 //! let confined = sandbox.confine(&["bash".into(), "-c".into(), "make".into()], &policy)?;
 //! // Spawn `confined.argv` with `confined.env`, applying `confined.restrictions` in the
 //! // child (dsh-process does this when `SpawnSpec::restrictions` is set).
@@ -70,25 +70,18 @@ use dsh_core::{ErrorCode, HarnessError};
 pub mod bwrap;
 mod child;
 pub mod deny_read;
-pub mod gitconfig;
-pub mod gitlinks;
 pub mod landlock;
 mod local;
-mod nofollow;
+pub mod nofollow;
 mod placeholder;
-pub mod protected;
-pub mod quarantine;
 pub mod seatbelt;
 pub mod seccomp;
-mod small_file;
-mod state_dir;
-mod unsettled;
-pub mod walk;
-pub mod watch;
+pub mod small_file;
+pub mod state_dir;
 
 pub use child::{ChildRestrictions, ConfineStep};
 pub use local::{LocalSandbox, RunnerStatus};
-pub use placeholder::Placeholders;
+pub use placeholder::{Placeholders, COMMONDIR_PLACEHOLDER, DIRECTORY_NAMES};
 
 /// What a confined command may write. Strictly ordered: each mode allows everything the
 /// one before it does.
@@ -226,10 +219,11 @@ impl OnPartial {
     }
 }
 
-/// The boundary of one call. Build it with [`SandboxPolicy::for_workspace`], which fills
-/// the defaults for that workspace (network denied, the protected paths of every git dir
-/// and tool setting in it, the credential stores denied for reading, partial enforcement
-/// refused).
+/// The boundary of one call. [`SandboxPolicy::new`] gives the defaults every confined
+/// policy starts from (network denied, the credential stores denied for reading, the homes
+/// closed, partial enforcement refused); under workspace-write a policy is confined only
+/// once it is *decided* (`dsh_protect::decide`: the protected paths of every git dir and
+/// tool setting in its writable roots, [`unsettled`](Self::unsettled) known).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxPolicy {
     /// What may be written.
@@ -255,42 +249,22 @@ pub struct SandboxPolicy {
     pub read_allow: Vec<PathBuf>,
     /// What to do when the runners can enforce this policy only in part.
     pub on_partial: OnPartial,
-    /// The git dirs and hooks folders the protected paths were found from (see
-    /// [`protected`]): the check after a command compares against them.
+    /// The git dirs and hooks folders the protected paths were found from: the check after
+    /// a command compares against them.
     pub git_dirs: Vec<PathBuf>,
     /// Writable roots whose walk for nested repositories stopped short, or whose git
     /// configs name too many includes or hooks paths to follow: their protection is
     /// incomplete, a gap of every runner.
     pub incomplete_roots: Vec<PathBuf>,
     /// What earlier checks could not set aside in the writable roots, as tried again
-    /// when the policy was decided ([`rechecked`](Self::rechecked)); `None` when it was not
-    /// tried for the roots and mode the policy has now (a builder that adds a root or
-    /// widens the mode forgets it), and then confining it under workspace-write tries
-    /// again. While any is left, such a confinement is refused.
-    pub unsettled: Option<Vec<quarantine::Quarantined>>,
+    /// when the policy was decided ([`settled`](Self::settled)); `None` while it is not
+    /// decided for the roots and mode it has now (a builder that adds a root or changes the
+    /// mode forgets it). A workspace-write policy that is not decided, or that has anything
+    /// left here, is refused by every runner.
+    pub unsettled: Option<Vec<Quarantined>>,
 }
 
 impl SandboxPolicy {
-    /// The policy of `mode` for the workspace at `root`: network denied, the protected
-    /// paths of [`protected::for_workspace`] (a walk of the root), the extra writable
-    /// roots a linked git worktree needs to commit, [`deny_read::defaults`], the homes
-    /// closed but for [`deny_read::read_allow_defaults`], partial enforcement refused. `root` goes through [`root_of`](dsh_core::path::root_of); a root that does not exist
-    /// then matches nothing rather than inventing a grant.
-    pub fn for_workspace(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
-        let root = dsh_core::path::root_of(root.as_ref());
-        let policy = SandboxPolicy::bare(mode, &root)
-            .with_deny_read(deny_read::defaults())
-            .with_homes_closed(deny_read::read_allow_defaults());
-        // Protected paths matter only where something is writable: read-only skips the
-        // walk (`with_mode` makes it when a policy is widened).
-        if mode == SandboxMode::WorkspaceWrite {
-            let layout = protected::for_workspace(&root);
-            policy.with_layout(&root, layout).rechecked()
-        } else {
-            policy
-        }
-    }
-
     /// Danger-full-access for the workspace at `root` (used as given): nothing confined,
     /// the network reachable. What a caller passes, explicitly, where no sandbox applies;
     /// no provider assumes it.
@@ -298,9 +272,21 @@ impl SandboxPolicy {
         SandboxPolicy::bare(SandboxMode::DangerFullAccess, root).with_network(Network::Allow)
     }
 
+    /// The policy of `mode` for the workspace at `root` with the defaults every confined
+    /// policy starts from: network denied, [`deny_read::defaults`], the homes closed but
+    /// for [`deny_read::read_allow_defaults`], partial enforcement refused. `root` goes
+    /// through [`root_of`](dsh_core::path::root_of); a root that does not exist then
+    /// matches nothing rather than inventing a grant. Nothing protected yet: under
+    /// workspace-write, decide it (`dsh_protect::decide`) before confining it.
+    pub fn new(mode: SandboxMode, root: impl AsRef<Path>) -> SandboxPolicy {
+        let root = dsh_core::path::root_of(root.as_ref());
+        SandboxPolicy::bare(mode, &root)
+            .with_deny_read(deny_read::defaults())
+            .with_homes_closed(deny_read::read_allow_defaults())
+    }
+
     /// The policy of `mode` for `root` (used as given) with nothing protected and nothing
-    /// denied: the base [`for_workspace`](Self::for_workspace) adds to, and what probes
-    /// use.
+    /// denied: the base [`new`](Self::new) adds to, and what probes use.
     pub fn bare(mode: SandboxMode, root: &Path) -> SandboxPolicy {
         SandboxPolicy {
             mode,
@@ -318,24 +304,19 @@ impl SandboxPolicy {
         }
     }
 
-    /// The same policy with [`unsettled`](Self::unsettled) as the disk is now, under
-    /// workspace-write: what an earlier check (of any dsh process of this user) could not
-    /// set aside in a writable root is tried again, and what still cannot be is kept.
-    /// Part of deciding a policy; [`for_workspace`](Self::for_workspace) and the policy
-    /// service do it. It may move files (see [`quarantine::recheck`]).
-    pub fn rechecked(mut self) -> SandboxPolicy {
-        self.unsettled = Some(if self.mode == SandboxMode::WorkspaceWrite {
-            quarantine::recheck(&self)
-        } else {
-            Vec::new()
-        });
+    /// The same policy, decided: [`unsettled`](Self::unsettled) is `left`, what the
+    /// check's records still hold in its writable roots as the disk is now (empty but in
+    /// workspace-write). Only the code that decides a policy (`dsh_protect::decide`) calls
+    /// it.
+    pub fn settled(mut self, left: Vec<Quarantined>) -> SandboxPolicy {
+        self.unsettled = Some(left);
         self
     }
 
     /// The same policy with the protected paths, commit roots and git dirs of `root`'s
     /// layout added.
-    pub fn with_layout(mut self, root: &Path, layout: protected::WorkspaceLayout) -> SandboxPolicy {
-        // A root it was not rechecked for.
+    pub fn with_layout(mut self, root: &Path, layout: WorkspaceLayout) -> SandboxPolicy {
+        // A root it was not decided for.
         self.unsettled = None;
         self = self.with_protected(layout.protected);
         for w in layout.writable {
@@ -360,20 +341,11 @@ impl SandboxPolicy {
         self
     }
 
-    /// The same policy with one more writable directory (canonicalised), protected as the
-    /// workspace is (its own walk: see [`protected::for_root`]).
-    pub fn with_writable_root(self, dir: impl AsRef<Path>) -> SandboxPolicy {
-        let dir = dsh_core::path::canonical_path(dir.as_ref());
-        let layout = protected::for_workspace(&dir);
-        self.with_writable_root_layout(&dir, layout)
-    }
-
-    /// The same policy with one more writable directory (canonical) and its layout,
-    /// found by the caller (a cached walk).
+    /// The same policy with one more writable directory (canonical) and its layout.
     pub fn with_writable_root_layout(
         mut self,
         dir: &Path,
-        layout: protected::WorkspaceLayout,
+        layout: WorkspaceLayout,
     ) -> SandboxPolicy {
         if !self.writable_roots.iter().any(|w| w == dir) && dir != self.workspace_root {
             self.writable_roots.push(dir.to_path_buf());
@@ -425,21 +397,15 @@ impl SandboxPolicy {
         self
     }
 
-    /// The same policy in another mode (an approved escalation, say). Widened to
-    /// workspace-write, it gets the workspace's protected paths (a walk, now) unless it has
-    /// them already.
+    /// The same policy in another mode (an approved escalation, say). A policy whose mode
+    /// changes is no longer decided ([`unsettled`](Self::unsettled) is `None`): widened
+    /// to workspace-write, it must be decided again (`dsh_protect::decide`, which adds the
+    /// workspace's protected paths) before it is confined.
     pub fn with_mode(mut self, mode: SandboxMode) -> SandboxPolicy {
-        let dot_git = self.workspace_root.join(".git");
-        let has_layout = self.protected.iter().any(|p| p.starts_with(&dot_git));
         if mode != self.mode {
             self.unsettled = None;
         }
         self.mode = mode;
-        if mode == SandboxMode::WorkspaceWrite && !has_layout {
-            let root = self.workspace_root.clone();
-            let layout = protected::for_workspace(&root);
-            self = self.with_layout(&root, layout).rechecked();
-        }
         self
     }
 
@@ -463,6 +429,44 @@ impl SandboxPolicy {
                 .refusal(path)
                 .is_some()
     }
+}
+
+/// Bytes read at most, when a root's protected paths are found, of one repository's index and the shared indexes it links to,
+/// together: a 100 000-file repository's index is about 10 MiB.
+pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+
+/// What one writable root holds that a policy must protect, as `dsh-protect` found it:
+/// the protected paths and the extra writable roots commits need.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceLayout {
+    /// Absolute paths that stay read-only (and uncreatable) under workspace-write.
+    pub protected: Vec<PathBuf>,
+    /// Directories outside the root that must be writable for commits (a linked
+    /// worktree's git dir and its common dir's objects, refs and logs).
+    pub writable: Vec<PathBuf>,
+    /// Every git dir and hooks folder found: what the check after a command compares
+    /// against to find the ones the command made.
+    pub git_dirs: Vec<PathBuf>,
+    /// The hooks folders among them (named by a `core.hooksPath`).
+    pub hooks_dirs: Vec<PathBuf>,
+    /// Whether the walk read the whole root .
+    pub complete: bool,
+}
+
+/// One thing the check after a command found that host tools would run, and whether it
+/// was set aside: what a decided policy's [`unsettled`](SandboxPolicy::unsettled) lists
+/// when it was not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The path as the command left it.
+    pub path: PathBuf,
+    /// Where the original is now (a copy, or a directory of its entries).
+    pub moved_to: Option<PathBuf>,
+    /// What it was (`git config setting core.fsmonitor`, `git hooks`, `tool settings`).
+    pub what: String,
+    /// Whether it was set aside; `false`: it is still there as the command left it (the
+    /// caller must say so, and not trust that root again until it is gone).
+    pub set_aside: bool,
 }
 
 /// Appends each of `more` not in `list` yet, in order (a set for the lookups: lists of a

@@ -19,7 +19,9 @@ use carve::{
     add_anchors, bwrap_temp_inside, config_without_worktree, drop_self_bind, exclude_placeholders,
     first_missing, placeholder_kind, strictly_beneath, with_carves, with_denied,
 };
-use gaps::{partial_refused, policy_gaps, symlinked_protected_path, unsettled_refused};
+use gaps::{
+    partial_refused, policy_gaps, symlinked_protected_path, undecided_refused, unsettled_refused,
+};
 use probe::{probe_bwrap, resolve_program};
 
 use crate::bwrap::{self, Carve};
@@ -707,6 +709,10 @@ impl LocalSandbox {
                 "the argv to confine is empty",
             ));
         }
+        // A workspace-write policy nobody decided has protected nothing yet.
+        if policy.mode == SandboxMode::WorkspaceWrite && policy.unsettled.is_none() {
+            return Err(undecided_refused());
+        }
         let mut places = policy.writable_dirs();
         places.push(policy.workspace_root.clone());
         let denied = match deny_read::expand_unless_planted(&policy.deny_read, &places) {
@@ -738,15 +744,11 @@ impl LocalSandbox {
             return Err(partial_refused(policy.mode, why));
         }
         if policy.mode == SandboxMode::WorkspaceWrite {
-            // What earlier checks could not set aside, tried again when the policy was
-            // decided (or now, for a policy built without that): a program the host would
-            // run, whatever partial enforcement the user accepts.
-            let left = match &policy.unsettled {
-                Some(left) => left.clone(),
-                None => crate::quarantine::recheck(policy),
-            };
-            if !left.is_empty() {
-                return Err(unsettled_refused(&left));
+            // What earlier checks could not set aside, as found when the policy was
+            // decided: a program the host would run, whatever partial enforcement the user
+            // accepts.
+            if let Some(left) = policy.unsettled.as_ref().filter(|l| !l.is_empty()) {
+                return Err(unsettled_refused(left));
             }
         }
         // The private directory: the temp dir under workspace-write; under read-only only

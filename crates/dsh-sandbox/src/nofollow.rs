@@ -48,7 +48,7 @@ fn openat2(dirfd: i32, path: &CStr, flags: i32, resolve: u64) -> io::Result<Owne
 
 /// The directory `dir` (absolute) as an `O_PATH` descriptor: `dir` itself and every
 /// component on the way must be real directories.
-pub(crate) fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     let c = cstring(dir.as_os_str())?;
     openat2(
         libc::AT_FDCWD,
@@ -60,7 +60,7 @@ pub(crate) fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
 
 /// The directory `dir`, which lies beneath `root` (or is it), opened with `flags` without
 /// a symlink on the way and without leaving `root`.
-pub(crate) fn open_beneath(root: &Path, dir: &Path, flags: i32) -> io::Result<OwnedFd> {
+pub fn open_beneath(root: &Path, dir: &Path, flags: i32) -> io::Result<OwnedFd> {
     let rel = dir
         .strip_prefix(root)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not beneath the root"))?;
@@ -80,7 +80,7 @@ pub(crate) fn open_beneath(root: &Path, dir: &Path, flags: i32) -> io::Result<Ow
 }
 
 /// `name` in the directory `dir`, opened with `flags | O_NOFOLLOW`.
-pub(crate) fn open_at(dir: &OwnedFd, name: &CStr, flags: i32) -> io::Result<OwnedFd> {
+pub fn open_at(dir: &OwnedFd, name: &CStr, flags: i32) -> io::Result<OwnedFd> {
     // SAFETY: openat(2) relative to our directory fd with a valid C string; the mode is
     // only used with O_CREAT.
     let fd = unsafe {
@@ -96,7 +96,7 @@ pub(crate) fn open_at(dir: &OwnedFd, name: &CStr, flags: i32) -> io::Result<Owne
 
 /// What [`open_as_owner`] found instead of a file to open.
 #[derive(Debug)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// A symlink, or a file with another name (a hard link) whose mode would have to
     /// change: not to be opened or changed, only moved aside whole.
     Aside,
@@ -108,7 +108,7 @@ pub(crate) enum Refused {
 /// that, and it is this user's own file of the kind asked (`S_IFREG` or `S_IFDIR`) with
 /// no other name, the owner's `bits` are added to its mode (through a descriptor of the
 /// inode checked) and it is opened again.
-pub(crate) fn open_as_owner(
+pub fn open_as_owner(
     dir: &OwnedFd,
     name: &CStr,
     flags: i32,
@@ -147,7 +147,7 @@ pub(crate) fn open_as_owner(
 ///
 /// # Errors
 /// `PermissionDenied` for another user's inode or a symlink; the `chmod`'s own errors.
-pub(crate) fn add_owner_bits(fd: &OwnedFd, bits: u32) -> io::Result<()> {
+pub fn add_owner_bits(fd: &OwnedFd, bits: u32) -> io::Result<()> {
     let st = fstat(fd.as_raw_fd())?;
     // SAFETY: geteuid(2) has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -171,7 +171,7 @@ pub(crate) fn add_owner_bits(fd: &OwnedFd, bits: u32) -> io::Result<()> {
 }
 
 /// `fstat(fd)`.
-pub(crate) fn fstat(fd: i32) -> io::Result<libc::stat> {
+pub fn fstat(fd: i32) -> io::Result<libc::stat> {
     // SAFETY: a zeroed stat is a valid out-buffer for fstat(2).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat(2) on an fd the caller holds and a live buffer.
@@ -183,7 +183,7 @@ pub(crate) fn fstat(fd: i32) -> io::Result<libc::stat> {
 }
 
 /// The descriptor the kernel returned, or its error.
-pub(crate) fn owned(fd: i32) -> io::Result<OwnedFd> {
+pub fn owned(fd: i32) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -192,7 +192,7 @@ pub(crate) fn owned(fd: i32) -> io::Result<OwnedFd> {
 }
 
 /// `s` as a C string; a NUL byte in it is `InvalidInput`.
-pub(crate) fn cstring(s: &OsStr) -> io::Result<CString> {
+pub fn cstring(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
 }

@@ -48,7 +48,36 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::nofollow::{cstring, fstat, open_dir, owned};
-use crate::protected::COMMONDIR_PLACEHOLDER;
+
+/// The content of a placeholder `commondir`: the git dir itself.
+pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
+
+/// Names that are directories when they exist (a placeholder for a missing one is an empty
+/// directory, so tools that look for a file of that name are not confused).
+pub const DIRECTORY_NAMES: &[&str] = &[
+    ".git",
+    "hooks",
+    "remotes",
+    "branches",
+    ".husky",
+    ".lefthook",
+    ".dsh",
+    ".vscode",
+    ".idea",
+    ".zed",
+    ".devcontainer",
+    ".claude",
+    ".cursor",
+    ".codex",
+    ".gemini",
+    ".windsurf",
+    ".amazonq",
+    ".kiro",
+    ".roo",
+    ".continue",
+    ".opencode",
+    ".cargo",
+];
 
 /// Modes of placeholders.
 const FILE_MODE: u32 = 0o444;

@@ -1,5 +1,4 @@
-//! Reading the small files git keeps its facts in (`.git` pointers, `commondir`, config
-//! files), which a confined command may have replaced with something else.
+//! Reading a small file a confined command may have replaced with something else.
 //!
 //! A FIFO would block the reader forever, and a sparse multi-gigabyte file would take its
 //! memory and its time; both are one command away inside a writable root. [`read`] opens
@@ -9,15 +8,18 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+/// The largest git config file dsh reads (a larger one is treated as unreadable).
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 /// The first `max` bytes of the regular file at `path` (links followed), as text (invalid
 /// UTF-8 replaced); `None` when it is missing, not a regular file, or unreadable.
-pub(crate) fn read(path: &Path, max: u64) -> Option<String> {
+pub fn read(path: &Path, max: u64) -> Option<String> {
     read_bytes(path, max).map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
 /// The first `max` bytes of the regular file at `path` (links followed); `None` as for
 /// [`read`].
-pub(crate) fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
+pub fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
     let (file, _) = open_regular(path)?;
     let mut bytes = Vec::new();
     file.take(max).read_to_end(&mut bytes).ok()?;
@@ -27,7 +29,7 @@ pub(crate) fn read_bytes(path: &Path, max: u64) -> Option<Vec<u8>> {
 /// The regular file at `path` (links followed) opened for reading without waiting (a FIFO
 /// is never waited on), with its metadata as opened; `None` when it is missing, not a
 /// regular file, or unreadable.
-pub(crate) fn open_regular(path: &Path) -> Option<(std::fs::File, std::fs::Metadata)> {
+pub fn open_regular(path: &Path) -> Option<(std::fs::File, std::fs::Metadata)> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -35,73 +37,4 @@ pub(crate) fn open_regular(path: &Path) -> Option<(std::fs::File, std::fs::Metad
         .ok()?;
     let meta = file.metadata().ok()?;
     meta.is_file().then_some((file, meta))
-}
-
-/// The path a `.git` file, `commondir` or `gitdir` file holds, read as git reads it: up to
-/// the first NUL byte, with trailing line feeds and carriage returns taken off and nothing
-/// else (spaces and inner line breaks are part of the path). A `.git` file's must follow
-/// `gitdir: `. `None` when it is missing, empty or not a regular file.
-pub(crate) fn git_path(path: &Path, after: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = read_bytes(path, POINTER_MAX)?;
-    parse_git_path(&bytes, after).map(|p| std::ffi::OsStr::from_bytes(p).into())
-}
-
-/// The path in a pointer file's bytes, as [`git_path`] reads it; `None` when there is
-/// none (empty, or without `after`).
-pub(crate) fn parse_git_path<'a>(bytes: &'a [u8], after: &str) -> Option<&'a [u8]> {
-    let bytes = &bytes[..bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len())];
-    let mut rest = bytes.strip_prefix(after.as_bytes())?;
-    while let [head @ .., b'\n' | b'\r'] = rest {
-        rest = head;
-    }
-    (!rest.is_empty()).then_some(rest)
-}
-
-/// What a pointer-sized file (`.git`, `commondir`, `gitdir`) may hold: a path and a line
-/// break, with room to spare.
-pub(crate) const POINTER_MAX: u64 = 8192;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fifo_a_directory_and_a_huge_file_are_read_safely() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let fifo = d.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("c");
-        // SAFETY: mkfifo(3) with a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert_eq!(read(&fifo, 100), None, "a FIFO is not read (nor waited on)");
-        assert_eq!(read(d.path(), 100), None);
-        let big = d.path().join("big");
-        let f = std::fs::File::create(&big).expect("big");
-        f.set_len(1 << 40).expect("sparse");
-        assert_eq!(read(&big, 4).map(|s| s.len()), Some(4));
-    }
-
-    // `evil ` (a trailing space) named in a `.git` file or a `commondir` is read as git reads
-    // it: trimming the space would look elsewhere than git.
-    #[test]
-    fn git_paths_are_read_as_git_reads_them() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let f = d.path().join("f");
-        for (text, after, want) in [
-            ("gitdir: ../evil \n", "gitdir: ", Some("../evil ")),
-            ("gitdir: a\r\n\n", "gitdir: ", Some("a")),
-            ("gitdir:a\n", "gitdir: ", None),
-            (". \n", "", Some(". ")),
-            ("x\ny\n", "", Some("x\ny")),
-            ("a\0b\n", "", Some("a")),
-            ("\n", "", None),
-        ] {
-            std::fs::write(&f, text).expect("write");
-            assert_eq!(
-                git_path(&f, after),
-                want.map(std::path::PathBuf::from),
-                "{text:?}"
-            );
-        }
-    }
 }

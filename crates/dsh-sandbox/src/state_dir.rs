@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 /// The state directory (`$XDG_STATE_HOME/dsh`, else `~/.local/state/dsh`), canonical as
 /// far as it exists; `None` without a home.
-pub(crate) fn path() -> Option<PathBuf> {
+pub fn path() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x),
         None => crate::home_dir()?.join(".local/state"),
@@ -26,7 +26,7 @@ pub(crate) fn path() -> Option<PathBuf> {
 /// The area `name` of the state directory, made (0700) and checked (a real directory of
 /// this user's that nobody else may enter); `None` where there is none (no home, another
 /// owner, a link).
-pub(crate) fn open(name: &str) -> Option<OwnedFd> {
+pub fn open(name: &str) -> Option<OwnedFd> {
     let dsh = path()?;
     let path = dsh.join(name);
     let _ = std::fs::create_dir_all(&dsh);

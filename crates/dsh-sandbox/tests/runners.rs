@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dsh_core::path::canonical_path;
 use dsh_core::ErrorCode;
-use dsh_sandbox::{LocalSandbox, Runner, Sandbox, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{LocalSandbox, Runner, Sandbox, SandboxMode, SandboxPolicy, WorkspaceLayout};
 
 /// An executable script `name` in `dir` running `body`.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -15,6 +15,24 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     path
+}
+
+/// A workspace-write policy for `root` decided as dsh-protect decides one for an empty
+/// workspace, in part: the root's git hooks and config and `.dsh` protected, nothing left
+/// unsettled.
+fn decided_write(root: impl AsRef<Path>) -> SandboxPolicy {
+    let root = canonical_path(root.as_ref());
+    let layout = WorkspaceLayout {
+        protected: [".git/hooks", ".git/config", ".dsh"]
+            .iter()
+            .map(|n| root.join(n))
+            .collect(),
+        complete: true,
+        ..WorkspaceLayout::default()
+    };
+    SandboxPolicy::new(SandboxMode::WorkspaceWrite, &root)
+        .with_layout(&root, layout)
+        .settled(Vec::new())
 }
 
 fn bwrap_status(sandbox: &LocalSandbox) -> Result<String, String> {
@@ -74,7 +92,7 @@ fn a_failing_probe_says_why_and_how_to_fix_it_and_is_cached() {
     let why = bwrap_status(&sandbox).expect_err("failing probe");
     assert!(why.contains("setting up uid map"), "{why}");
     assert!(why.contains("user namespaces"), "{why}");
-    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, dir.path());
+    let policy = decided_write(dir.path());
     for _ in 0..3 {
         let e = sandbox
             .confine(&["true".into()], &policy)
@@ -112,12 +130,12 @@ fn a_zero_probe_timeout_is_a_configuration_error() {
 fn danger_full_access_is_never_confined_and_no_runner_means_unavailable() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sandbox = LocalSandbox::new().without_bwrap().without_landlock();
-    let full = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, dir.path());
+    let full = SandboxPolicy::new(SandboxMode::DangerFullAccess, dir.path());
     let e = sandbox
         .confine(&["true".into()], &full)
         .expect_err("danger");
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
-    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
+    let ro = SandboxPolicy::new(SandboxMode::ReadOnly, dir.path());
     let e = sandbox.confine(&["true".into()], &ro).expect_err("none");
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
     assert!(
@@ -139,8 +157,8 @@ fn the_fastest_fully_enforcing_runner_is_chosen() {
         .runners()
         .iter()
         .any(|s| s.runner == Runner::Bwrap && s.available.is_ok());
-    let ro = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
-    let ww = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, dir.path());
+    let ro = SandboxPolicy::new(SandboxMode::ReadOnly, dir.path());
+    let ww = decided_write(dir.path());
     if landlock {
         let (runner, _) = sandbox.choose(&ro).expect("read-only");
         assert_eq!(
@@ -191,7 +209,7 @@ fn an_operator_runner_wraps_the_bwrap_shape_reports_full_and_is_never_probed() {
             vec!["my-runner: ".into()],
         )
         .expect("config");
-    let policy = SandboxPolicy::for_workspace(SandboxMode::ReadOnly, dir.path());
+    let policy = SandboxPolicy::new(SandboxMode::ReadOnly, dir.path());
     let c = sandbox.confine(&["true".into()], &policy).expect("confine");
     assert_eq!(c.runner, Runner::Operator);
     assert!(c.enforcement.is_full());
@@ -237,7 +255,7 @@ fn a_protected_path_outside_the_root_never_becomes_a_writable_bind() {
     let sandbox = LocalSandbox::new()
         .bwrap_program(&fake)
         .force_runner(Runner::Bwrap);
-    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &ws)
+    let policy = decided_write(&ws)
         .with_protected([ws.join("../../../../dshprobe/x"), ws.join("sub/../../y")]);
     let c = sandbox.confine(&["true".into()], &policy).expect("confine");
     let argv: Vec<String> = c
@@ -264,8 +282,7 @@ fn a_denied_file_with_another_name_is_a_gap() {
     let d = tempfile::tempdir().expect("tempdir");
     let ws = dsh_core::path::canonical_path(d.path());
     std::fs::write(ws.join(".env"), "").expect("env");
-    let policy =
-        SandboxPolicy::for_workspace(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join(".env")]);
+    let policy = SandboxPolicy::new(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join(".env")]);
     let gaps = |p: &SandboxPolicy| match LocalSandbox::new().choose(p) {
         Ok((_, dsh_sandbox::Enforcement::Partial(why))) => why,
         Ok(_) => String::new(),
@@ -274,4 +291,27 @@ fn a_denied_file_with_another_name_is_a_gap() {
     assert!(!gaps(&policy).contains("hard link"), "{}", gaps(&policy));
     std::fs::hard_link(ws.join(".env"), ws.join("x")).expect("link");
     assert!(gaps(&policy).contains("hard link"), "{}", gaps(&policy));
+}
+
+// Confining never decides a policy (it never walks or moves files): a workspace-write
+// policy nobody decided is refused, in every runner's case, before anything runs.
+#[test]
+fn an_undecided_workspace_write_policy_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let undecided = SandboxPolicy::new(SandboxMode::WorkspaceWrite, dir.path());
+    assert_eq!(undecided.unsettled, None);
+    let e = LocalSandbox::new()
+        .confine(&["true".into()], &undecided)
+        .expect_err("undecided");
+    assert_eq!(e.code(), ErrorCode::Internal, "{}", e.message());
+    assert!(
+        e.message().contains("before it was decided"),
+        "{}",
+        e.message()
+    );
+    // Changing the mode of a decided policy forgets the decision.
+    let widened = SandboxPolicy::new(SandboxMode::ReadOnly, dir.path())
+        .settled(Vec::new())
+        .with_mode(SandboxMode::WorkspaceWrite);
+    assert_eq!(widened.unsettled, None);
 }

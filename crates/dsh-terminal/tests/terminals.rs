@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dsh_core::{CancelReason, CancelToken, ErrorCode, SessionId};
 use dsh_process::LocalSubprocess;
-use dsh_sandbox::{LocalSandbox, OnPartial, Runner, Sandbox, SandboxMode, SandboxPolicy};
+use dsh_sandbox::{LocalSandbox, OnPartial, Runner, Sandbox, SandboxMode};
 use dsh_terminal::{
     BashBackend, CloseOutcome, OpenRequest, Opened, Owner, SendRequest, SendResult, SessionStatus,
     TerminalConfig, TerminalSignal, Terminals, WaitReason,
@@ -41,7 +41,7 @@ fn open_request(ws: &Path, mode: SandboxMode) -> OpenRequest {
         kind: "shell".into(),
         name: None,
         cwd: None,
-        policy: SandboxPolicy::for_workspace(mode, ws),
+        policy: dsh_protect::workspace_policy(mode, ws),
     }
 }
 

@@ -22,10 +22,10 @@ use dsh_core::journal::{EventKind, Journal, Record};
 use dsh_core::HarnessError;
 use serde_json::Value;
 
-use dsh_sandbox::protected::{self, WorkspaceLayout};
-pub use dsh_sandbox::quarantine::AfterCommand;
-use dsh_sandbox::watch::TreeWatch;
-use dsh_sandbox::{deny_read, Network, OnPartial, SandboxMode, SandboxPolicy};
+use dsh_protect::protected;
+pub use dsh_protect::quarantine::AfterCommand;
+use dsh_protect::watch::TreeWatch;
+use dsh_sandbox::{deny_read, Network, OnPartial, SandboxMode, SandboxPolicy, WorkspaceLayout};
 
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -218,34 +218,32 @@ impl PolicyService {
         match tokio::runtime::Handle::try_current() {
             Ok(_) => {
                 let again = policy.clone();
-                match tokio::task::spawn_blocking(move || again.rechecked()).await {
+                match tokio::task::spawn_blocking(move || dsh_protect::decide(again)).await {
                     Ok(rechecked) => rechecked,
                     // Not known to be settled: refused, as what could not be set aside is.
                     Err(_) => {
                         let root = policy.workspace_root.clone();
-                        let mut refused = policy;
-                        refused.unsettled = Some(vec![dsh_sandbox::quarantine::Quarantined {
+                        policy.settled(vec![dsh_sandbox::Quarantined {
                             path: root,
                             moved_to: None,
                             what: "what earlier checks left here (the recheck failed)".into(),
                             set_aside: false,
-                        }]);
-                        refused
+                        }])
                     }
                 }
             }
-            Err(_) => policy.rechecked(),
+            Err(_) => dsh_protect::decide(policy),
         }
     }
 
     /// The check after a command under `policy` (workspace-write), in its workspace root
     /// and each configured writable root: what it made that the host's tools would run or
     /// read ([`protected::appeared`]), with the programs in it
-    /// set aside ([`quarantine`](dsh_sandbox::quarantine::quarantine)); the next policy for that
+    /// set aside ([`quarantine`](dsh_protect::quarantine::quarantine)); the next policy for that
     /// root protects what is left. `extra_roots`: other directories the command could
     /// write (the sandbox's temp dir). What could not be set aside makes later
     /// workspace-write commands in that root refused (a gap) until it is gone (see
-    /// [`recheck`](dsh_sandbox::quarantine::recheck)).
+    /// [`recheck`](dsh_protect::quarantine::recheck)).
     pub async fn after_command(
         &self,
         policy: &SandboxPolicy,
@@ -262,7 +260,7 @@ impl PolicyService {
         }
         let work = {
             let (policy, extra_roots) = (policy.clone(), extra_roots.to_vec());
-            move || dsh_sandbox::quarantine::check_after(&policy, layouts, &extra_roots)
+            move || dsh_protect::quarantine::check_after(&policy, layouts, &extra_roots)
         };
         match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),

@@ -130,7 +130,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
         } else {
             OnPartial::Refuse
         };
-        let policy = SandboxPolicy::for_workspace(mode, &ws)
+        let policy = dsh_protect::workspace_policy(mode, &ws)
             .with_deny_read(deny_read.iter().cloned())
             .with_homes_closed(read_allow.iter().cloned())
             .with_on_partial(on_partial);
@@ -145,7 +145,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     let all_refused = self_tests.iter().all(|t| t.ok);
     let healthy = any_runner && all_refused;
     // What an earlier command left that the host would run, and dsh could not set aside.
-    let unsettled = dsh_sandbox::quarantine::unsettled_beneath(&ws);
+    let unsettled = dsh_protect::quarantine::unsettled_beneath(&ws);
 
     if args.json {
         let v = json!({
@@ -549,7 +549,7 @@ async fn self_test(runner: Runner) -> Vec<Check> {
         let made = std::fs::create_dir_all(ws.join(".git/hooks"));
         let protected = match made {
             Ok(()) => {
-                let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &ws);
+                let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &ws);
                 attempt(
                     &shell,
                     &ws,
@@ -571,7 +571,7 @@ async fn self_test(runner: Runner) -> Vec<Check> {
 }
 
 fn read_only(ws: &Path, network: Network) -> SandboxPolicy {
-    SandboxPolicy::for_workspace(SandboxMode::ReadOnly, ws).with_network(network)
+    SandboxPolicy::new(SandboxMode::ReadOnly, ws).with_network(network)
 }
 
 /// What happened to one self-test attempt.

@@ -8,6 +8,7 @@ const LAYERS: &[&str] = &[
     "dsh-testkit",
     "dsh-core",
     "dsh-sandbox",
+    "dsh-protect",
     "dsh-process",
     "dsh-shell",
     "dsh-fs",

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::area::Area;
 use crate::bwrap::Carve;
+use crate::placeholder::DIRECTORY_NAMES;
 use crate::placeholder::{Kind, Placeholders};
-use crate::protected::DIRECTORY_NAMES;
+use crate::small_file::{self, MAX_CONFIG_BYTES};
 use crate::SandboxPolicy;
 
 /// Where bwrap commands find the private temp dir: `/tmp` itself when the dir lies under
@@ -108,8 +109,7 @@ pub(super) fn exclude_placeholders(
         if lines.is_empty() || !std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.is_file()) {
             continue;
         }
-        let Some(mut text) = crate::small_file::read(&exclude, crate::gitconfig::MAX_CONFIG_BYTES)
-        else {
+        let Some(mut text) = small_file::read(&exclude, MAX_CONFIG_BYTES) else {
             continue;
         };
         if !text.is_empty() && !text.ends_with('\n') {
@@ -166,17 +166,12 @@ pub(super) fn config_without_worktree(
         return None;
     }
     let meta = std::fs::symlink_metadata(p).ok()?;
-    if !meta.is_file() || meta.len() > crate::gitconfig::MAX_CONFIG_BYTES {
+    if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
         return None;
     }
-    let text = crate::small_file::read(p, crate::gitconfig::MAX_CONFIG_BYTES)?;
-    let sets_worktree = crate::gitconfig::entries(&text)
-        .iter()
-        .any(|e| e.section == "core" && e.subsection.is_none() && e.key == "worktree");
-    if !sets_worktree {
-        return None;
-    }
+    let text = small_file::read(p, MAX_CONFIG_BYTES)?;
     let mut out = String::new();
+    let mut dropped = false;
     let mut in_core = false;
     let mut continued = false;
     for line in text.split_inclusive('\n') {
@@ -199,10 +194,16 @@ pub(super) fn config_without_worktree(
                 .unwrap_or("");
             if key.eq_ignore_ascii_case("worktree") {
                 continued = line.trim_end().ends_with('\\');
+                dropped = true;
                 continue;
             }
         }
         out.push_str(line);
+    }
+    // Only a config that sets `core.worktree` gets a copy; the copy holds a subset of
+    // its lines.
+    if !dropped {
+        return None;
     }
     let copy = area
         .root

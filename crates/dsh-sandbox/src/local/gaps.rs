@@ -47,8 +47,19 @@ pub(super) fn partial_refused(mode: SandboxMode, why: &str) -> HarnessError {
     )
 }
 
+/// `INTERNAL`: a workspace-write policy that was never decided (its protected paths not
+/// found, the check's records not read) reached the sandbox: a caller's bug, refused.
+pub(super) fn undecided_refused() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::Internal,
+        "a workspace-write policy reached the sandbox before it was decided (its protected \
+         paths were never found), so nothing ran. This is a bug in dsh: please report it \
+         with the command that hit it; read-only commands still run.",
+    )
+}
+
 /// `SANDBOX_UNAVAILABLE`: what earlier checks could not set aside is still there.
-pub(super) fn unsettled_refused(left: &[crate::quarantine::Quarantined]) -> HarnessError {
+pub(super) fn unsettled_refused(left: &[crate::Quarantined]) -> HarnessError {
     let list: Vec<String> = left
         .iter()
         .map(|q| format!("{} ({})", q.path.display(), q.what))
@@ -172,7 +183,7 @@ pub(super) fn policy_gaps(policy: &SandboxPolicy, denied: &[PathBuf]) -> Vec<Str
              too many includes or hooks paths to follow: one there keeps writable hooks and \
              config",
             root.display(),
-            crate::gitlinks::MAX_INDEX_BYTES >> 20
+            crate::MAX_INDEX_BYTES >> 20
         ));
     }
     gaps

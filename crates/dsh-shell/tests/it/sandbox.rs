@@ -46,7 +46,7 @@ fn need_of(runner: Runner) -> dsh_testkit::Need {
 /// unless the user accepts it: these tests accept it, to check what Landlock does enforce;
 /// the refusal is tested on its own.
 fn policy_for(runner: Runner, mode: SandboxMode, ws: &Path) -> SandboxPolicy {
-    let policy = SandboxPolicy::for_workspace(mode, ws);
+    let policy = dsh_protect::workspace_policy(mode, ws);
     if runner == Runner::Landlock {
         policy.with_on_partial(OnPartial::Accept)
     } else {
@@ -263,7 +263,7 @@ async fn with_no_runner_the_command_is_refused_and_nothing_runs() {
     let d = dirs();
     let sandbox = Arc::new(LocalSandbox::new().without_bwrap().without_landlock());
     let shell = bash(sandbox);
-    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+    let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &d.ws);
     let mut request = ShellRequest::new("touch ran", policy);
     request.workdir = Some(d.ws.clone());
     let spec = shell.resolve(request).expect("must succeed");
@@ -502,7 +502,7 @@ async fn clone3_is_unavailable_so_no_child_is_born_in_another_cgroup() {
     }
     let d = dirs();
     let unconfined = LocalBash::new(Arc::new(LocalSubprocess::new()));
-    let policy = SandboxPolicy::for_workspace(SandboxMode::DangerFullAccess, &d.ws);
+    let policy = dsh_protect::workspace_policy(SandboxMode::DangerFullAccess, &d.ws);
     let open = run(&unconfined, probe, &policy).await;
     assert_eq!(open.stdout.text, "-1 22\n", "{}", open.stderr.text); // EINVAL
 }
@@ -639,7 +639,7 @@ async fn a_protected_path_behind_a_symlink_is_refused_unless_the_gap_is_accepted
     std::fs::create_dir(d.ws.join("cfg")).expect("cfg");
     std::os::unix::fs::symlink("cfg", d.ws.join(".vscode")).expect("symlink");
     let sandbox = LocalSandbox::new();
-    let policy = SandboxPolicy::for_workspace(SandboxMode::WorkspaceWrite, &d.ws);
+    let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &d.ws);
     if let Ok((runner, _)) = sandbox.choose(&policy) {
         let bwrap_works = sandbox
             .runners()

@@ -74,8 +74,7 @@ async fn the_root_is_canonicalised_before_dot_dot_is_folded() {
 
 #[test]
 fn the_context_text_is_per_mode_and_byte_stable() {
-    let policy =
-        |mode| dsh_sandbox::SandboxPolicy::for_workspace(mode, "/projects/../projects/current");
+    let policy = |mode| dsh_protect::workspace_policy(mode, "/projects/../projects/current");
     let ro = PolicyService::context_text(&policy(SandboxMode::ReadOnly));
     assert!(
         ro.starts_with("Current DSH file policy: read-only."),

@@ -30,9 +30,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Bytes read at most of one repository's index and the shared indexes it links to,
-/// together: a 100 000-file repository's index is about 10 MiB.
-pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+pub use dsh_sandbox::MAX_INDEX_BYTES;
 
 /// Shared indexes one index may link to that are read (git reads one).
 const MAX_SHARED: usize = 4;

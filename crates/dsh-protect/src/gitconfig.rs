@@ -15,8 +15,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// Bytes read of one config file (git's own files are a few KiB).
-pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+/// Bytes read of one config file (git's own files are a few KiB); the runners read
+/// no more of one either.
+pub use dsh_sandbox::small_file::MAX_CONFIG_BYTES;
 
 /// How deep includes are followed (git's own limit is 10).
 pub const MAX_INCLUDE_DEPTH: usize = 10;
@@ -124,7 +125,7 @@ fn read_bounded(path: &Path) -> Option<String> {
 
 /// `~/rest` with the home directory; anything else unchanged.
 fn expand_home(v: &str) -> PathBuf {
-    match (v.strip_prefix("~/"), crate::home_dir()) {
+    match (v.strip_prefix("~/"), dsh_sandbox::home_dir()) {
         (Some(rest), Some(home)) => home.join(rest),
         _ => PathBuf::from(v),
     }

@@ -6,7 +6,7 @@
 //! shell rc file, an editor task, a toolchain or package manager setting that names a
 //! program, an agent's MCP configuration. Under workspace-write these stay read-only in
 //! every writable root, and one that does not exist cannot be created (a runner that cannot
-//! promise that reports [`Enforcement::Partial`](crate::Enforcement::Partial)).
+//! promise that reports [`Enforcement::Partial`](dsh_sandbox::Enforcement::Partial)).
 //!
 //! For each root, [`for_root`] protects:
 //! - [`PROTECTED_NAMES`] under the root (a file as written, a folder whole), the existing
@@ -29,187 +29,28 @@
 //!
 //! A `commondir` file redirects git to another directory's `config` and `hooks`, so one
 //! that does not exist must not be created either. Its placeholder is not empty (git
-//! refuses to run with an empty one) but holds [`COMMONDIR_PLACEHOLDER`], `.`: the git
+//! refuses to run with an empty one) but holds [`COMMONDIR_PLACEHOLDER`](dsh_sandbox::COMMONDIR_PLACEHOLDER), `.`: the git
 //! dir itself, what git assumes without the file.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use dsh_sandbox::deny_read::name_matches;
+use dsh_sandbox::{SandboxPolicy, WorkspaceLayout};
+
 use crate::gitconfig;
 use crate::gitlinks;
+use crate::names::{
+    GIT_DIR_PARTS, HOME_STARTUP, HOOK_MANAGER_NAMES, LEFTHOOK_NAMES, PROTECTED_NAMES,
+    PROTECTED_PATTERNS, PROTECTED_WHEN_PRESENT, XDG_CONFIG_STARTUP,
+};
 use crate::small_file;
 use crate::walk::{self, Walk};
-
-/// Names under each writable root that are protected whether they exist or not (a missing
-/// one is held by a placeholder, so it cannot be created), and why: see docs/sandbox.md's
-/// table. A name listed in [`DIRECTORY_NAMES`] is a folder, protected whole.
-pub const PROTECTED_NAMES: &[&str] = &[
-    // git: hooks run, config names programs (fsmonitor, pager, sshCommand), commondir and
-    // config.worktree redirect or extend the config.
-    ".git/hooks",
-    ".git/config",
-    ".git/config.worktree",
-    ".git/commondir",
-    // dsh's own workspace configuration (it may only narrow the sandbox, but a narrowing
-    // a command chose could still stop every later command).
-    ".dsh",
-    // Editors: settings that name programs and tasks that run on opening the folder.
-    ".vscode",
-    ".idea",
-    ".zed",
-    ".helix",
-    ".devcontainer",
-    ".devcontainer.json",
-    // Agents: their settings, hooks and MCP servers (programs they start by themselves).
-    ".mcp.json",
-    ".claude",
-    ".cursor",
-    ".codex",
-    ".gemini",
-    ".windsurf",
-    ".amazonq",
-    ".kiro",
-    ".roo",
-    ".continue",
-    ".opencode",
-    "opencode.json",
-    "opencode.jsonc",
-    // Toolchains and package managers: settings that name a program they run on any
-    // invocation, an editor's included (build.rustc-wrapper, a toolchain path, yarnPath,
-    // node-options).
-    ".cargo",
-    "rust-toolchain",
-    "rust-toolchain.toml",
-    ".npmrc",
-    ".yarnrc",
-    ".yarnrc.yml",
-];
-
-/// Names protected only where they exist: a missing one runs nothing until a file that is
-/// protected already points a tool at it (a git hook installed by the hook manager, a
-/// shell's startup in a home directory, which is refused as a root), and every mount has a
-/// cost. The hook managers' ([`HOOK_MANAGER_NAMES`], [`LEFTHOOK_NAMES`]) are protected
-/// the same way, in every repository's worktree.
-pub const PROTECTED_WHEN_PRESENT: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".envrc",
-];
-
-/// What a hook manager other than lefthook keeps in a worktree, protected where present in
-/// every repository's worktree, nested ones included (with [`LEFTHOOK_NAMES`]).
-pub const HOOK_MANAGER_NAMES: &[&str] = &[".husky", ".pre-commit-config.yaml", ".gitmodules"];
-
-/// The names lefthook reads its configuration from (and merges a `-local` one into), in
-/// each format it reads, at the root, hidden, or in `.config/`.
-pub const LEFTHOOK_NAMES: &[&str] = &[
-    "lefthook.yml",
-    ".lefthook.yml",
-    ".config/lefthook.yml",
-    "lefthook.yaml",
-    ".lefthook.yaml",
-    ".config/lefthook.yaml",
-    "lefthook.toml",
-    ".lefthook.toml",
-    ".config/lefthook.toml",
-    "lefthook.json",
-    ".lefthook.json",
-    ".config/lefthook.json",
-    "lefthook.jsonc",
-    ".lefthook.jsonc",
-    ".config/lefthook.jsonc",
-    "lefthook-local.yml",
-    ".lefthook-local.yml",
-    ".config/lefthook-local.yml",
-    "lefthook-local.yaml",
-    ".lefthook-local.yaml",
-    ".config/lefthook-local.yaml",
-    "lefthook-local.toml",
-    ".lefthook-local.toml",
-    ".config/lefthook-local.toml",
-    "lefthook-local.json",
-    ".lefthook-local.json",
-    ".config/lefthook-local.json",
-    "lefthook-local.jsonc",
-    ".lefthook-local.jsonc",
-    ".config/lefthook-local.jsonc",
-    ".lefthook",
-    ".lefthook-local",
-];
-
-/// Patterns (`*` in the last component) matched against the entries of each writable
-/// root when a policy is made: matching entries are protected as files. A new entry that
-/// matches cannot be stopped by a read-only mount (the name is not known in advance); the
-/// check after each command reports it.
-pub const PROTECTED_PATTERNS: &[&str] = &["*.code-workspace"];
-
-/// The parts of every git dir that stay read-only: what git runs (`hooks`), what it reads
-/// as configuration (`config`, `config.worktree`), what redirects both (`commondir`), and
-/// the older places a remote is named (`remotes`, `branches`: a remote that is a
-/// repository on this disk runs its own hooks on `git push`).
-pub const GIT_DIR_PARTS: [&str; 6] = [
-    "hooks",
-    "config",
-    "config.worktree",
-    "commondir",
-    "remotes",
-    "branches",
-];
-
-/// The content of a placeholder `commondir`: the git dir itself.
-pub const COMMONDIR_PLACEHOLDER: &str = ".\n";
 
 /// Directories one search for submodule git dirs under a `modules` folder reads at most
 /// (a name with `/` nests them at any depth); past it, the layout is incomplete.
 const MODULE_SEARCH: usize = 100_000;
-
-/// Names that are directories when they exist (a placeholder for a missing one is an empty
-/// directory, so tools that look for a file of that name are not confused).
-pub const DIRECTORY_NAMES: &[&str] = &[
-    ".git",
-    "hooks",
-    "remotes",
-    "branches",
-    ".husky",
-    ".lefthook",
-    ".dsh",
-    ".vscode",
-    ".idea",
-    ".zed",
-    ".devcontainer",
-    ".claude",
-    ".cursor",
-    ".codex",
-    ".gemini",
-    ".windsurf",
-    ".amazonq",
-    ".kiro",
-    ".roo",
-    ".continue",
-    ".opencode",
-    ".cargo",
-];
-
-/// The protected paths and extra writable roots of one root.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkspaceLayout {
-    /// Absolute paths that stay read-only (and uncreatable) under workspace-write.
-    pub protected: Vec<PathBuf>,
-    /// Directories outside the root that must be writable for commits (a linked
-    /// worktree's git dir and its common dir's objects, refs and logs).
-    pub writable: Vec<PathBuf>,
-    /// Every git dir and hooks folder found: what the check after a command compares
-    /// against to find the ones the command made.
-    pub git_dirs: Vec<PathBuf>,
-    /// The hooks folders among them (named by a `core.hooksPath`).
-    pub hooks_dirs: Vec<PathBuf>,
-    /// Whether the walk read the whole root (see [`crate::walk`]).
-    pub complete: bool,
-}
 
 /// The layout of the root at `root` (canonical), walking it now.
 pub fn for_workspace(root: &Path) -> WorkspaceLayout {
@@ -252,7 +93,7 @@ pub fn for_root(root: &Path, walk: &Walk) -> WorkspaceLayout {
     // this root (`--writable ~/.config`) is held by a placeholder, so it cannot be made.
     // `$XDG_CONFIG_HOME` moves some of them (dsh's own config among them).
     let bases = [
-        crate::home_dir().map(|h| (h, HOME_STARTUP)),
+        dsh_sandbox::home_dir().map(|h| (h, HOME_STARTUP)),
         std::env::var_os("XDG_CONFIG_HOME")
             .filter(|v| Path::new(v).is_absolute())
             .map(|x| (PathBuf::from(x), XDG_CONFIG_STARTUP)),
@@ -740,7 +581,7 @@ fn checkout_dot_git(top: &Path, path: &[u8]) -> Option<PathBuf> {
 /// with the policy it ran under: new git dirs and hooks folders, new `.git` entries, new
 /// entries matching [`PROTECTED_PATTERNS`] and new tool settings in any directory
 /// ([`walk::is_tool_setting`]). Sorted.
-pub fn appeared(before: &crate::SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
+pub fn appeared(before: &SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = after
         .git_dirs
         .iter()
@@ -870,13 +711,13 @@ fn global_configs() -> Vec<PathBuf> {
     if let Some(p) = std::env::var_os("GIT_CONFIG_GLOBAL") {
         out.push(PathBuf::from(p));
     } else {
-        if let Some(home) = crate::home_dir() {
+        if let Some(home) = dsh_sandbox::home_dir() {
             out.push(home.join(".gitconfig"));
         }
         match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
             Some(x) => out.push(PathBuf::from(x).join("git/config")),
             None => {
-                if let Some(home) = crate::home_dir() {
+                if let Some(home) = dsh_sandbox::home_dir() {
                     out.push(home.join(".config/git/config"));
                 }
             }
@@ -910,63 +751,6 @@ fn pattern_matches(root: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
-
-/// Whether `name` matches `pattern`, where `*` matches any run of characters and `?` one
-/// character (no other syntax).
-pub fn name_matches(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    // The classic two-pointer match with one backtrack point.
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
-
-/// Files under the home directory that run at login, on a schedule or on the user's own
-/// commands, protected (where they lead too) in case a writable root holds them or their
-/// targets (a dotfiles repository as a workspace).
-pub const HOME_STARTUP: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-    ".config/fish/config.fish",
-    ".ssh/config",
-    ".ssh/authorized_keys",
-    ".gitconfig",
-    ".config/git/config",
-    ".config/autostart",
-    ".config/systemd/user",
-    ".config/dsh/config.toml",
-    ".local/bin",
-    ".vimrc",
-    ".config/nvim",
-    ".tmux.conf",
-    ".ssh/rc",
-    ".claude/settings.json",
-];
-
-/// The files of [`HOME_STARTUP`] under `.config/`, where `$XDG_CONFIG_HOME` moves them:
-/// git's global config and dsh's own (which says which workspaces are trusted).
-pub const XDG_CONFIG_STARTUP: &[&str] = &["git/config", "dsh/config.toml"];
 
 /// Whether the git dir `g` that the pointer file `pointer` (in `root`) names is one, and
 /// names this checkout back: a linked worktree's `gitdir` file names `pointer`; a
@@ -1172,17 +956,6 @@ mod tests {
             .contains(&root.join(".git/modules/sub/config")));
         // A nested pointer's git dir is not made writable (only the root's own is).
         assert!(layout.writable.is_empty());
-    }
-
-    #[test]
-    fn name_patterns_match_as_shell_globs_do() {
-        assert!(name_matches("*.code-workspace", "a.code-workspace"));
-        assert!(name_matches("*.code-workspace", ".code-workspace"));
-        assert!(!name_matches("*.code-workspace", "a.code-workspace.bak"));
-        assert!(name_matches("id_*", "id_ed25519"));
-        assert!(!name_matches("id_*", "known_hosts"));
-        assert!(name_matches("a?c*", "abcdef"));
-        assert!(name_matches("*", ""));
     }
 
     // A submodule's git dir with a hook, seven levels down in `.git/modules` (a name

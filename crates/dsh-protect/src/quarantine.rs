@@ -41,10 +41,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::gitconfig::{self, Entry};
-use crate::nofollow::{self, Refused};
-use crate::protected::WorkspaceLayout;
 use crate::unsettled::{self, Kind};
-use crate::SandboxPolicy;
+use dsh_sandbox::nofollow::{self, Refused};
+use dsh_sandbox::WorkspaceLayout;
+use dsh_sandbox::{Quarantined, SandboxPolicy};
 
 /// The git settings a new repository may keep: data, never a program to run or a place
 /// elsewhere to act on. `(section, key)`; a section with a subsection (`remote "origin"`)
@@ -101,20 +101,6 @@ pub const SAFE_GIT_KEYS: &[(&str, &str)] = &[
 
 /// The largest file a rewrite copies aside; a larger one is moved aside whole.
 const MAX_COPY_BYTES: u64 = 4 * gitconfig::MAX_CONFIG_BYTES;
-
-/// One thing acted on: what, where the original went, and whether it worked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Quarantined {
-    /// The path as the command left it.
-    pub path: PathBuf,
-    /// Where the original is now (a copy, or a directory of its entries).
-    pub moved_to: Option<PathBuf>,
-    /// What it was (`git config setting core.fsmonitor`, `git hooks`, `tool settings`).
-    pub what: String,
-    /// Whether it was set aside; `false`: it is still there as the command left it (the
-    /// caller must say so, and not trust that root again until it is gone).
-    pub set_aside: bool,
-}
 
 /// What the check after a command found, and what of it was set aside.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -182,7 +168,7 @@ pub fn quarantine(
     roots: &[PathBuf],
 ) -> Vec<Quarantined> {
     let mut out = Vec::new();
-    let denied = crate::deny_read::expand_within(&before.deny_read, roots);
+    let denied = dsh_sandbox::deny_read::expand_within(&before.deny_read, roots);
     for p in appeared {
         let Some(root) = roots.iter().find(|r| p.starts_with(r)) else {
             continue;
@@ -323,12 +309,9 @@ pub fn recheck(policy: &SandboxPolicy) -> Vec<Quarantined> {
         // policy gives them (their parts, themselves) is what this check is for, so it
         // does not count as "the user's as it was" here; everything else still does.
         let derived = |q: &PathBuf| {
-            remembered.iter().any(|(p, _)| {
-                q == p
-                    || crate::protected::GIT_DIR_PARTS
-                        .iter()
-                        .any(|n| *q == p.join(n))
-            })
+            remembered
+                .iter()
+                .any(|(p, _)| q == p || crate::names::GIT_DIR_PARTS.iter().any(|n| *q == p.join(n)))
         };
         let mut before = policy.clone();
         before.protected.retain(|q| !derived(q));
@@ -700,7 +683,7 @@ fn quarantine_commondir(
     rewrite_aside(
         site,
         commondir,
-        crate::protected::COMMONDIR_PLACEHOLDER.as_bytes(),
+        dsh_sandbox::COMMONDIR_PLACEHOLDER.as_bytes(),
     )
 }
 
@@ -992,7 +975,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, PathBuf, SandboxPolicy) {
         let d = tempfile::tempdir().expect("tempdir");
         let root = dsh_core::path::canonical_path(d.path());
-        let policy = SandboxPolicy::bare(crate::SandboxMode::WorkspaceWrite, &root);
+        let policy = SandboxPolicy::bare(dsh_sandbox::SandboxMode::WorkspaceWrite, &root);
         (d, root, policy)
     }
 
@@ -1184,7 +1167,7 @@ mod tests {
         );
         // The next policy protects what it found there: that does not settle it.
         let next = policy.clone().with_protected(
-            crate::protected::GIT_DIR_PARTS
+            crate::names::GIT_DIR_PARTS
                 .iter()
                 .map(|n| through.join(n))
                 .chain([through.clone()]),
@@ -1195,36 +1178,34 @@ mod tests {
             "{left:?}"
         );
         // Refused whatever partial enforcement is accepted.
-        let policy = policy.with_on_partial(crate::OnPartial::Accept);
+        let policy = policy.with_on_partial(dsh_sandbox::OnPartial::Accept);
         let gap = |p: &SandboxPolicy| {
-            use crate::Sandbox;
-            match crate::LocalSandbox::new().confine(&["true".into()], p) {
+            use dsh_sandbox::Sandbox;
+            match dsh_sandbox::LocalSandbox::new().confine(&["true".into()], p) {
                 Ok(_) => String::new(),
                 Err(e) => e.message().to_owned(),
             }
         };
-        assert!(
-            gap(&policy).contains(&through.display().to_string()),
-            "{}",
-            gap(&policy)
-        );
-        // Decided (rechecked) it carries what is left; a root added afterwards makes the
-        // confinement try again rather than trust the list.
-        let decided = policy.clone().rechecked();
+        // Decided, it carries what is left and is refused.
+        let decided = crate::decide(policy.clone());
         assert!(decided.unsettled.as_ref().is_some_and(|u| !u.is_empty()));
         assert!(gap(&decided).contains(&through.display().to_string()));
-        let widened = decided.with_writable_root(root.join("a"));
+        // A root added afterwards forgets the decision: refused until decided again, which
+        // finds it again.
+        let a = dsh_core::path::canonical_path(&root.join("a"));
+        let widened = decided.with_writable_root_layout(&a, crate::protected::for_workspace(&a));
         assert!(widened.unsettled.is_none());
-        assert!(gap(&widened).contains(&through.display().to_string()));
+        assert!(gap(&widened).contains("before it was decided"));
+        assert!(gap(&crate::decide(widened)).contains(&through.display().to_string()));
         // Read-only calls are not held up by it.
-        let ro = SandboxPolicy::bare(crate::SandboxMode::ReadOnly, &root)
-            .with_on_partial(crate::OnPartial::Accept);
+        let ro = SandboxPolicy::bare(dsh_sandbox::SandboxMode::ReadOnly, &root)
+            .with_on_partial(dsh_sandbox::OnPartial::Accept);
         assert!(!gap(&ro).contains(&through.display().to_string()));
         // Gone: forgotten, and workspace-write runs again.
         std::fs::remove_file(root.join("l")).expect("rm");
         assert!(recheck(&policy).is_empty());
         assert!(unsettled::beneath(&root).is_empty());
-        assert!(!gap(&policy).contains(&through.display().to_string()));
+        assert!(!gap(&crate::decide(policy)).contains(&through.display().to_string()));
     }
 
     // A root dsh must not truncate another user's file that a command hard-linked or

@@ -42,7 +42,7 @@ pub struct Walk {
 }
 
 /// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
-/// from a project's root, besides every name [`PROTECTED_NAMES`](crate::protected::PROTECTED_NAMES)
+/// from a project's root, besides every name [`PROTECTED_NAMES`](crate::names::PROTECTED_NAMES)
 /// protects at a root as a whole entry (cargo and rustup in any subdirectory, npm and yarn
 /// at each package, an editor's or an agent's per-folder settings): direnv's; Maven's
 /// `.mvn` (`jvm.config` takes `-javaagent:`, on any `mvn`, `mvn -v` too, from any folder
@@ -168,10 +168,10 @@ pub fn is_tool_setting(name: &OsStr) -> bool {
     // The name compared first: the walk asks this of every entry.
     let whole_entry = |p: &&str| **p == *n && !p.contains('/') && *p != ".dsh";
     NESTED_TOOL_NAMES.contains(&n.as_ref())
-        || crate::protected::PROTECTED_NAMES.iter().any(whole_entry)
-        || crate::protected::PROTECTED_PATTERNS
+        || crate::names::PROTECTED_NAMES.iter().any(whole_entry)
+        || crate::names::PROTECTED_PATTERNS
             .iter()
-            .any(|p| crate::protected::name_matches(p, &n))
+            .any(|p| dsh_sandbox::deny_read::name_matches(p, &n))
 }
 
 /// Gives `dir`, when this user owns it, its owner's read and search bits back; whether it
@@ -179,8 +179,8 @@ pub fn is_tool_setting(name: &OsStr) -> bool {
 /// that descriptor, so a command that swaps it for a link meanwhile changes nothing else;
 /// no bit but those two is ever set.
 fn make_listable(dir: &Path) -> bool {
-    crate::nofollow::open_dir(dir)
-        .is_ok_and(|fd| crate::nofollow::add_owner_bits(&fd, 0o500).is_ok())
+    dsh_sandbox::nofollow::open_dir(dir)
+        .is_ok_and(|fd| dsh_sandbox::nofollow::add_owner_bits(&fd, 0o500).is_ok())
 }
 
 /// Whether a command of this user could create an entry in `dir`: it may write there, or

@@ -38,7 +38,7 @@ impl Kind {
 
 fn area() -> Option<&'static OwnedFd> {
     static DIR: OnceLock<Option<OwnedFd>> = OnceLock::new();
-    DIR.get_or_init(|| crate::state_dir::open("unsettled"))
+    DIR.get_or_init(|| dsh_sandbox::state_dir::open("unsettled"))
         .as_ref()
 }
 
@@ -98,7 +98,8 @@ fn remember_with(path: &Path, kind: Kind, list: &[PathBuf]) {
     ) else {
         return;
     };
-    let Ok(f) = crate::nofollow::open_at(dir, &tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
+    let Ok(f) =
+        dsh_sandbox::nofollow::open_at(dir, &tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
     else {
         return;
     };
@@ -197,7 +198,7 @@ fn records(dir: &OwnedFd) -> Vec<(OsString, PathBuf, Kind)> {
 /// The record `name`: its path, kind and (for a baseline) list.
 fn read_record(dir: &OwnedFd, name: &OsString) -> Option<(PathBuf, Kind, Vec<PathBuf>)> {
     let c = std::ffi::CString::new(name.as_bytes()).ok()?;
-    let f = crate::nofollow::open_at(dir, &c, libc::O_RDONLY | libc::O_NONBLOCK).ok()?;
+    let f = dsh_sandbox::nofollow::open_at(dir, &c, libc::O_RDONLY | libc::O_NONBLOCK).ok()?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(
         &mut std::io::Read::take(std::fs::File::from(f), MAX_RECORD_BYTES),
