@@ -35,6 +35,7 @@ mod edit;
 mod lines;
 mod local;
 pub mod observations;
+mod open;
 mod publish;
 mod sandboxed;
 pub mod search;

@@ -18,7 +18,7 @@ pub(crate) fn read_lines(
     cancel: &CancelToken,
 ) -> Result<LinesWindow, HarnessError> {
     let d = display.display();
-    let fd = crate::local::open_for_read(key, display)?;
+    let fd = crate::open::open_for_read(key, display)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| crate::os_error("read", display, e.into()))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(fs_error(

@@ -13,6 +13,7 @@ use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_sandbox::SandboxPolicy;
 use rustix::fs::{FileType, Mode, OFlags};
 
+use crate::open::open_for_read;
 use crate::publish::{self, version_of};
 use crate::{
     fs_error, DirEntry, EditOutcome, EditRequest, FileSystem, FsInfo, FsKind, FsTarget, FsVersion,
@@ -217,35 +218,6 @@ pub(crate) fn stat_path(path: &Path, follow: bool) -> Result<Option<FsInfo>, Har
         Ok(st) => Ok(Some(info_of(&st))),
         Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => Ok(None),
         Err(e) => Err(crate::os_error("stat", path, e.into())),
-    }
-}
-
-/// `openat2(key, O_RDONLY | O_NONBLOCK, RESOLVE_NO_SYMLINKS)`: the file at the canonical
-/// `key` itself, never one a symlink swapped in since `key` was resolved leads to (that is
-/// `FS_STALE_VERSION`: the path changed under the call), so what a check of `key` decided
-/// holds for what is read. Non-blocking, so a FIFO is never waited on. Where `openat2` is
-/// missing (Linux < 5.6), a plain `open`.
-pub(crate) fn open_for_read(key: &Path, display: &Path) -> Result<OwnedFd, HarnessError> {
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let opened = rustix::fs::openat2(
-        rustix::fs::CWD,
-        key,
-        flags,
-        Mode::empty(),
-        rustix::fs::ResolveFlags::NO_SYMLINKS,
-    );
-    match opened {
-        Ok(fd) => Ok(fd),
-        Err(rustix::io::Errno::NOSYS) => rustix::fs::open(key, flags, Mode::empty())
-            .map_err(|e| crate::os_error("read", display, e.into())),
-        Err(rustix::io::Errno::LOOP) => Err(fs_error(
-            ErrorCode::FsStaleVersion,
-            format!(
-                "cannot read \"{}\": a symlink appeared on its path while the call ran; read it again",
-                display.display()
-            ),
-        )),
-        Err(e) => Err(crate::os_error("read", display, e.into())),
     }
 }
 

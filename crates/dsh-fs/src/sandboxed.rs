@@ -180,6 +180,18 @@ impl SandboxedFs {
             SandboxMode::ReadOnly => return Err(denied(SandboxMode::ReadOnly)),
             SandboxMode::WorkspaceWrite => {}
         }
+        // A workspace-write policy nobody decided has protected nothing yet.
+        if policy.unsettled.is_none() {
+            return Err(fs_error(
+                ErrorCode::Internal,
+                format!(
+                    "cannot {verb} \"{d}\": a workspace-write policy reached the file tools \
+                     before it was decided (its protected paths were never found), so nothing \
+                     was written. This is a bug in dsh: please report it with the call that \
+                     hit it; reads still work."
+                ),
+            ));
+        }
         // Resolved again now: never trust a key computed earlier.
         let fresh = key_of(target.display())?;
         let mut roots = policy.writable_dirs();

@@ -438,3 +438,27 @@ fn a_directory_swapped_with_a_link_to_a_protected_one_is_never_written_through()
     );
     assert!(swaps > 100, "the race did not run ({swaps} swaps)");
 }
+
+// The fence never decides a policy: a workspace-write policy nobody decided (nothing
+// protected yet) writes nothing.
+#[tokio::test]
+async fn an_undecided_workspace_write_policy_writes_nothing() {
+    let s = setup();
+    let fs = SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp);
+    let undecided = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &s.ws);
+    let t = fs
+        .resolve(".vscode/tasks.json", None)
+        .await
+        .expect("resolve");
+    let e = fs
+        .write_text(&t, "{}", None, &undecided)
+        .await
+        .expect_err("undecided");
+    assert_eq!(e.code(), ErrorCode::Internal, "{}", e.message());
+    assert!(!s.ws.join(".vscode").exists());
+    let decided = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &s.ws);
+    let t = fs.resolve("notes.txt", None).await.expect("resolve");
+    fs.write_text(&t, "x", None, &decided)
+        .await
+        .expect("a decided policy writes");
+}

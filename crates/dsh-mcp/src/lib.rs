@@ -16,7 +16,7 @@
 //!
 //! A call that hits a bug in dsh (a panic) gets an `INTERNAL` error result saying so; the
 //! server, the other calls and their processes carry on. Every string argument has a size
-//! bound (`dsh_tools::bounds`), and the session log keeps a head, the length and a digest
+//! bound (`dsh_tools::schema::bounds`), and the session log keeps a head, the length and a digest
 //! of large values (`dsh_store::log_bounds`).
 //!
 //! [`LineTransport`] frames the protocol on stdio: every bad request gets an answer, a

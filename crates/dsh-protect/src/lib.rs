@@ -14,8 +14,11 @@
 //! use dsh_sandbox::{LocalSandbox, Sandbox, SandboxMode};
 //! let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, "/work/project");
 //! let confined = LocalSandbox::new().confine(&["make".into()], &policy)?;
-//! // … spawn `confined` (dsh-process), then the check:
-//! let after = dsh_protect::quarantine::check_after(&policy, Vec::new(), &[]);
+//! // … spawn `confined` (dsh-process), then the check: each root's layout as it is now,
+//! // compared with the policy's.
+//! let root = policy.workspace_root.clone();
+//! let now = vec![(root.clone(), dsh_protect::protected::for_workspace(&root))];
+//! let after = dsh_protect::quarantine::check_after(&policy, now, &[]);
 //! for q in &after.quarantined {
 //!     eprintln!("{} ({}): set aside: {}", q.path.display(), q.what, q.set_aside);
 //! }
@@ -62,8 +65,9 @@ pub fn workspace_policy(mode: SandboxMode, root: impl AsRef<std::path::Path>) ->
     decide(SandboxPolicy::new(mode, root))
 }
 
-/// `policy`, decided, as a runner confines it: under workspace-write, the protected paths
-/// of its workspace root added when it has none yet (a walk, now), and
+/// `policy`, decided, as a runner confines it: under workspace-write, the layout of each
+/// writable root it holds none of yet (a walk, now: see
+/// [`laid_out`](SandboxPolicy::laid_out)), and
 /// [`unsettled`](SandboxPolicy::unsettled) as the disk is now: what an earlier check (of
 /// any dsh process of this user) could not set aside in a writable root is tried again,
 /// and what still cannot be is kept. It may move files (see [`quarantine::recheck`]); call
@@ -72,14 +76,63 @@ pub fn decide(policy: SandboxPolicy) -> SandboxPolicy {
     if policy.mode != SandboxMode::WorkspaceWrite {
         return policy.settled(Vec::new());
     }
-    let dot_git = policy.workspace_root.join(".git");
-    let policy = if policy.protected.iter().any(|p| p.starts_with(&dot_git)) {
-        policy
-    } else {
-        let root = policy.workspace_root.clone();
-        let layout = protected::for_workspace(&root);
-        policy.with_layout(&root, layout)
-    };
+    let mut policy = policy;
+    for root in policy.writable_dirs() {
+        if !policy.laid_out.contains(&root) {
+            let layout = protected::for_workspace(&root);
+            policy = policy.with_layout(&root, layout);
+        }
+    }
     let left = quarantine::recheck(&policy);
     policy.settled(left)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sandbox::WorkspaceLayout;
+
+    fn canonical_tempdir() -> (tempfile::TempDir, std::path::PathBuf) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = dsh_core::path::canonical_path(d.path());
+        (d, root)
+    }
+
+    // Deciding walks every writable root the policy holds no layout of, whatever paths
+    // another root's layout protects inside it (a linked worktree's protects the main
+    // repository's `.git/hooks`).
+    #[test]
+    fn deciding_walks_each_root_without_a_layout() {
+        let (_d, base) = canonical_tempdir();
+        let (repo, extra) = (base.join("repo"), base.join("extra"));
+        std::fs::create_dir_all(&repo).expect("repo");
+        std::fs::create_dir_all(&extra).expect("extra");
+        let foreign = WorkspaceLayout {
+            protected: vec![repo.join(".git/hooks")],
+            complete: true,
+            ..WorkspaceLayout::default()
+        };
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &repo)
+            .with_writable_root_layout(&extra, foreign);
+        let decided = decide(policy);
+        assert!(decided.protected.contains(&repo.join(".vscode")));
+        assert!(decided.laid_out.contains(&repo));
+        assert_eq!(decided.unsettled, Some(Vec::new()));
+    }
+
+    // A read-only policy's layout protects nothing; widened, the policy is walked again.
+    #[test]
+    fn a_widened_policy_is_walked_again() {
+        let (_d, root) = canonical_tempdir();
+        let read_only = SandboxPolicy::new(SandboxMode::ReadOnly, &root).with_layout(
+            &root,
+            WorkspaceLayout {
+                complete: true,
+                ..WorkspaceLayout::default()
+            },
+        );
+        let widened = decide(read_only.with_mode(SandboxMode::WorkspaceWrite));
+        assert!(widened.protected.contains(&root.join(".git/hooks")));
+        assert!(widened.protected.contains(&root.join(".vscode")));
+    }
 }

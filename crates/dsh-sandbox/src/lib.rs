@@ -252,6 +252,9 @@ pub struct SandboxPolicy {
     /// The git dirs and hooks folders the protected paths were found from: the check after
     /// a command compares against them.
     pub git_dirs: Vec<PathBuf>,
+    /// The roots whose layout the policy holds ([`with_layout`](Self::with_layout)):
+    /// deciding the policy walks every writable root not among them.
+    pub laid_out: Vec<PathBuf>,
     /// Writable roots whose walk for nested repositories stopped short, or whose git
     /// configs name too many includes or hooks paths to follow: their protection is
     /// incomplete, a gap of every runner.
@@ -300,6 +303,7 @@ impl SandboxPolicy {
             on_partial: OnPartial::Refuse,
             git_dirs: Vec::new(),
             incomplete_roots: Vec::new(),
+            laid_out: Vec::new(),
             unsettled: None,
         }
     }
@@ -331,6 +335,9 @@ impl SandboxPolicy {
         }
         if !layout.complete && !self.incomplete_roots.iter().any(|r| r == root) {
             self.incomplete_roots.push(root.to_path_buf());
+        }
+        if !self.laid_out.iter().any(|r| r == root) {
+            self.laid_out.push(root.to_path_buf());
         }
         self
     }
@@ -404,6 +411,9 @@ impl SandboxPolicy {
     pub fn with_mode(mut self, mode: SandboxMode) -> SandboxPolicy {
         if mode != self.mode {
             self.unsettled = None;
+            // A layout taken for another mode may be a stand-in (read-only protects
+            // nothing): deciding walks every root again.
+            self.laid_out.clear();
         }
         self.mode = mode;
         self

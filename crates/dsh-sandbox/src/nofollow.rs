@@ -171,7 +171,7 @@ pub fn add_owner_bits(fd: &OwnedFd, bits: u32) -> io::Result<()> {
 }
 
 /// `fstat(fd)`.
-pub fn fstat(fd: i32) -> io::Result<libc::stat> {
+pub(crate) fn fstat(fd: i32) -> io::Result<libc::stat> {
     // SAFETY: a zeroed stat is a valid out-buffer for fstat(2).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat(2) on an fd the caller holds and a live buffer.
@@ -183,7 +183,7 @@ pub fn fstat(fd: i32) -> io::Result<libc::stat> {
 }
 
 /// The descriptor the kernel returned, or its error.
-pub fn owned(fd: i32) -> io::Result<OwnedFd> {
+pub(crate) fn owned(fd: i32) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -192,7 +192,7 @@ pub fn owned(fd: i32) -> io::Result<OwnedFd> {
 }
 
 /// `s` as a C string; a NUL byte in it is `InvalidInput`.
-pub fn cstring(s: &OsStr) -> io::Result<CString> {
+pub(crate) fn cstring(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
 }

@@ -23,10 +23,14 @@ pub fn path() -> Option<PathBuf> {
         .then(|| dsh_core::path::canonical_path(&base.join("dsh")))
 }
 
-/// The area `name` of the state directory, made (0700) and checked (a real directory of
-/// this user's that nobody else may enter); `None` where there is none (no home, another
-/// owner, a link).
+/// The area `name` (one plain path component) of the state directory, made (0700) and
+/// checked (a real directory of this user's that nobody else may enter); `None` where
+/// there is none (no home, another owner, a link) or `name` is not one plain component.
 pub fn open(name: &str) -> Option<OwnedFd> {
+    let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
+    if !plain {
+        return None;
+    }
     let dsh = path()?;
     let path = dsh.join(name);
     let _ = std::fs::create_dir_all(&dsh);

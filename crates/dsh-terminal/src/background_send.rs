@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use dsh_core::HarnessError;
 
-use crate::session::{PtySession, SendResult};
+use crate::SendResult;
 
 /// A send started by [`Terminals::start_send`](crate::Terminals::start_send): await it to
 /// run it to its end; [`reader`](Self::reader) reads its output meanwhile.
@@ -67,9 +67,17 @@ impl std::fmt::Debug for BackgroundSend {
 /// holds the alternate screen nothing is taken (the final viewport is that screen).
 #[derive(Clone, Debug)]
 pub struct SendReader {
-    pub(crate) session: Weak<PtySession>,
-    /// The send's number in its session (never 0).
+    /// Where the send's output is collected (its terminal), not kept alive by a reader.
+    pub(crate) output: Weak<dyn SendOutput>,
+    /// The send's number in its terminal (never 0).
     pub(crate) send: u64,
+}
+
+/// Where background sends' output is collected: a terminal.
+pub(crate) trait SendOutput: Send + Sync {
+    /// Takes background send `send`'s complete lines, at most `max` bytes of them (see
+    /// [`SendReader::take`]).
+    fn take_send_output(&self, send: u64, max: usize) -> SendDelta;
 }
 
 impl SendReader {
@@ -79,7 +87,7 @@ impl SendReader {
     /// between two takes). Never blocks; empty once the send has ended (settled, failed
     /// or dropped) or its session is gone.
     pub fn take(&self, max: usize) -> SendDelta {
-        self.session
+        self.output
             .upgrade()
             .map(|s| s.take_send_output(self.send, max))
             .unwrap_or_default()

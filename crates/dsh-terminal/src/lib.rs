@@ -53,9 +53,37 @@ pub use registry::{
     CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };
 pub use scrollback::{ReadPage, Scrollback};
-pub use session::{PtySession, SendRequest, SendResult, PROMPT};
+pub use session::{PtySession, PROMPT};
+
+use std::time::Duration;
 
 use dsh_core::HarnessError;
+
+/// What a send writes and how long it may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// The text to type.
+    pub text: String,
+    /// Whether to press Enter after it (`\r`).
+    pub submit: bool,
+    /// The send's deadline, from its start.
+    pub timeout: Duration,
+}
+
+/// How a send settled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendResult {
+    /// What the program printed since the last send settled (its tail, within
+    /// `max_read_bytes`), or, while a full-screen program has the alternate screen, the
+    /// screen as a person sees it.
+    pub viewport: String,
+    /// Why the send settled.
+    pub wait: WaitReason,
+    /// The session at that moment.
+    pub status: SessionStatus,
+    /// Whether some of this send's output was dropped (more than `max_read_bytes` came).
+    pub truncated: bool,
+}
 
 dsh_core::id_type! {
     /// Names one terminal session (`pty-1`, …), unique within its owner.

@@ -10,8 +10,9 @@ use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, Owner, Sessio
 use dsh_sandbox::SandboxPolicy;
 
 use crate::background_send::BackgroundSend;
-use crate::session::{PtySession, SendRequest, SendResult};
+use crate::session::PtySession;
 use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
+use crate::{SendRequest, SendResult};
 
 /// What `terminal_open` asks for.
 #[derive(Clone, Debug)]

@@ -40,11 +40,11 @@ use dsh_process::foreground::{Member, StartMark};
 use dsh_process::{Foreground, Outcome, Process, ProcessControl, Pty};
 use tokio::time::Instant;
 
-use crate::background_send::{BackgroundSend, SendDelta, SendReader};
+use crate::background_send::{BackgroundSend, SendDelta, SendOutput, SendReader};
 use crate::sanitizer::Sanitizer;
 use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
-use crate::{SessionStatus, TerminalConfig, WaitReason};
+use crate::{SendRequest, SendResult, SessionStatus, TerminalConfig, WaitReason};
 
 /// The first pause between a send's looks at the terminal; each next one doubles, up to
 /// the poll interval.
@@ -75,32 +75,6 @@ impl Drop for ClearOnDrop<'_> {
 
 /// The prompt the bash backend sets, which the prompt tier waits for.
 pub const PROMPT: &str = "dsh> ";
-
-/// What a send writes and how long it may take.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SendRequest {
-    /// The text to type.
-    pub text: String,
-    /// Whether to press Enter after it (`\r`).
-    pub submit: bool,
-    /// The send's deadline, from its start.
-    pub timeout: Duration,
-}
-
-/// How a send settled.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SendResult {
-    /// What the program printed since the last send settled (its tail, within
-    /// `max_read_bytes`), or, while a full-screen program has the alternate screen, the
-    /// screen as a person sees it.
-    pub viewport: String,
-    /// Why the send settled.
-    pub wait: WaitReason,
-    /// The session at that moment.
-    pub status: SessionStatus,
-    /// Whether some of this send's output was dropped (more than `max_read_bytes` came).
-    pub truncated: bool,
-}
 
 /// The state the reader task and the sends share.
 struct State {
@@ -499,44 +473,13 @@ impl PtySession {
             background: Some((self.state.clone(), send)),
         };
         let session = self.clone();
-        let reader = SendReader {
-            session: Arc::downgrade(self),
-            send,
-        };
+        let output: std::sync::Weak<dyn SendOutput> =
+            Arc::downgrade(self) as std::sync::Weak<PtySession>;
+        let reader = SendReader { output, send };
         Ok(BackgroundSend::new(
             async move { session.send_holding(slot, request, &cancel, false).await },
             reader,
         ))
-    }
-
-    /// Takes background send `send`'s complete lines, at most `max` bytes of them (see
-    /// [`SendReader::take`]).
-    pub(crate) fn take_send_output(&self, send: u64, max: usize) -> SendDelta {
-        let mut st = self.lock();
-        let st = &mut *st;
-        if st.screen.alternate() {
-            return SendDelta::default();
-        }
-        match st.op.as_mut() {
-            Some(op) if op.send == send => {
-                let complete = op.text.rfind('\n').map_or(0, |n| n + 1);
-                // Whole lines up to `max`; a single line longer than that is split.
-                let cut = if complete <= max {
-                    complete
-                } else {
-                    let head = floor_boundary(&op.text, max);
-                    match op.text[..head].rfind('\n') {
-                        Some(n) => n + 1,
-                        None => head,
-                    }
-                };
-                SendDelta {
-                    text: op.text.drain(..cut).collect(),
-                    dropped: std::mem::take(&mut op.dropped),
-                }
-            }
-            _ => SendDelta::default(),
-        }
     }
 
     fn check_open(&self) -> Result<(), HarnessError> {
@@ -1087,4 +1030,35 @@ fn take_output(state: &Mutex<State>, bytes: &[u8], max_read: usize) {
     }
     // Any bytes count as output (a spinner redrawn with escapes alone too).
     st.last_output = Instant::now();
+}
+impl SendOutput for PtySession {
+    /// Takes background send `send`'s complete lines, at most `max` bytes of them (see
+    /// [`SendReader::take`]).
+    fn take_send_output(&self, send: u64, max: usize) -> SendDelta {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if st.screen.alternate() {
+            return SendDelta::default();
+        }
+        match st.op.as_mut() {
+            Some(op) if op.send == send => {
+                let complete = op.text.rfind('\n').map_or(0, |n| n + 1);
+                // Whole lines up to `max`; a single line longer than that is split.
+                let cut = if complete <= max {
+                    complete
+                } else {
+                    let head = floor_boundary(&op.text, max);
+                    match op.text[..head].rfind('\n') {
+                        Some(n) => n + 1,
+                        None => head,
+                    }
+                };
+                SendDelta {
+                    text: op.text.drain(..cut).collect(),
+                    dropped: std::mem::take(&mut op.dropped),
+                }
+            }
+            _ => SendDelta::default(),
+        }
+    }
 }

@@ -1,10 +1,10 @@
 //! The tools a model calls, and the one pipeline every call goes through.
 //!
 //! A [`Tool`] has a name, a description, a JSON schema for its arguments and a body. The
-//! [`World`] holds one provider per seam (subprocess, shell, sandbox, …), the shared
-//! services (sandbox policy, approval, the session log) and the registered tools. Every
-//! World is wired by one of the [`preset`]s from a [`WorldConfig`]; its [`World::call`]
-//! runs a [`ToolCall`] through the pipeline:
+//! [`World`] holds one provider per seam (subprocess, shell, sandbox, fs, …), the shared
+//! services (the sandbox [`policy`], approval, jobs, terminals, the session log) and the
+//! registered tools; every World is wired by a [`Preset`] from a [`WorldConfig`]
+//! ([`world`]). [`World::call`] runs a [`ToolCall`] through the pipeline:
 //!
 //! 1. the arguments are parsed once and frozen (`""` is `{}`; text that is not JSON is
 //!    passed as a string, which a tool's schema then refuses);
@@ -12,25 +12,65 @@
 //! 3. the [`PreExecute`] hooks decide allow / deny / ask (ask goes to the approval
 //!    service), then the guards may deny;
 //! 4. cancelled now: `ABORTED_BEFORE_DISPATCH`; else the body runs (an unknown name is
-//!    `UNKNOWN_TOOL` here). A body that started is always awaited; a success overtaken by a
-//!    cancel is `ABORTED`; a body that panics is `INTERNAL` (a bug in dsh, and the message
-//!    says so): that call's work is dropped, and the World goes on serving other calls;
+//!    `UNKNOWN_TOOL` here), and then, whatever its outcome, every write scope it opened
+//!    is closed: the check after the call runs, and what it found is added to the result;
 //! 5. the [`PostExecute`] hooks accept, block (the result becomes an error with their
 //!    feedback) or replace the text;
 //! 6. the tool's finalizer runs exactly once, on every outcome.
 //!
-//! With a session, the call is logged: `tool/call` before step 3 and `tool/result` after
-//! step 6, so an approval's `approval/asked` + `approval/decided` pair sits between them;
-//! the session log keeps a head, the length and a digest of a long argument or result
-//! (`dsh_store::log_bounds`). Every error result carries `{name, code}` ([`ErrorInfo`]).
+//! The parts live in folders: [`world`] (the World, its builder and presets), [`policy`]
+//! (the policy [`service`](policy::service) that decides each call's sandbox policy, the
+//! one [`escalation`](policy::escalation) a call may ask for, the write scope), [`schema`]
+//! (argument [`bounds`](schema::bounds), portable schemas, the
+//! [`structured`](schema::structured) form of a result) and [`tools`] by family.
 //!
-//! Every string argument of the built-in tools has a size bound, checked before it is
-//! used: [`bounds`] lists them. An argument past its bound is `INVALID_ARGS`.
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dsh_core::HarnessError> {
+//! use std::sync::Arc;
+//! use dsh_core::{CallId, CancelToken};
+//! use dsh_sandbox::SandboxMode;
+//! use dsh_store::{session::SessionLog, SqliteStorage};
+//! use dsh_tools::{Preset, ToolCall, WorldBuilder, WorldConfig};
 //!
-//! The sandbox policy a call runs under is resolved by the World's [`PolicyService`] (the
-//! session's mode, the configuration, the walk of the workspace for what must stay
-//! read-only); a tool that confines may ask for one wider mode, once, through
-//! [`escalation`] (the ladder, the pinned markers, the approval choreography).
+//! let ws = tempfile::tempdir().expect("tempdir");
+//! std::fs::write(ws.path().join("notes.txt"), "hello\n").expect("write");
+//! let storage = Arc::new(SqliteStorage::open(ws.path().join(".state/dsh.db"))?);
+//! let log = Arc::new(SessionLog::new(storage).await?);
+//! let config = WorldConfig::new(ws.path()).with_mode(SandboxMode::DangerFullAccess);
+//! let world = WorldBuilder::new().preset(Preset::Local, &config, log.clone())?.build()?;
+//! let session = log.create(ws.path()).await?;
+//! let call = ToolCall::from_text(CallId::new("c1"), "read", r#"{"file_path": "notes.txt"}"#);
+//! let result = world.call(Some(&session), call, CancelToken::new()).await;
+//! assert!(!result.is_error, "{}", result.text);
+//! assert!(result.text.contains("hello"));
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//! - Every call settles with a [`ToolResult`]; a body that started is always awaited, a
+//!   success overtaken by a cancel is `ABORTED`, and a body that panics is `INTERNAL` (a
+//!   bug in dsh, and the message says so): that call's work is dropped, and the World
+//!   goes on serving other calls.
+//! - A call whose policy can write gets the check after it on every outcome (result,
+//!   error, cancel, timeout, panic), whatever its tool does; a background job gets it at
+//!   its end, a terminal at its close.
+//! - Every string argument of the built-in tools has a size bound, checked before it is
+//!   used ([`schema::bounds`]); past it, the call is `INVALID_ARGS` and nothing ran.
+//! - With a session, the call is logged: `tool/call` before step 3 and `tool/result`
+//!   after step 6, so an approval's `approval/asked` + `approval/decided` pair sits
+//!   between them; a long argument or result is kept as a head, its length and a digest
+//!   (`dsh_store::log_bounds`).
+//!
+//! # Limits
+//! Results are bounded per tool (a `read` page, 32 KiB of terminal or job output, 100
+//! glob paths): what is cut is said in the text, never dropped silently. A World serves
+//! one process; sessions do not outlive it.
+//!
+//! # Errors
+//! Every error result carries `{name, code}` ([`ErrorInfo`]): `INVALID_ARGS`,
+//! `UNKNOWN_TOOL`, `ABORTED_BEFORE_DISPATCH`, `ABORTED`, `INTERNAL`, the approval codes
+//! (`APPROVAL_REJECTED`, …), `ESCALATION_INVALID`, and whatever the seams return
+//! (`SANDBOX_UNAVAILABLE`, `FS_STALE_VERSION`, …: docs/errors.md lists them all).
 
 #![forbid(unsafe_code)]
 
@@ -41,28 +81,18 @@ use dsh_core::{CallId, CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
 use serde_json::Value;
 
-mod background;
-pub mod bash;
-pub mod bash_persistent;
-pub mod bounds;
-pub mod escalation;
-pub mod files;
-pub mod image;
-pub mod jobs;
 mod pipeline;
-mod policy;
-pub mod policy_service;
-pub mod preset;
-mod scope;
-pub mod search;
-pub mod structured;
-pub mod terminal;
-mod world;
+pub mod policy;
+pub mod schema;
+pub mod tools;
+pub mod world;
 
-pub use policy_service::{AfterCommand, PolicyService};
-pub use preset::{BashMode, Preset, WorldConfig};
-pub use structured::structured_schema;
+pub use policy::service::{AfterCommand, PolicyService};
+pub use schema::structured::structured_schema;
+pub use world::preset::{BashMode, Preset, WorldConfig};
 pub use world::{World, WorldBuilder};
+
+pub(crate) use schema::{args_schema, invalid_args, object_schema, parse_args, without_nulls};
 
 /// One call as a model makes it.
 #[derive(Clone, Debug)]
@@ -113,7 +143,7 @@ pub struct ToolResult {
     /// `{name, code}` of a failure.
     pub error: Option<ErrorInfo>,
     /// Structured facts for programs, beside the text in the result's
-    /// [structured form](structured).
+    /// [structured form](schema::structured).
     pub meta: Option<Value>,
     /// An image the model sees beside the text (`read_image`).
     pub image: Option<Image>,
@@ -185,7 +215,7 @@ pub struct CallContext<'a> {
     /// The world the call runs in.
     pub world: &'a World,
     /// The call's write scopes: the pipeline closes them (see [`CallContext::policy`]).
-    pub(crate) scopes: &'a scope::CallScopes,
+    pub(crate) scopes: &'a policy::scope::CallScopes,
 }
 
 impl CallContext<'_> {
@@ -211,7 +241,7 @@ impl CallContext<'_> {
     /// `policy`, with the check after the call armed for it when it can write (see
     /// [`policy`](Self::policy)).
     pub(crate) fn armed(&self, policy: dsh_sandbox::SandboxPolicy) -> dsh_sandbox::SandboxPolicy {
-        self.scopes.add(scope::WriteScope::open(
+        self.scopes.add(policy::scope::WriteScope::open(
             self.world,
             self.session,
             self.call_id,
@@ -275,12 +305,12 @@ pub trait Tool: Send + Sync {
 
     /// The JSON schema of a successful result's structured facts ([`ToolResult::meta`],
     /// which never holds a `null`: an absent fact is left out, and never a `text` or
-    /// `error` field: the [structured form](structured) adds those). Default: any object.
+    /// `error` field: the [structured form](schema::structured) adds those). Default: any object.
     fn output_schema(&self) -> Value {
         serde_json::json!({"type": "object"})
     }
 
-    /// Whether a successful result carries a [structured form](structured) and the tool
+    /// Whether a successful result carries a [structured form](schema::structured) and the tool
     /// declares an output schema. A tool whose results hold what only content blocks can
     /// carry (an image) says no: a client that passes the structured form to its model
     /// drops the content blocks, image included. Default: true.
@@ -368,162 +398,3 @@ pub trait PostExecute: Send + Sync {
 /// A synchronous check after the pre-execute hooks allowed a call: `Some(reason)` denies
 /// it. Guards can only deny.
 pub type Guard = Arc<dyn Fn(&CallView) -> Option<String> + Send + Sync>;
-
-/// An `INVALID_ARGS` error saying `msg`.
-pub(crate) fn invalid_args(msg: impl Into<String>) -> HarnessError {
-    HarnessError::new(ErrorCode::InvalidArgs, msg.into())
-}
-
-/// A tool's arguments as `T`: `INVALID_ARGS` unless `args` is a JSON object whose string
-/// arguments are within their [bounds](bounds) (checked first, before anything is
-/// copied) and that deserializes. The deserializer's message is quoted in part: it may
-/// quote an argument.
-pub(crate) fn parse_args<T>(args: &Value) -> Result<T, HarnessError>
-where
-    T: serde::de::DeserializeOwned + bounds::Bounded,
-{
-    if !args.is_object() {
-        return Err(invalid_args("invalid arguments: expected a JSON object"));
-    }
-    bounds::check(args, T::BOUNDS)?;
-    T::deserialize(args).map_err(|e| {
-        invalid_args(format!(
-            "invalid arguments: {}",
-            dsh_core::quoted(&e.to_string())
-        ))
-    })
-}
-
-/// The JSON schema of a tool's argument type, each bounded string with its `maxLength`
-/// (an empty object schema if it cannot be rendered, which a derived schema always can),
-/// made [`portable`].
-pub(crate) fn args_schema<T: schemars::JsonSchema + bounds::Bounded>() -> Value {
-    let schema = serde_json::to_value(schemars::schema_for!(T))
-        .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
-    portable(bounds::with_max_lengths(schema, T::BOUNDS))
-}
-
-/// `schema` as every client's validator reads it: no `format` outside JSON Schema's own
-/// list (`uint64`, `double`: unknown formats make validators warn), and an optional
-/// property as its one type rather than a union with `null` (`["string", "null"]`,
-/// `anyOf: [X, {"type": "null"}]`), which some clients cannot show. Leaving an optional
-/// property out is how a call omits it; `null` is still accepted.
-pub(crate) fn portable(mut schema: Value) -> Value {
-    const FORMATS: &[&str] = &[
-        "date-time",
-        "date",
-        "time",
-        "duration",
-        "email",
-        "hostname",
-        "ipv4",
-        "ipv6",
-        "uri",
-        "uri-reference",
-        "uuid",
-        "regex",
-        "json-pointer",
-    ];
-    fn walk(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                if map
-                    .get("format")
-                    .and_then(Value::as_str)
-                    .is_some_and(|f| !FORMATS.contains(&f))
-                {
-                    map.remove("format");
-                }
-                if let Some(Value::Array(types)) = map.get("type") {
-                    let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
-                    if kept.len() == 1 {
-                        map.insert("type".into(), kept[0].clone());
-                    }
-                }
-                let one = match map.get("anyOf") {
-                    Some(Value::Array(alts)) => {
-                        let kept: Vec<&Value> = alts
-                            .iter()
-                            .filter(|a| a.get("type") != Some(&Value::from("null")))
-                            .collect();
-                        (kept.len() == 1 && alts.len() == 2).then(|| kept[0].clone())
-                    }
-                    _ => None,
-                };
-                if let Some(Value::Object(only)) = one {
-                    map.remove("anyOf");
-                    for (k, v) in only {
-                        map.entry(k).or_insert(v);
-                    }
-                }
-                map.values_mut().for_each(walk);
-            }
-            Value::Array(items) => items.iter_mut().for_each(walk),
-            _ => {}
-        }
-    }
-    walk(&mut schema);
-    schema
-}
-
-/// `v` without a `null` anywhere: an object member that is `null` is left out (a result's
-/// structured facts say what is, never what is not).
-pub(crate) fn without_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, without_nulls(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
-        other => other,
-    }
-}
-
-/// An object schema with `properties` (name, schema) and `required` names.
-pub(crate) fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
-    let props: serde_json::Map<String, Value> = properties
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect();
-    serde_json::json!({"type": "object", "properties": props, "required": required})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_portable_schema_has_no_unknown_format_and_no_union_with_null() {
-        let s = portable(json!({"properties": {
-            "n": {"type": ["integer", "null"], "format": "uint64", "minimum": 0},
-            "t": {"type": ["number", "null"], "format": "double"},
-            "w": {"type": "string", "format": "date-time"},
-            "e": {"description": "d", "anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]},
-            "u": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
-        }}));
-        assert_eq!(
-            s["properties"]["n"],
-            json!({"type": "integer", "minimum": 0})
-        );
-        assert_eq!(s["properties"]["t"], json!({"type": "number"}));
-        assert_eq!(s["properties"]["w"]["format"], "date-time");
-        assert_eq!(
-            s["properties"]["e"],
-            json!({"description": "d", "$ref": "#/$defs/E"})
-        );
-        assert_eq!(
-            s["properties"]["u"]["anyOf"].as_array().map(Vec::len),
-            Some(2)
-        );
-    }
-
-    #[test]
-    fn structured_facts_leave_out_what_is_not() {
-        let v =
-            without_nulls(json!({"a": null, "b": {"c": null, "d": 1}, "e": [null, {"f": null}]}));
-        assert_eq!(v, json!({"b": {"d": 1}, "e": [null, {}]}));
-    }
-}

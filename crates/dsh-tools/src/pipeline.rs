@@ -11,7 +11,7 @@ use dsh_core::journal::{ErrorRecord, ImageRecord, Record, ToolResultRecord};
 use dsh_core::{CancelToken, ErrorCode, HarnessError};
 use dsh_store::session::Session;
 
-use crate::scope::CallScopes;
+use crate::policy::scope::CallScopes;
 use crate::{CallContext, CallView, PostDecision, PreDecision, ToolCall, ToolResult, World};
 
 fn aborted_before_dispatch() -> HarnessError {

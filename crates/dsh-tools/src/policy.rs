@@ -1,7 +1,12 @@
-//! The sandbox policy of one call, with the one approved escalation a tool may ask for;
-//! shared by `bash`, `write` and `edit`.
+//! The sandbox policy of one call: decided by the [`service`], widened once by an
+//! approved [`escalation`], and the write scope that runs the check after the call
+//! ([`CallContext::policy`](crate::CallContext::policy)).
 
-use crate::escalation::{
+pub mod escalation;
+pub(crate) mod scope;
+pub mod service;
+
+use crate::policy::escalation::{
     approve_escalation, validate_escalation_args, ApprovalQuestion, EscalationRequest, Subject,
 };
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};

@@ -1,5 +1,7 @@
 //! [`World`]: one provider per seam, the shared services, and the tools.
 
+pub mod preset;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -186,8 +188,8 @@ impl World {
         // Each policy is checked, whatever logging the one before did.
         let scopes = policies
             .iter()
-            .filter_map(|p| crate::scope::WriteScope::open(self, session, &call_id, p));
-        let (found, log_error) = crate::scope::close_each(scopes).await;
+            .filter_map(|p| crate::policy::scope::WriteScope::open(self, session, &call_id, p));
+        let (found, log_error) = crate::policy::scope::close_each(scopes).await;
         match log_error {
             Some(e) => Err(e),
             None => ended.map(|()| found.into_iter().map(|(line, _)| line).collect()),

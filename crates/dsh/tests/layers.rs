@@ -102,3 +102,43 @@ fn no_crate_depends_on_a_crate_above_it() {
     );
     assert!(upward.is_empty(), "dependencies pointing up: {upward:#?}");
 }
+
+/// The folders of `dsh-tools` (ARCHITECTURE.md §Layers), lowest first: each may use the
+/// crate root's definitions and the folders before it, never one after it.
+const TOOLS_FOLDERS: &[&str] = &["schema", "policy", "tools", "world"];
+
+/// Every `.rs` file under `dir`, and `dir.rs` beside it.
+fn module_files(src: &Path, folder: &str) -> Vec<std::path::PathBuf> {
+    let mut out = vec![src.join(format!("{folder}.rs"))];
+    let mut stack = vec![src.join(folder)];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read folder").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_tools_folders_point_down() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dsh-tools/src");
+    let mut upward = Vec::new();
+    for (level, folder) in TOOLS_FOLDERS.iter().enumerate() {
+        let files = module_files(&src, folder);
+        assert!(files.len() > 1, "dsh-tools/src/{folder}/ has no modules");
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read module");
+            for above in &TOOLS_FOLDERS[level + 1..] {
+                if text.contains(&format!("crate::{above}")) {
+                    upward.push(format!("{} uses crate::{above}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports pointing up: {upward:#?}");
+}

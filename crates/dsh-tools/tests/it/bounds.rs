@@ -4,7 +4,7 @@
 // Regression: issue 11 (a 2 MB `glob` pattern or `grep` include panicked inside globset).
 
 use dsh_core::CancelToken;
-use dsh_tools::bounds::{
+use dsh_tools::schema::bounds::{
     COMMAND_MAX_BYTES, DESCRIPTION_MAX_BYTES, EDIT_MAX_BYTES, GLOB_MAX_BYTES,
     GREP_PATTERN_MAX_BYTES, JUSTIFICATION_MAX_BYTES, PATH_MAX_BYTES, WRITE_MAX_BYTES,
 };

@@ -73,7 +73,7 @@ impl WriteScope {
 
     async fn report(
         &self,
-        after: crate::policy_service::AfterCommand,
+        after: crate::policy::service::AfterCommand,
     ) -> Result<Option<Found>, HarnessError> {
         if after.appeared.is_empty() {
             return Ok(None);
@@ -299,5 +299,14 @@ impl HeldScopes {
             ));
         }
         lines
+    }
+}
+/// The lines closing the scopes a job holds gives (what the check found, or that it could not be
+/// logged); none the second time.
+pub(crate) async fn close_once(scopes: &Mutex<Option<HeldScopes>>) -> Vec<String> {
+    let held = scopes.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match held {
+        Some(held) => held.close().await,
+        None => Vec::new(),
     }
 }

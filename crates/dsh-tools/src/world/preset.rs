@@ -24,13 +24,13 @@ use dsh_shell::shell_env::ShellEnv;
 use dsh_shell::ShellConfig;
 use dsh_store::session::SessionLog;
 
-use crate::bash::BashTool;
-use crate::bash_persistent::PersistentBashTool;
-use crate::files::{EditTool, ReadTool, WriteTool};
-use crate::image::ReadImageTool;
-use crate::jobs::{JobKillTool, JobListTool, JobOutputTool};
-use crate::search::{GlobTool, GrepTool};
-use crate::terminal::{
+use crate::tools::bash::persistent::PersistentBashTool;
+use crate::tools::bash::BashTool;
+use crate::tools::files::{EditTool, ReadTool, WriteTool};
+use crate::tools::image::ReadImageTool;
+use crate::tools::jobs::{JobKillTool, JobListTool, JobOutputTool};
+use crate::tools::search::{GlobTool, GrepTool};
+use crate::tools::terminal::{
     TerminalCloseTool, TerminalListTool, TerminalOpenTool, TerminalReadTool, TerminalSendTool,
     TerminalSignalTool,
 };

@@ -14,8 +14,8 @@ use super::{
     check_path, envelope, file_action_of, fs_of, observation, remediate, schema_of,
     target_and_policy,
 };
-use crate::bounds::{self, Bound, Bounded};
 use crate::policy::Escalation;
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{parse_args, CallContext, Tool, ToolOutput, World};
 
 /// The `write` tool. See the [file tools](super).

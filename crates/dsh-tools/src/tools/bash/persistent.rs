@@ -24,8 +24,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bounds::{self, Bound, Bounded};
-use crate::escalation::Subject;
+use crate::policy::escalation::Subject;
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, CallContext, Tool, ToolOutput, World};
 
 /// The most characters of a command's output a result shows (its end).

@@ -9,34 +9,31 @@
 //! Results are bounded to [`MAX_RESULT_BYTES`]: a send or read keeps the tail of its
 //! output and its status lines, and says `[output truncated]`.
 
+mod render;
+mod send_job;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_terminal::{
-    CloseOutcome, OpenRequest, ReadPage, SendRequest, SendResult, Snapshot, TerminalSignal,
-    Terminals,
+    CloseOutcome, OpenRequest, ReadPage, SendRequest, Snapshot, TerminalSignal, Terminals,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bounds::{self, Bound, Bounded};
-use crate::escalation::Subject;
+use crate::policy::escalation::Subject;
+use crate::schema::bounds::{self, Bound, Bounded};
+use crate::tools::output::bounded;
+pub use crate::tools::output::MAX_RESULT_BYTES;
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolHints, ToolOutput, World};
-
-/// The most bytes of one terminal or job tool result: 32 KiB, so a result, escaped as JSON
-/// in its structured form, stays within what agent clients pass to the model inline (see
-/// [`crate::files::READ_MAX_BYTES`]).
-pub const MAX_RESULT_BYTES: usize = 32 << 10;
+use render::render_send;
 
 /// The most bytes one `terminal_send` may type: 64 KiB, more than a person pastes;
 /// write a file with `write` and run it instead.
 pub const TEXT_MAX_BYTES: usize = 64 << 10;
-
-/// The marker a bounded result ends with.
-const TRUNCATED: &str = "\n[output truncated]";
 
 const SESSION_ID_BOUND: Bound = Bound {
     arg: "sessionId",
@@ -64,30 +61,6 @@ fn session_id(id: &str) -> Result<&str, HarnessError> {
         ));
     }
     Ok(id)
-}
-
-/// The last `n` bytes of `s` at most, starting at a character boundary.
-pub(crate) fn tail_of(s: &str, n: usize) -> &str {
-    let mut from = s.len().saturating_sub(n);
-    while !s.is_char_boundary(from) {
-        from += 1;
-    }
-    &s[from..]
-}
-
-/// `text` bounded to `cap` bytes: the tail of `body`, then `suffix` whole (and the
-/// truncation marker when anything was cut or `truncated` says output was dropped
-/// upstream). If `suffix` and the marker alone exceed the cap, their tail.
-pub(crate) fn bounded(body: &str, suffix: &str, truncated: bool, cap: usize) -> String {
-    let marker = if truncated { TRUNCATED } else { "" };
-    if body.len() + suffix.len() + marker.len() <= cap {
-        return format!("{body}{suffix}{marker}");
-    }
-    let fixed = suffix.len() + TRUNCATED.len();
-    if fixed >= cap {
-        return tail_of(&format!("{suffix}{TRUNCATED}"), cap).to_owned();
-    }
-    format!("{}{suffix}{TRUNCATED}", tail_of(body, cap - fixed))
 }
 
 /// `running` / `exited …` as the status line shows it.
@@ -295,45 +268,6 @@ impl Bounded for SendArgs {
     ];
 }
 
-fn render_send(r: &SendResult) -> String {
-    let suffix = format!("\n[wait: {}]\n[session: {}]", r.wait.as_str(), r.status);
-    bounded(viewport_or_none(r), &suffix, r.truncated, MAX_RESULT_BYTES)
-}
-
-fn viewport_or_none(r: &SendResult) -> &str {
-    if r.viewport.is_empty() {
-        "(no new output)"
-    } else {
-        r.viewport.as_str()
-    }
-}
-
-/// A send's output as a background send's job shows it: the viewport (or `(no new
-/// output)`), with `[output truncated]` when output was dropped, bounded to
-/// [`MAX_RESULT_BYTES`] less room for the status line.
-pub(crate) fn render_viewport(r: &SendResult) -> String {
-    bounded(
-        viewport_or_none(r),
-        "",
-        r.truncated,
-        MAX_RESULT_BYTES - 1024,
-    )
-}
-
-/// What one read of a running background send shows (the spec's `renderSendRead`): the
-/// lines since the last read, then `[output truncated]` (on its own line) when some were
-/// dropped; empty when nothing came.
-pub(crate) fn render_send_read(delta: &dsh_terminal::SendDelta) -> String {
-    let mut text = delta.text.clone();
-    if delta.dropped {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str("[output truncated]");
-    }
-    text
-}
-
 /// Starts `request` as a `pty-send-<n>` job of the call's session and acknowledges it;
 /// the session's checks (`SEND_ACTIVE`, …) come before the job exists.
 fn send_in_background(
@@ -372,7 +306,7 @@ fn send_in_background(
     let cancel = dsh_core::CancelToken::new();
     let job = jobs.start(start, || {
         let send = t.start_send(&owner, id, request, cancel.clone())?;
-        let job = crate::background::PtySendJob::new(send, cancel, scopes.take());
+        let job = send_job::PtySendJob::new(send, cancel, scopes.take());
         Ok(std::sync::Arc::new(job) as std::sync::Arc<dyn dsh_jobs::Job>)
     })?;
     Ok(ToolOutput {
@@ -788,39 +722,5 @@ impl Tool for TerminalListTool {
             meta: Some(json!({"sessions": list.iter().map(snapshot_json).collect::<Vec<_>>()})),
             image: None,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bounded_result_keeps_the_tail_and_the_status_lines() {
-        assert_eq!(bounded("abc", "\n[x]", false, 100), "abc\n[x]");
-        assert_eq!(
-            bounded("abc", "\n[x]", true, 100),
-            "abc\n[x]\n[output truncated]"
-        );
-        let cut = bounded(&"é".repeat(100), "\n[x]", false, 30);
-        assert!(cut.len() <= 30, "{cut}");
-        assert!(cut.ends_with("\n[x]\n[output truncated]"), "{cut}");
-        assert!(cut.starts_with('é'), "{cut}");
-        let tiny = bounded("abc", "\n[wait: timeout]", false, 10);
-        assert_eq!(tiny, "truncated]");
-    }
-
-    #[test]
-    fn a_send_read_marks_dropped_output_on_its_own_line() {
-        let read = |text: &str, dropped| {
-            render_send_read(&dsh_terminal::SendDelta {
-                text: text.into(),
-                dropped,
-            })
-        };
-        assert_eq!(read("a\n", false), "a\n");
-        assert_eq!(read("", false), "");
-        assert_eq!(read("a\n", true), "a\n[output truncated]");
-        assert_eq!(read("", true), "[output truncated]");
     }
 }

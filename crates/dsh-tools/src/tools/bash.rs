@@ -9,10 +9,13 @@
 //! escalation hint. A non-zero exit is an ordinary result; a command that could not start
 //! (`SANDBOX_UNAVAILABLE`, a bad workdir) is an error result.
 
+mod job;
+pub mod persistent;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::escalation::{denial_lines, validate_escalation_args, Subject};
+use crate::policy::escalation::{denial_lines, validate_escalation_args, Subject};
 use async_trait::async_trait;
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
@@ -24,11 +27,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::background::BashJob;
-use crate::bounds::{self, Bound, Bounded};
 use crate::policy::Escalation;
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{CallContext, Tool, ToolOutput, World};
 use dsh_jobs::JobStart;
+use job::BashJob;
 
 /// The `bash` tool. See the [module docs](self).
 #[derive(Debug, Default)]
@@ -284,7 +287,7 @@ impl Tool for BashTool {
         let read_lines = if result.exit_code == Some(0) {
             Vec::new()
         } else {
-            crate::escalation::read_denial_lines(&policy, &result.stderr.text)
+            crate::policy::escalation::read_denial_lines(&policy, &result.stderr.text)
         };
         let other_denials = result
             .stderr

@@ -12,7 +12,7 @@ use super::{
     base_dir, check_path, envelope, fs_of, schema_of, IMAGE_EXTENSIONS, READ_LIMIT, READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
 };
-use crate::bounds::{self, Bound, Bounded};
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolOutput, World};
 
 /// The `read` tool. See the [file tools](super).

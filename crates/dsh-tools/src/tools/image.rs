@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bounds::{self, Bound, Bounded};
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{CallContext, Image, Tool, ToolOutput, World};
 
 /// The largest image `read_image` returns.

@@ -18,9 +18,9 @@ use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
 use serde_json::Value;
 
-use crate::bounds::Bounded;
-use crate::escalation::{denial_lines, Subject};
+use crate::policy::escalation::{denial_lines, Subject};
 use crate::policy::Escalation;
+use crate::schema::bounds::Bounded;
 use crate::{invalid_args, CallContext, World};
 
 mod diff;
@@ -41,7 +41,7 @@ pub const READ_MAX_LINE_CHARS: usize = 2000;
 /// 50 000 characters, Codex CLI 48 000 bytes, Gemini CLI 40 000 characters; the
 /// reference's 51 200 would not).
 pub const READ_MAX_BYTES: usize = 32 << 10;
-pub use crate::bounds::WRITE_MAX_BYTES;
+pub use crate::schema::bounds::WRITE_MAX_BYTES;
 
 const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "gif", "webp"];
 

@@ -13,8 +13,8 @@ use super::diff::line_diff;
 use super::{
     check_path, file_action_of, fs_of, observation, remediate, schema_of, target_and_policy,
 };
-use crate::bounds::{self, Bound, Bounded};
 use crate::policy::Escalation;
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolOutput, World};
 
 /// The `edit` tool. See the [file tools](super).

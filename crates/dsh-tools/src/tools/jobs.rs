@@ -8,7 +8,7 @@
 //! - `job_kill`: `requested cancellation of job <id>`, or
 //!   `job <id> had already finished [status: …]`.
 //!
-//! Results are bounded to [`crate::terminal::MAX_RESULT_BYTES`]: output
+//! Results are bounded to [`crate::tools::output::MAX_RESULT_BYTES`]: output
 //! keeps its tail, then `[output truncated]` on its own line, then the status line.
 
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bounds::{Bound, Bounded};
-use crate::terminal::{bounded, tail_of, MAX_RESULT_BYTES};
+use crate::schema::bounds::{Bound, Bounded};
+use crate::tools::output::{bounded, tail_of, MAX_RESULT_BYTES};
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolHints, ToolOutput, World};
 
 /// How long `job_output` with `wait` waits when `timeout_ms` is not given: 30 s.

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bounds::{self, Bound, Bounded};
+use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{CallContext, Tool, ToolOutput, World};
 
 /// Paths `glob` shows.
@@ -35,7 +35,7 @@ async fn roots(
     ctx: &CallContext<'_>,
     path: Option<&str>,
 ) -> Result<(PathBuf, FsTarget), HarnessError> {
-    let fs = crate::files::fs_of(ctx.world)?;
+    let fs = crate::tools::files::fs_of(ctx.world)?;
     let cwd = ctx
         .session
         .map(|s| s.header().cwd.clone())
@@ -167,7 +167,7 @@ impl Tool for GlobTool {
             pattern: a.pattern,
             limit: GLOB_MAX_RESULTS,
         };
-        let found = crate::files::fs_of(ctx.world)?
+        let found = crate::tools::files::fs_of(ctx.world)?
             .glob(&root, &query, ctx.cancel)
             .await?;
         Ok(glob_output(&cwd, &root, found))
@@ -331,7 +331,7 @@ impl Tool for GrepTool {
             limit: GREP_MAX_MATCHES,
             max_line_bytes: GREP_MAX_LINE_BYTES,
         };
-        let found = crate::files::fs_of(ctx.world)?
+        let found = crate::tools::files::fs_of(ctx.world)?
             .grep(&root, &query, ctx.cancel)
             .await?;
         Ok(grep_output(&cwd, found))
