@@ -53,7 +53,7 @@ pub(crate) async fn dsh_capture(sh: &LocalBash, bytes: u64) -> (Duration, u64) {
     let start = Instant::now();
     let mut req = ShellRequest::unconfined(print_cmd(bytes));
     req.timeout_ms = Some(600_000.0);
-    let spec = sh.resolve(req).expect("resolve");
+    let spec = sh.spec_for(req).expect("spec");
     let r = sh.run(spec).await.expect("run");
     let took = start.elapsed();
     assert_eq!(r.stdout.total_bytes, bytes, "capture lost bytes");

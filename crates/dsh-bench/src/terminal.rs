@@ -13,7 +13,7 @@ const SILENCE: Duration = Duration::from_millis(3000);
 
 pub(crate) async fn terminal_figures(runs: usize) -> Vec<Figure> {
     // Room for the 100 idle sessions (the default allows 64 per connection).
-    let more = |c: &mut dsh_tools::WorldConfig| c.terminal.max_sessions = 128;
+    let more = |c: &mut dsh_tools::WorldConfig| c.terminal.max_terminals = 128;
     let Some((_dir, _ws, world, session, _shell)) =
         bench_world_with(SandboxMode::ReadOnly, more).await
     else {

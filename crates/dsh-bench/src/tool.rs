@@ -17,7 +17,7 @@ pub(crate) async fn tool_pipeline(runs: usize) -> Vec<Figure> {
         req.workdir = Some(ws.clone());
         let start = Instant::now();
         let r = shell
-            .run(shell.resolve(req).expect("resolve"))
+            .run(shell.spec_for(req).expect("spec"))
             .await
             .expect("run");
         assert_eq!(r.exit_code, Some(0));

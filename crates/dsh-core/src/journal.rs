@@ -42,10 +42,11 @@ pub enum EventKind {
     /// later event is summarised (ids, outcome and sizes; long text as its length and
     /// digest). Written once, before the first summarised event.
     LogCapped,
-    /// `sandbox/new-git-dir {callId?, paths}`: a confined command made git dirs, pointer
-    /// files, hooks folders or other paths the host's tools run or read by themselves,
-    /// which it could write while it ran; every later command gets them protected.
-    SandboxNewGitDir,
+    /// `sandbox/checked {callId?, paths, quarantined}`: the check after a call found git
+    /// dirs, pointer files, hooks folders, tool settings or other paths the host's tools
+    /// run or read by themselves, which the call's command made; every later command gets
+    /// them protected. Parsed from its old name, `sandbox/new-git-dir`, too.
+    SandboxChecked,
     /// `job/notice {jobId, text}`: a background job ended unseen and its owner was told,
     /// with this text.
     JobNotice,
@@ -67,7 +68,7 @@ impl EventKind {
         EventKind::ApprovalAsked,
         EventKind::ApprovalDecided,
         EventKind::LogCapped,
-        EventKind::SandboxNewGitDir,
+        EventKind::SandboxChecked,
         EventKind::JobNotice,
         EventKind::SandboxUnsettled,
     ];
@@ -84,14 +85,17 @@ impl EventKind {
             EventKind::ApprovalAsked => "approval/asked",
             EventKind::ApprovalDecided => "approval/decided",
             EventKind::LogCapped => "log/capped",
-            EventKind::SandboxNewGitDir => "sandbox/new-git-dir",
+            EventKind::SandboxChecked => "sandbox/checked",
             EventKind::JobNotice => "job/notice",
             EventKind::SandboxUnsettled => "sandbox/unsettled",
         }
     }
 
-    /// The kind named `s`.
+    /// The kind named `s` (its name now, or a name it had before).
     pub fn parse(s: &str) -> Option<EventKind> {
+        if s == "sandbox/new-git-dir" {
+            return Some(EventKind::SandboxChecked);
+        }
         EventKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }

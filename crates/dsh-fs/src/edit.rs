@@ -26,66 +26,14 @@ pub(crate) fn edit(
     req: &EditRequest,
     expected: Option<&FsVersion>,
 ) -> Result<EditOutcome, HarnessError> {
-    let d = display.display();
-    let stale = || {
-        fs_error(
-            ErrorCode::FsStaleVersion,
-            format!("cannot edit \"{d}\": file changed since it was read"),
-        )
-    };
-    let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
-    if !is_file(&st) {
-        return Err(fs_error(
-            ErrorCode::FsNotRegularFile,
-            format!("cannot edit \"{d}\": not a regular file"),
-        ));
-    }
-    if expected.is_some_and(|v| *v != version_of(&st)) {
-        return Err(stale());
-    }
-    if st.st_size as u64 > EDIT_MAX_BYTES {
-        return Err(fs_error(
-            ErrorCode::FsTooLarge,
-            format!(
-                "cannot edit \"{d}\": {} bytes exceeds the {EDIT_MAX_BYTES}-byte limit",
-                st.st_size
-            ),
-        ));
-    }
-    // The file checked, held to the rename: every read is of it, and it must still be
-    // unchanged and at `name` then.
-    let src = Pinned::open(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NONBLOCK,
-        &version_of(&st),
-    )
-    .ok_or_else(stale)?;
+    let stale = || changed_since_read(display);
+    let (st, src) = open_checked(dir, name, display, expected)?;
     if !req.old.is_empty() {
         if let Some(out) = edit_streamed(dir, name, display, req, &src)? {
             return Ok(out);
         }
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0).saturating_add(1));
-    (&src.file)
-        .take(EDIT_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| crate::os_error("edit", display, e))?;
-    if bytes.len() as u64 > EDIT_MAX_BYTES || !src.unchanged() {
-        return Err(stale());
-    }
-    if memchr::memchr(0, &bytes).is_some() {
-        return Err(fs_error(
-            ErrorCode::FsNotText,
-            format!("cannot edit \"{d}\": binary file"),
-        ));
-    }
-    let raw = String::from_utf8(bytes).map_err(|_| {
-        fs_error(
-            ErrorCode::FsNotText,
-            format!("cannot edit \"{d}\": invalid UTF-8 text"),
-        )
-    })?;
+    let raw = read_whole(&src, &st, display)?;
     let (bom, body) = match raw.strip_prefix('\u{feff}') {
         Some(rest) => ("\u{feff}", rest),
         None => ("", raw.as_str()),
@@ -106,30 +54,7 @@ pub(crate) fn edit(
             "old_string must be a non-empty string".into(),
         ));
     }
-    // Counted without being collected: an edit of "a" in a large file must not hold a
-    // position per occurrence.
-    let (mut count, mut first, mut last) = (0usize, 0usize, 0usize);
-    for at in memchr::memmem::find_iter(before.as_bytes(), old.as_bytes()) {
-        if count == 0 {
-            first = at;
-        }
-        last = at;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(fs_error(
-            ErrorCode::FsEditNotFound,
-            format!("old_string was not found in \"{d}\""),
-        ));
-    }
-    if count > 1 && !req.replace_all {
-        return Err(fs_error(
-            ErrorCode::FsAmbiguousEdit,
-            format!(
-                "old_string matched {count} times in \"{d}\"; provide a more specific old_string or set replace_all to true"
-            ),
-        ));
-    }
+    let (count, first, last) = occurrences(&before, &old, req.replace_all, display)?;
     // The lines the replacements touch, before and after. No occurrence starts between
     // `w_start` and `first`, or after `last`, so replacing within the window gives the
     // same text as replacing in the whole.
@@ -174,6 +99,128 @@ pub(crate) fn edit(
     })
 }
 
+/// `FS_STALE_VERSION`: the file at `display` changed since it was read.
+fn changed_since_read(display: &Path) -> HarnessError {
+    fs_error(
+        ErrorCode::FsStaleVersion,
+        format!(
+            "cannot edit \"{}\": file changed since it was read",
+            display.display()
+        ),
+    )
+}
+
+/// The file `name` in `dir` as an edit finds it: its status, and the file pinned (held
+/// open, checked unchanged and at `name` again before the rename).
+///
+/// # Errors
+/// `FS_STALE_VERSION` (gone, or not `expected`), `FS_NOT_REGULAR_FILE`, `FS_TOO_LARGE`.
+fn open_checked(
+    dir: &OwnedFd,
+    name: &OsStr,
+    display: &Path,
+    expected: Option<&FsVersion>,
+) -> Result<(rustix::fs::Stat, Pinned), HarnessError> {
+    let d = display.display();
+    let stale = || changed_since_read(display);
+    let st = probe(dir, name, display, "edit")?.ok_or_else(stale)?;
+    if !is_file(&st) {
+        return Err(fs_error(
+            ErrorCode::FsNotRegularFile,
+            format!("cannot edit \"{d}\": not a regular file"),
+        ));
+    }
+    if expected.is_some_and(|v| *v != version_of(&st)) {
+        return Err(stale());
+    }
+    if st.st_size as u64 > EDIT_MAX_BYTES {
+        return Err(fs_error(
+            ErrorCode::FsTooLarge,
+            format!(
+                "cannot edit \"{d}\": {} bytes exceeds the {EDIT_MAX_BYTES}-byte limit",
+                st.st_size
+            ),
+        ));
+    }
+    // The file checked, held to the rename: every read is of it, and it must still be
+    // unchanged and at `name` then.
+    let src = Pinned::open(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK,
+        &version_of(&st),
+    )
+    .ok_or_else(stale)?;
+    Ok((st, src))
+}
+
+/// The whole text of the pinned file `src` (status `st`), read while it stays unchanged.
+///
+/// # Errors
+/// `FS_STALE_VERSION` (it changed, or grew past the limit), `FS_NOT_TEXT`.
+fn read_whole(src: &Pinned, st: &rustix::fs::Stat, display: &Path) -> Result<String, HarnessError> {
+    let d = display.display();
+    let stale = || changed_since_read(display);
+    let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0).saturating_add(1));
+    (&src.file)
+        .take(EDIT_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| crate::os_error("edit", display, e))?;
+    if bytes.len() as u64 > EDIT_MAX_BYTES || !src.unchanged() {
+        return Err(stale());
+    }
+    if memchr::memchr(0, &bytes).is_some() {
+        return Err(fs_error(
+            ErrorCode::FsNotText,
+            format!("cannot edit \"{d}\": binary file"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        fs_error(
+            ErrorCode::FsNotText,
+            format!("cannot edit \"{d}\": invalid UTF-8 text"),
+        )
+    })
+}
+
+/// How many times `old` occurs in `before`, and where the first and the last start.
+///
+/// # Errors
+/// `FS_EDIT_NOT_FOUND` (none), `FS_AMBIGUOUS_EDIT` (several, without `replace_all`).
+fn occurrences(
+    before: &str,
+    old: &str,
+    replace_all: bool,
+    display: &Path,
+) -> Result<(usize, usize, usize), HarnessError> {
+    let d = display.display();
+    // Counted without being collected: an edit of "a" in a large file must not hold a
+    // position per occurrence.
+    let (mut count, mut first, mut last) = (0usize, 0usize, 0usize);
+    for at in memchr::memmem::find_iter(before.as_bytes(), old.as_bytes()) {
+        if count == 0 {
+            first = at;
+        }
+        last = at;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(fs_error(
+            ErrorCode::FsEditNotFound,
+            format!("old_string was not found in \"{d}\""),
+        ));
+    }
+    if count > 1 && !replace_all {
+        return Err(fs_error(
+            ErrorCode::FsAmbiguousEdit,
+            format!(
+                "old_string matched {count} times in \"{d}\"; provide a more specific old_string or set replace_all to true"
+            ),
+        ));
+    }
+    Ok((count, first, last))
+}
+
 /// The edit of an LF text file, streamed (see [`stream_edit`]); `None` when the file needs
 /// the whole-file edit. Errors and bytes written are those of the whole-file edit.
 fn edit_streamed(
@@ -184,12 +231,7 @@ fn edit_streamed(
     pinned: &Pinned,
 ) -> Result<Option<EditOutcome>, HarnessError> {
     let d = display.display();
-    let stale = || {
-        fs_error(
-            ErrorCode::FsStaleVersion,
-            format!("cannot edit \"{d}\": file changed since it was read"),
-        )
-    };
+    let stale = || changed_since_read(display);
     let failed = |e: std::io::Error| crate::os_error("edit", display, e);
     let (src, opened) = (&pinned.file, &pinned.st);
     let size = opened.st_size as u64;

@@ -1,8 +1,8 @@
 //! Files as the tools see them: stable identities, bounded reads, atomic writes and edits
 //! guarded by versions, and a sandbox fence the kernel checks.
 //!
-//! [`FileSystem`] is the seam. A path is first [`resolve`](FileSystem::resolve)d to an
-//! [`FsTarget`]: the path as the caller spelled it (made absolute, `..` folded) for
+//! [`FileSystem`] is the seam. A path is first made a target
+//! ([`target_of`](FileSystem::target_of)), an [`FsTarget`]: the path as the caller spelled it (made absolute, `..` folded) for
 //! messages, and a stable key (the canonical path; for a missing file, the canonical
 //! nearest ancestor plus the missing rest) so that aliases of one file share one key.
 //! Every read takes a byte limit (`FS_TOO_LARGE` past it; never an unbounded buffer).
@@ -237,7 +237,7 @@ pub trait FileSystem: Send + Sync {
     /// # Errors
     /// `FS_NOT_FOUND` for an empty path, a path with a NUL byte, a path longer than
     /// `PATH_MAX`, or a path through a regular file.
-    async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError>;
+    async fn target_of(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError>;
 
     /// Metadata, following links; `None` when nothing is there.
     ///
@@ -249,7 +249,7 @@ pub trait FileSystem: Send + Sync {
     /// is there.
     ///
     /// # Errors
-    /// As [`resolve`](Self::resolve) and [`stat`](Self::stat).
+    /// As [`target_of`](Self::target_of) and [`stat`](Self::stat).
     async fn lstat(&self, path: &str, cwd: Option<&Path>) -> Result<Option<FsInfo>, HarnessError>;
 
     /// The whole file as bytes, at most `max_bytes` (inclusive).

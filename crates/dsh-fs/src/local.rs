@@ -317,7 +317,7 @@ fn refuse_confined(
 
 #[async_trait]
 impl FileSystem for LocalFs {
-    async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
+    async fn target_of(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
         check_path(path)?;
         let display = lexical(cwd.unwrap_or(&self.cwd), Path::new(path));
         let d = display.clone();

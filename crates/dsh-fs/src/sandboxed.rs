@@ -441,8 +441,8 @@ fn refused(
 
 #[async_trait]
 impl FileSystem for SandboxedFs {
-    async fn resolve(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
-        self.local.resolve(path, cwd).await
+    async fn target_of(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError> {
+        self.local.target_of(path, cwd).await
     }
 
     async fn stat(&self, target: &FsTarget) -> Result<Option<FsInfo>, HarnessError> {

@@ -29,7 +29,7 @@ async fn a_hundred_lines_of_two_gib_stay_small() {
         }
     }
     let fs = LocalFs::new(dir.path());
-    let t = fs.resolve("big.txt", None).await.expect("resolve");
+    let t = fs.target_of("big.txt", None).await.expect("resolve");
     let w = fs
         .read_lines(
             &t,

@@ -52,18 +52,21 @@ fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
 async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
     let cancel = CancelToken::new();
     // resolve: relative against the given directory; nothing for an empty path.
-    let a = fs.resolve("a.txt", Some(ws)).await.expect("resolve");
+    let a = fs.target_of("a.txt", Some(ws)).await.expect("resolve");
     assert_eq!(a.key(), ws.join("a.txt"));
-    assert_eq!(code(fs.resolve("", Some(ws)).await), ErrorCode::FsNotFound);
     assert_eq!(
-        code(fs.resolve("a.txt/x", Some(ws)).await),
+        code(fs.target_of("", Some(ws)).await),
+        ErrorCode::FsNotFound
+    );
+    assert_eq!(
+        code(fs.target_of("a.txt/x", Some(ws)).await),
         ErrorCode::FsNotFound
     );
 
     // stat and lstat.
     let info = fs.stat(&a).await.expect("stat").expect("there");
     assert_eq!((info.kind, info.size), (FsKind::File, Some(22)));
-    let missing = fs.resolve("nope.txt", Some(ws)).await.expect("resolve");
+    let missing = fs.target_of("nope.txt", Some(ws)).await.expect("resolve");
     assert!(fs.stat(&missing).await.expect("stat").is_none());
     let link = fs
         .lstat("link.txt", Some(ws))
@@ -81,12 +84,12 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         code(fs.read_text(&missing, 1 << 20).await),
         ErrorCode::FsNotFound
     );
-    let src = fs.resolve("src", Some(ws)).await.expect("resolve");
+    let src = fs.target_of("src", Some(ws)).await.expect("resolve");
     assert_eq!(
         code(fs.read_text(&src, 1 << 20).await),
         ErrorCode::FsNotRegularFile
     );
-    let blob = fs.resolve("blob.bin", Some(ws)).await.expect("resolve");
+    let blob = fs.target_of("blob.bin", Some(ws)).await.expect("resolve");
     assert_eq!(
         code(fs.read_text(&blob, 1 << 20).await),
         ErrorCode::FsNotText
@@ -115,7 +118,7 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
     assert_eq!(code(fs.list_dir(&a).await), ErrorCode::FsNotDirectory);
 
     // Writes and edits, guarded by versions.
-    let new = fs.resolve("new.txt", Some(ws)).await.expect("resolve");
+    let new = fs.target_of("new.txt", Some(ws)).await.expect("resolve");
     let w = fs
         .write_text(
             &new,
@@ -183,7 +186,7 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
 
     // glob: ignore files honoured, hidden files listed, VCS directories never entered,
     // oldest first, the total beside the first `limit`.
-    let root = fs.resolve(".", Some(ws)).await.expect("root");
+    let root = fs.target_of(".", Some(ws)).await.expect("root");
     let q = |pattern: &str, limit: usize| GlobQuery {
         pattern: pattern.into(),
         limit,
@@ -296,7 +299,7 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
     let (_dir, ws) = workspace();
     std::fs::write(ws.join("secret.pem"), "alpha key\n").expect("secret");
     let fenced = SandboxedFs::new(LocalFs::new(&ws)).with_deny_read([ws.join("*.pem")]);
-    let root = fenced.resolve(".", Some(&ws)).await.expect("root");
+    let root = fenced.target_of(".", Some(&ws)).await.expect("root");
     let q = GrepQuery {
         pattern: "alpha key".into(),
         include: None,
@@ -321,21 +324,24 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .expect("grep");
     let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
     assert!(!paths.contains(&ws.join("dots/gnupg/key")), "{paths:?}");
-    let gnupg = gpg.resolve(".gnupg", Some(&ws)).await.expect("resolve");
+    let gnupg = gpg.target_of(".gnupg", Some(&ws)).await.expect("resolve");
     let e = gpg
         .grep(&gnupg, &q, &CancelToken::new())
         .await
         .expect_err("a denied root");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
     let key = gpg
-        .resolve("dots/gnupg/key", Some(&ws))
+        .target_of("dots/gnupg/key", Some(&ws))
         .await
         .expect("resolve");
     let e = gpg.read_text(&key, 1 << 20).await.expect_err("its target");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
     // And a hard link elsewhere to a file inside a denied directory.
     std::fs::hard_link(ws.join("dots/gnupg/key"), ws.join("notes.txt")).expect("hard link");
-    let other = gpg.resolve("notes.txt", Some(&ws)).await.expect("resolve");
+    let other = gpg
+        .target_of("notes.txt", Some(&ws))
+        .await
+        .expect("resolve");
     let e = gpg
         .read_text(&other, 1 << 20)
         .await

@@ -37,8 +37,8 @@ async fn resolution_gives_aliases_one_key_and_refuses_bad_paths() {
     let (_d, root, fs) = setup();
     std::fs::write(root.join("real.txt"), "x").expect("write");
     std::os::unix::fs::symlink(root.join("real.txt"), root.join("alias.txt")).expect("link");
-    let a = fs.resolve("real.txt", None).await.expect("real");
-    let b = fs.resolve("alias.txt", None).await.expect("alias");
+    let a = fs.target_of("real.txt", None).await.expect("real");
+    let b = fs.target_of("alias.txt", None).await.expect("alias");
     assert_eq!(a.key(), b.key());
     assert_eq!(b.display(), root.join("alias.txt"));
     assert_eq!(
@@ -55,7 +55,7 @@ async fn resolution_gives_aliases_one_key_and_refuses_bad_paths() {
     );
 
     let missing = fs
-        .resolve("new/dir/../file.txt", None)
+        .target_of("new/dir/../file.txt", None)
         .await
         .expect("missing");
     assert_eq!(missing.key(), root.join("new/file.txt"));
@@ -63,17 +63,17 @@ async fn resolution_gives_aliases_one_key_and_refuses_bad_paths() {
 
     for bad in ["", "   ", "a\0b"] {
         assert_eq!(
-            code(fs.resolve(bad, None).await),
+            code(fs.target_of(bad, None).await),
             ErrorCode::FsNotFound,
             "{bad:?}"
         );
     }
     assert_eq!(
-        code(fs.resolve(&"a/".repeat(3000), None).await),
+        code(fs.target_of(&"a/".repeat(3000), None).await),
         ErrorCode::FsNotFound
     );
     assert_eq!(
-        code(fs.resolve("real.txt/inside", None).await),
+        code(fs.target_of("real.txt/inside", None).await),
         ErrorCode::FsNotFound
     );
 }
@@ -84,7 +84,7 @@ async fn reads_are_bounded_and_refuse_what_is_not_text() {
     let t = |n: &str| {
         let fs = &fs;
         let n = n.to_owned();
-        async move { fs.resolve(&n, None).await.expect("resolve") }
+        async move { fs.target_of(&n, None).await.expect("resolve") }
     };
     std::fs::write(root.join("h"), "hello").expect("write");
     assert_eq!(
@@ -134,7 +134,7 @@ async fn reads_are_bounded_and_refuse_what_is_not_text() {
     )
     .await;
     assert_eq!(code(r.expect("did not block")), ErrorCode::FsNotRegularFile);
-    let mem = fs.resolve("/proc/self/mem", None).await.expect("resolve");
+    let mem = fs.target_of("/proc/self/mem", None).await.expect("resolve");
     let c = code(fs.read_text(&mem, 4096).await);
     assert!(c.as_str().starts_with("FS_"), "{c:?}");
 }
@@ -144,7 +144,7 @@ async fn a_same_size_rewrite_changes_the_version() {
     let (_d, root, fs) = setup();
     let p = root.join("v");
     std::fs::write(&p, "aaaa").expect("write");
-    let t = fs.resolve("v", None).await.expect("resolve");
+    let t = fs.target_of("v", None).await.expect("resolve");
     let v1 = fs.stat(&t).await.expect("stat").expect("some").version;
     let mtime = std::fs::metadata(&p)
         .expect("meta")
@@ -168,7 +168,7 @@ async fn listings_are_sorted_and_broken_links_have_no_version() {
     std::fs::write(root.join("alpha.md"), "a").expect("w");
     std::fs::create_dir(root.join("dir-skill")).expect("d");
     std::os::unix::fs::symlink(root.join("gone"), root.join("broken-link")).expect("l");
-    let t = fs.resolve(".", None).await.expect("root");
+    let t = fs.target_of(".", None).await.expect("root");
     let entries = fs.list_dir(&t).await.expect("list");
     let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["alpha.md", "broken-link", "dir-skill", "zeta.md"]);
@@ -181,7 +181,7 @@ async fn listings_are_sorted_and_broken_links_have_no_version() {
         (FsKind::Directory, None)
     );
     assert_eq!(entries[0].size, Some(1));
-    let file = fs.resolve("zeta.md", None).await.expect("file");
+    let file = fs.target_of("zeta.md", None).await.expect("file");
     assert_eq!(code(fs.list_dir(&file).await), ErrorCode::FsNotDirectory);
 }
 
@@ -207,7 +207,7 @@ fn no_staging(dir: &Path) {
 #[tokio::test]
 async fn writes_are_atomic_guarded_and_keep_modes() {
     let (_d, root, fs) = setup();
-    let t = fs.resolve("sub/new.txt", None).await.expect("resolve");
+    let t = fs.target_of("sub/new.txt", None).await.expect("resolve");
     let out = fs
         .write_text(&t, "one\r\n", Some(WriteIntent::CreateIfAbsent), &full())
         .await
@@ -282,7 +282,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
         .await;
     assert_eq!(code(gone), ErrorCode::FsStaleVersion);
     assert!(!root.join("sub/new.txt").exists(), "never recreated");
-    let d = fs.resolve("sub", None).await.expect("dir");
+    let d = fs.target_of("sub", None).await.expect("dir");
     assert_eq!(
         code(fs.write_text(&d, "x", None, &full()).await),
         ErrorCode::FsNotRegularFile
@@ -295,7 +295,7 @@ async fn writes_are_atomic_guarded_and_keep_modes() {
 async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     let (_d, root, fs) = setup();
     std::fs::write(root.join("e"), "a\r\nold\r\nb\r\n").expect("write");
-    let t = fs.resolve("e", None).await.expect("resolve");
+    let t = fs.target_of("e", None).await.expect("resolve");
     let v = fs.stat(&t).await.expect("stat").expect("some").version;
     let wrong = dsh_fs::FsVersion::from_token("nope");
     assert_eq!(
@@ -330,7 +330,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         ErrorCode::FsEditNotFound
     );
     std::fs::write(root.join("many"), "x x x").expect("write");
-    let m = fs.resolve("many", None).await.expect("resolve");
+    let m = fs.target_of("many", None).await.expect("resolve");
     assert_eq!(
         code(
             fs.edit_text(&m, &edit("x", "y", false), None, &full())
@@ -346,7 +346,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         3
     );
     std::fs::write(root.join("bom"), "\u{feff}hello").expect("write");
-    let b = fs.resolve("bom", None).await.expect("resolve");
+    let b = fs.target_of("bom", None).await.expect("resolve");
     fs.edit_text(&b, &edit("hello", "bye", false), None, &full())
         .await
         .expect("edit");
@@ -355,7 +355,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         "\u{feff}bye"
     );
     std::fs::write(root.join("bin"), b"text\0more").expect("write");
-    let bin = fs.resolve("bin", None).await.expect("resolve");
+    let bin = fs.target_of("bin", None).await.expect("resolve");
     assert_eq!(
         code(
             fs.edit_text(&bin, &edit("text", "x", false), None, &full())
@@ -363,7 +363,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
         ),
         ErrorCode::FsNotText
     );
-    let missing = fs.resolve("missing", None).await.expect("resolve");
+    let missing = fs.target_of("missing", None).await.expect("resolve");
     assert_eq!(
         code(
             fs.edit_text(&missing, &edit("a", "b", false), None, &full())
@@ -373,7 +373,7 @@ async fn edits_check_the_version_first_match_literally_and_keep_crlf_and_bom() {
     );
     // Through a symlink: the referent changes, the link stays.
     std::os::unix::fs::symlink(root.join("many"), root.join("link")).expect("link");
-    let l = fs.resolve("link", None).await.expect("resolve");
+    let l = fs.target_of("link", None).await.expect("resolve");
     fs.edit_text(&l, &edit("y y y", "z", false), None, &full())
         .await
         .expect("edit via link");
@@ -395,7 +395,7 @@ async fn an_edit_keeps_the_line_breaks_of_the_bytes_it_does_not_replace() {
         let (root, fs) = (&root, &fs);
         async move {
             std::fs::write(root.join(name), content).expect("write");
-            let t = fs.resolve(name, None).await.expect("resolve");
+            let t = fs.target_of(name, None).await.expect("resolve");
             let out = fs.edit_text(&t, &req, None, &full()).await.expect("edit");
             let bytes = std::fs::read_to_string(root.join(name)).expect("read");
             (bytes, out.before, out.after)
@@ -432,7 +432,7 @@ async fn two_edits_from_one_version_one_wins_one_is_stale() {
     let fs = Arc::new(fs);
     for round in 0..20 {
         std::fs::write(root.join("race"), "base").expect("write");
-        let t = fs.resolve("race", None).await.expect("resolve");
+        let t = fs.target_of("race", None).await.expect("resolve");
         let v = fs.stat(&t).await.expect("stat").expect("some").version;
         let (ea, eb) = (edit("base", "A", false), edit("base", "B", false));
         let policy = full();
@@ -467,7 +467,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         "one\r\ntwo\nthree-is-much-longer-than-ten\nfour\n",
     )
     .expect("write");
-    let t = fs.resolve("w", None).await.expect("resolve");
+    let t = fs.target_of("w", None).await.expect("resolve");
     let w = fs.read_lines(&t, limits(1, 10), &go).await.expect("window");
     assert_eq!(
         w.total_lines,
@@ -486,7 +486,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
     let w = fs.read_lines(&t, limits(2, 1), &go).await.expect("window");
     assert_eq!(w.lines, [(2, "two".to_owned())]);
     std::fs::write(root.join("many"), "0123456789\n".repeat(20)).expect("write");
-    let m = fs.resolve("many", None).await.expect("resolve");
+    let m = fs.target_of("many", None).await.expect("resolve");
     let w = fs.read_lines(&m, limits(1, 20), &go).await.expect("window");
     assert!(w.truncated_by_bytes);
     assert_eq!((w.lines.len(), w.total_lines), (5, TotalLines::Exact(20)));
@@ -495,7 +495,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         ErrorCode::FsNotFound
     );
     std::fs::write(root.join("empty"), "").expect("write");
-    let e = fs.resolve("empty", None).await.expect("resolve");
+    let e = fs.target_of("empty", None).await.expect("resolve");
     assert_eq!(
         fs.read_lines(&e, limits(1, 5), &go)
             .await
@@ -508,7 +508,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         [b"ok\n".repeat(5000).as_slice(), b"\xff\n"].concat(),
     )
     .expect("write");
-    let b = fs.resolve("late-bad", None).await.expect("resolve");
+    let b = fs.target_of("late-bad", None).await.expect("resolve");
     assert_eq!(
         code(fs.read_lines(&b, limits(1, 1), &go).await),
         ErrorCode::FsNotText
@@ -516,7 +516,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
     // A multi-byte character split across read chunks is decoded whole.
     let text = format!("{}é\n", "a".repeat(64 * 1024 - 1));
     std::fs::write(root.join("split"), &text).expect("write");
-    let s = fs.resolve("split", None).await.expect("resolve");
+    let s = fs.target_of("split", None).await.expect("resolve");
     let w = fs
         .read_lines(
             &s,
@@ -556,7 +556,7 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
     };
     // 10 KB of text, then an 8 GiB line: reading it all would take many seconds.
     sparse(&root.join("huge"), 640, 8 << 30);
-    let t = fs.resolve("huge", None).await.expect("resolve");
+    let t = fs.target_of("huge", None).await.expect("resolve");
     let w = fs.read_lines(&t, wide(1, 1), &go).await.expect("window");
     assert_eq!(w.lines, [(1, "a line of text".to_owned())]);
     assert_eq!(
@@ -579,11 +579,11 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
     // The count is exact when the rest fits in COUNT_AHEAD, a lower bound when not.
     let lines = usize::try_from(COUNT_AHEAD / 15).expect("fits");
     std::fs::write(root.join("fits"), "a line of text\n".repeat(lines)).expect("write");
-    let f = fs.resolve("fits", None).await.expect("resolve");
+    let f = fs.target_of("fits", None).await.expect("resolve");
     let w = fs.read_lines(&f, wide(1, 1), &go).await.expect("window");
     assert_eq!(w.total_lines, TotalLines::Exact(lines as u64));
     std::fs::write(root.join("long"), "a line of text\n".repeat(lines * 2)).expect("write");
-    let l = fs.resolve("long", None).await.expect("resolve");
+    let l = fs.target_of("long", None).await.expect("resolve");
     let w = fs.read_lines(&l, wide(1, 1), &go).await.expect("window");
     assert!(
         matches!(w.total_lines, TotalLines::AtLeast(n) if n >= lines as u64 && n < 2 * lines as u64),
@@ -596,7 +596,7 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
 async fn a_cancelled_window_stops_reading() {
     let (_d, root, fs) = setup();
     sparse(&root.join("huge"), 640, 8 << 30);
-    let t = fs.resolve("huge", None).await.expect("resolve");
+    let t = fs.target_of("huge", None).await.expect("resolve");
     let cancelled = CancelToken::new();
     cancelled.cancel("test");
     assert_eq!(
@@ -621,7 +621,7 @@ async fn a_cancelled_window_stops_reading() {
 async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_it_touched() {
     let (_d, root, fs) = setup();
     std::fs::write(root.join("p"), "\u{feff}a\nold x old\nb\nold\nz").expect("write");
-    let t = fs.resolve("p", None).await.expect("resolve");
+    let t = fs.target_of("p", None).await.expect("resolve");
     let out = fs
         .edit_text(&t, &edit("old", "NEW", true), None, &full())
         .await
@@ -641,7 +641,7 @@ async fn an_lf_edit_is_written_in_pieces_keeping_the_bom_and_reports_the_lines_i
     );
     // On the first line, the lines touched start after the BOM.
     std::fs::write(root.join("q"), "\u{feff}x old\ny\n").expect("write");
-    let q = fs.resolve("q", None).await.expect("resolve");
+    let q = fs.target_of("q", None).await.expect("resolve");
     let out = fs
         .edit_text(&q, &edit("old", "new", false), None, &full())
         .await
@@ -684,7 +684,7 @@ async fn edits_of_large_lf_files_write_exactly_what_str_replace_gives() {
         ("line 7 —", "LINE SEVEN", false),
     ] {
         std::fs::write(root.join("big"), &text).expect("write");
-        let t = fs.resolve("big", None).await.expect("resolve");
+        let t = fs.target_of("big", None).await.expect("resolve");
         let out = fs.edit_text(&t, &edit(old, new, all), None, &full()).await;
         let want = if all {
             text.replace(old, new)
@@ -725,7 +725,7 @@ fn a_new_file_gets_0666_less_the_umask() {
         rt.block_on(async {
             let fs = LocalFs::new("/");
             let t = fs
-                .resolve(path.to_str().expect("utf-8"), None)
+                .target_of(path.to_str().expect("utf-8"), None)
                 .await
                 .expect("resolve");
             fs.write_text(&t, "x", Some(WriteIntent::CreateIfAbsent), &full())
@@ -755,7 +755,7 @@ fn a_new_file_gets_0666_less_the_umask() {
 async fn names_up_to_name_max_can_be_written_and_edited() {
     let (_d, root, fs) = setup();
     for name in ["n".repeat(255), format!("a{}", "é".repeat(127))] {
-        let t = fs.resolve(&name, None).await.expect("resolve");
+        let t = fs.target_of(&name, None).await.expect("resolve");
         fs.write_text(&t, "one", Some(WriteIntent::CreateIfAbsent), &full())
             .await
             .expect("create");
@@ -780,7 +780,7 @@ async fn names_up_to_name_max_can_be_written_and_edited() {
 async fn a_confined_policy_is_refused_and_nothing_is_written() {
     let (_dir, root, fs) = setup();
     std::fs::write(root.join("f.txt"), "old").expect("file");
-    let t = fs.resolve("f.txt", None).await.expect("resolve");
+    let t = fs.target_of("f.txt", None).await.expect("resolve");
     for mode in [
         dsh_sandbox::SandboxMode::ReadOnly,
         dsh_sandbox::SandboxMode::WorkspaceWrite,

@@ -65,7 +65,7 @@ fn code<T: std::fmt::Debug>(r: Result<T, dsh_core::HarnessError>) -> ErrorCode {
 async fn read_only_refuses_every_write_and_edit_but_reads() {
     let s = setup();
     let fs = fenced(&s, SandboxMode::ReadOnly);
-    let t = fs.resolve("new.txt", None).await.expect("resolve");
+    let t = fs.target_of("new.txt", None).await.expect("resolve");
     let e = fs
         .write_text(&t, "x", None, &fs.policy)
         .await
@@ -79,7 +79,7 @@ async fn read_only_refuses_every_write_and_edit_but_reads() {
     );
     assert!(!s.ws.join("new.txt").exists());
     let secret = fs
-        .resolve(s.outside.join("secret").to_str().expect("utf-8"), None)
+        .target_of(s.outside.join("secret").to_str().expect("utf-8"), None)
         .await
         .expect("resolve");
     let req = EditRequest {
@@ -101,7 +101,7 @@ async fn read_only_refuses_every_write_and_edit_but_reads() {
 async fn workspace_write_lands_inside_only() {
     let s = setup();
     let fs = fenced(&s, SandboxMode::WorkspaceWrite);
-    let nested = fs.resolve("a/b/c.txt", None).await.expect("resolve");
+    let nested = fs.target_of("a/b/c.txt", None).await.expect("resolve");
     fs.write_text(&nested, "deep", None, &fs.policy)
         .await
         .expect("nested write");
@@ -110,7 +110,7 @@ async fn workspace_write_lands_inside_only() {
         "deep"
     );
     let tmp = fs
-        .resolve(s.temp.join("x/t.txt").to_str().expect("utf-8"), None)
+        .target_of(s.temp.join("x/t.txt").to_str().expect("utf-8"), None)
         .await
         .expect("resolve");
     fs.write_text(&tmp, "t", None, &fs.policy)
@@ -126,7 +126,7 @@ async fn workspace_write_lands_inside_only() {
         "link/newdir/deep.txt".to_owned(),
         "link/secret".to_owned(),
     ] {
-        let t = fs.resolve(&path, None).await.expect("resolve");
+        let t = fs.target_of(&path, None).await.expect("resolve");
         assert_eq!(
             code(fs.write_text(&t, "x", None, &fs.policy).await),
             ErrorCode::FsSandboxDenied,
@@ -147,7 +147,7 @@ async fn workspace_write_lands_inside_only() {
         ".cargo/config.toml",
         ".mcp.json",
     ] {
-        let t = fs.resolve(p, None).await.expect("resolve");
+        let t = fs.target_of(p, None).await.expect("resolve");
         assert_eq!(
             code(fs.write_text(&t, "x", None, &fs.policy).await),
             ErrorCode::FsSandboxDenied,
@@ -157,7 +157,7 @@ async fn workspace_write_lands_inside_only() {
     assert!(!s.ws.join(".git").exists() && !s.ws.join(".dsh").exists());
     // A per-call policy wins for that call only.
     let outside = fs
-        .resolve(s.outside.join("granted").to_str().expect("utf-8"), None)
+        .target_of(s.outside.join("granted").to_str().expect("utf-8"), None)
         .await
         .expect("resolve");
     let full = dsh_protect::workspace_policy(SandboxMode::DangerFullAccess, &s.ws);
@@ -173,7 +173,7 @@ async fn workspace_write_lands_inside_only() {
         code(fs.write_text(&nested, "x", None, &ro).await),
         ErrorCode::FsSandboxDenied
     );
-    let root = fs.resolve(".", None).await.expect("resolve");
+    let root = fs.target_of(".", None).await.expect("resolve");
     assert_eq!(
         code(fs.write_text(&root, "x", None, &fs.policy).await),
         ErrorCode::FsNotRegularFile
@@ -210,7 +210,7 @@ fn a_symlink_swap_race_never_reaches_outside() {
     let (mut written, mut refused, mut gone) = (0, 0, 0);
     rt.block_on(async {
         for i in 0..10_000 {
-            let t = match fs.resolve("victim", None).await {
+            let t = match fs.target_of("victim", None).await {
                 Ok(t) => t,
                 Err(e) if e.code() == ErrorCode::FsNotFound => continue,
                 Err(e) => panic!("resolve: {e}"),
@@ -253,7 +253,7 @@ fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
             let path = PathBuf::from(path);
             let fs = LocalFs::new(path.parent().expect("parent"));
             let t = fs
-                .resolve(path.to_str().expect("utf-8"), None)
+                .target_of(path.to_str().expect("utf-8"), None)
                 .await
                 .expect("resolve");
             let big = "N".repeat(4 << 20);
@@ -303,7 +303,7 @@ fn a_writer_killed_mid_write_leaves_old_or_new_never_a_mix() {
 }
 
 async fn write_denied(fs: &Fenced, path: &str) -> ErrorCode {
-    let t = fs.resolve(path, None).await.expect("resolve");
+    let t = fs.target_of(path, None).await.expect("resolve");
     code(fs.write_text(&t, "pwned", None, &fs.policy).await)
 }
 
@@ -337,7 +337,7 @@ async fn protected_paths_reached_through_symlinks_are_refused() {
         );
     }
     let hook = fs
-        .resolve(".git/hooks/pre-commit", None)
+        .target_of(".git/hooks/pre-commit", None)
         .await
         .expect("resolve");
     let req = EditRequest {
@@ -363,7 +363,7 @@ async fn protected_paths_reached_through_symlinks_are_refused() {
     assert!(!ws.join("vsc").exists());
 
     // A link to an unprotected directory still works, for writes and edits.
-    let via = fs.resolve("alias/x.txt", None).await.expect("resolve");
+    let via = fs.target_of("alias/x.txt", None).await.expect("resolve");
     fs.write_text(&via, "one", None, &fs.policy)
         .await
         .expect("write");
@@ -415,7 +415,7 @@ fn a_directory_swapped_with_a_link_to_a_protected_one_is_never_written_through()
     let written = rt.block_on(async {
         let mut written = 0;
         for i in 0..2_000 {
-            let Ok(t) = fs.resolve(&format!("d/pwn{i}"), None).await else {
+            let Ok(t) = fs.target_of(&format!("d/pwn{i}"), None).await else {
                 continue;
             };
             if fs.write_text(&t, "x", None, &fs.policy).await.is_ok() {
@@ -447,7 +447,7 @@ async fn an_undecided_workspace_write_policy_writes_nothing() {
     let fs = SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp);
     let undecided = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &s.ws);
     let t = fs
-        .resolve(".vscode/tasks.json", None)
+        .target_of(".vscode/tasks.json", None)
         .await
         .expect("resolve");
     let e = fs
@@ -457,7 +457,7 @@ async fn an_undecided_workspace_write_policy_writes_nothing() {
     assert_eq!(e.code(), ErrorCode::Internal, "{}", e.message());
     assert!(!s.ws.join(".vscode").exists());
     let decided = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &s.ws);
-    let t = fs.resolve("notes.txt", None).await.expect("resolve");
+    let t = fs.target_of("notes.txt", None).await.expect("resolve");
     fs.write_text(&t, "x", None, &decided)
         .await
         .expect("a decided policy writes");

@@ -163,7 +163,7 @@ impl DshServer {
     async fn open(&self, context: &RequestContext<RoleServer>) -> Result<&Opened, McpError> {
         self.opened
             .get_or_try_init(|| async {
-                let dir = self.workspace.resolve(context).await;
+                let dir = self.workspace.choose_root(context).await;
                 let (world, session) = (self.opener)(dir).await?;
                 // Only a client that declared elicitation can put a question to its user;
                 // elsewhere no answerer is installed, so nothing offers the model an

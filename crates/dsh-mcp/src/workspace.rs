@@ -41,8 +41,8 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// The directory this connection works in. See the [module docs](self).
-    pub(crate) async fn resolve(&self, context: &RequestContext<RoleServer>) -> PathBuf {
+    /// The workspace root this connection works in. See the [module docs](self).
+    pub(crate) async fn choose_root(&self, context: &RequestContext<RoleServer>) -> PathBuf {
         if self.explicit {
             return self.dir.clone();
         }

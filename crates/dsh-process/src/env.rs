@@ -317,7 +317,7 @@ impl EnvAllow {
 }
 
 fn check_allowable(name: &OsStr) -> Result<(), HarnessError> {
-    let shown = crate::resolve::quoted(name);
+    let shown = crate::program::quoted(name);
     let why = if is_dsh_name(name) {
         "is a DSH_* name, which dsh manages itself"
     } else if name.is_empty() {

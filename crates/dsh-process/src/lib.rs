@@ -68,10 +68,10 @@ mod exec_plan;
 pub mod foreground;
 mod local;
 mod pids_v1;
+mod program;
 pub mod pty;
 mod reaper;
 mod reaper_memory;
-mod resolve;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -99,7 +99,7 @@ pub use pty::{Pty, TerminalSize};
 /// [`shutdown`](Subprocess::shutdown) reach quiescence, not merely request it.
 #[async_trait]
 pub trait Subprocess: Send + Sync {
-    /// Resolves `command` to an executable path, searching `PATH` from the child
+    /// The executable `command` names, searching `PATH` from the child
     /// environment (`env` applied) for a bare name.
     ///
     /// # Errors
@@ -107,11 +107,7 @@ pub trait Subprocess: Send + Sync {
     /// path; use an absolute path or a bare PATH name`), `PROCESS_NOT_EXECUTABLE`
     /// (`command "<c>" is not an executable file`), `PROCESS_NOT_FOUND` (`command "<c>" was
     /// not found on PATH`).
-    fn resolve_executable(
-        &self,
-        command: &OsStr,
-        env: &EnvOverlay,
-    ) -> Result<PathBuf, HarnessError>;
+    fn find_program(&self, command: &OsStr, env: &EnvOverlay) -> Result<PathBuf, HarnessError>;
 
     /// Starts `spec` and returns at once.
     ///

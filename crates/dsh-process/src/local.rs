@@ -40,7 +40,7 @@ use crate::pids_v1::PidsRoot;
 use crate::pty::{Pty, PtyPair};
 use crate::reaper::{self, ReaperFds};
 use crate::{
-    env, resolve, EnvAllow, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
+    env, program, EnvAllow, EnvOverlay, OutputMode, Process, ProcessControl, SpawnSpec, StdinMode,
     Subprocess, TreeMechanism,
 };
 
@@ -221,6 +221,156 @@ impl LocalSubprocess {
         }
     }
 
+    /// Registers the `started` command as live and hands its reaper, pumps and groups to a
+    /// monitor task that settles it; its control.
+    fn watch(
+        &self,
+        started: Started,
+        spec: &SpawnSpec,
+        stop: CancelToken,
+        wired: &mut Wired,
+    ) -> Arc<LocalControl> {
+        let Started {
+            child,
+            pid,
+            control_w,
+            status_r,
+            cgroup,
+            pids,
+        } = started;
+        let (done_tx, done_rx) = watch::channel(None);
+        let (gone_tx, gone_rx) = watch::channel(false);
+        let watchdog = Arc::new(Watchdog::default());
+        let control = Arc::new(LocalControl::new(
+            pid,
+            spec.grace,
+            control_w,
+            done_rx,
+            gone_rx.clone(),
+            watchdog.clone(),
+        ));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.live_lock().insert(
+            id,
+            LiveEntry {
+                control: Arc::downgrade(&control),
+                gone: gone_rx,
+            },
+        );
+        let live = Arc::downgrade(&self.live);
+        let monitor = Monitor {
+            control: Arc::downgrade(&control),
+            status_r: Some(status_r),
+            grace: spec.grace,
+            cancel: spec.cancel.clone(),
+            stop,
+            pumps: std::mem::take(&mut wired.pumps),
+            done_tx,
+            gone_tx,
+            watchdog,
+            cgroup,
+            pids,
+            on_gone: Box::new(move || {
+                if let Some(live) = live.upgrade() {
+                    live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                }
+            }),
+        };
+        tokio::spawn(monitor.run(child));
+        control
+    }
+
+    /// What the reaper of `spec` runs: the program `spec` names and its exec plan (argv,
+    /// the child's environment, the sandbox restrictions and the fds they carry).
+    ///
+    /// # Errors
+    /// `spec`'s own (see [`validate`]), `PROCESS_SPAWN_FAILED` where children cannot be
+    /// tracked, the program's lookup, `INVALID_ARGUMENT` for a plan that cannot be made.
+    fn plan_for(&self, spec: &SpawnSpec) -> Result<(PathBuf, ExecPlan), HarnessError> {
+        validate(spec)?;
+        if let Err(why) = &self.proc_children {
+            return Err(HarnessError::new(
+                ErrorCode::ProcessSpawnFailed,
+                why.clone(),
+            ));
+        }
+        let program = program::find_program(
+            &spec.argv[0],
+            path_of(&spec.env).as_deref(),
+            &spec.cwd,
+            true,
+        )?;
+        let mut plan = ExecPlan::new(
+            program.as_os_str(),
+            &spec.argv,
+            &env::child_env(&spec.env, &self.env_allow),
+            spec.grace,
+        )
+        .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
+        if let Some(r) = &spec.restrictions {
+            let carried = r.carried_fds();
+            if carried.len() > crate::exec_plan::MAX_CARRIED_FDS {
+                return Err(HarnessError::invalid_argument(format!(
+                    "the sandbox restrictions carry {} file descriptors; at most {} are supported",
+                    carried.len(),
+                    crate::exec_plan::MAX_CARRIED_FDS
+                )));
+            }
+            plan.carried = carried;
+            plan.restrictions = Some(r.clone());
+        }
+        Ok((program, plan))
+    }
+
+    /// The cgroup v2 of the command `spec` starts and its cgroup v1 pids group, where it
+    /// gets them: one where it asks for its own or the process limit lives in it; the v1
+    /// pids group where the limit is in force and cgroup v2 cannot hold it.
+    ///
+    /// # Errors
+    /// `PROCESS_SPAWN_FAILED` when the process limit is in force and cannot be held.
+    fn groups_for(
+        &self,
+        spec: &SpawnSpec,
+    ) -> Result<
+        (
+            Option<crate::cgroup::CommandCgroup>,
+            Option<crate::pids_v1::PidsCgroup>,
+        ),
+        HarnessError,
+    > {
+        // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
+        // tree exact. One that does without a cgroup still gets one where the process
+        // limit lives in it; and where the limit is in force, a command that cannot be
+        // held to it does not run.
+        let root = self.cgroup_root().as_ref().ok();
+        let limit = self.process_limit;
+        let v2_limits = limit.is_some() && root.is_some_and(|r| r.pids);
+        let cgroup = match root {
+            Some(r) if spec.own_cgroup || v2_limits => match r.command(limit) {
+                Ok(c) => Some(c),
+                Err(e) if v2_limits => return Err(limit_failed(e)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        // Where cgroup v2 cannot hold the limit, the v1 pids hierarchy does.
+        let pids = match (limit, self.pids_v1_root()) {
+            (Some(max), Ok(r)) if !cgroup.as_ref().is_some_and(|c| c.limited) => {
+                match r.command(max) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        if let Some(cg) = cgroup {
+                            let _ = std::fs::remove_dir(&cg.dir);
+                        }
+                        return Err(limit_failed(e));
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok((cgroup, pids))
+    }
+
     /// The private cgroup subtree, created at the first call.
     fn cgroup_root(&self) -> &Result<Arc<CgroupRoot>, String> {
         self.cgroups
@@ -350,6 +500,22 @@ impl LocalSubprocess {
 
 type RawReader = Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>;
 
+/// A command its reaper started: what watching it until it settles takes.
+struct Started {
+    /// The reaper.
+    child: tokio::process::Child,
+    /// The command's leader.
+    pid: u32,
+    /// dsh's end of the reaper's control pipe.
+    control_w: OwnedFd,
+    /// The reaper's status pipe.
+    status_r: tokio::net::unix::pipe::Receiver,
+    /// The command's cgroup v2, if it has one.
+    cgroup: Option<crate::cgroup::CommandCgroup>,
+    /// The command's cgroup v1 pids group, if it has one.
+    pids: Option<crate::pids_v1::PidsCgroup>,
+}
+
 #[derive(Default)]
 struct Wired {
     stdin: Option<Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>>,
@@ -362,49 +528,14 @@ struct Wired {
 
 #[async_trait]
 impl Subprocess for LocalSubprocess {
-    fn resolve_executable(
-        &self,
-        command: &OsStr,
-        env: &EnvOverlay,
-    ) -> Result<PathBuf, HarnessError> {
+    fn find_program(&self, command: &OsStr, env: &EnvOverlay) -> Result<PathBuf, HarnessError> {
         let path = path_of(env);
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-        resolve::resolve(command, path.as_deref(), &cwd, false)
+        program::find_program(command, path.as_deref(), &cwd, false)
     }
 
     fn spawn(&self, spec: SpawnSpec) -> Result<Process, HarnessError> {
-        validate(&spec)?;
-        if let Err(why) = &self.proc_children {
-            return Err(HarnessError::new(
-                ErrorCode::ProcessSpawnFailed,
-                why.clone(),
-            ));
-        }
-        let program = resolve::resolve(
-            &spec.argv[0],
-            path_of(&spec.env).as_deref(),
-            &spec.cwd,
-            true,
-        )?;
-        let mut plan = ExecPlan::new(
-            program.as_os_str(),
-            &spec.argv,
-            &env::child_env(&spec.env, &self.env_allow),
-            spec.grace,
-        )
-        .map_err(|e| HarnessError::invalid_argument(e.to_string()))?;
-        if let Some(r) = &spec.restrictions {
-            let carried = r.carried_fds();
-            if carried.len() > crate::exec_plan::MAX_CARRIED_FDS {
-                return Err(HarnessError::invalid_argument(format!(
-                    "the sandbox restrictions carry {} file descriptors; at most {} are supported",
-                    carried.len(),
-                    crate::exec_plan::MAX_CARRIED_FDS
-                )));
-            }
-            plan.carried = carried;
-            plan.restrictions = Some(r.clone());
-        }
+        let (program, mut plan) = self.plan_for(&spec)?;
         let (status_r, status_w) = cloexec_pipe()?;
         let (control_r, control_w) = cloexec_pipe()?;
         rustix::io::ioctl_fionbio(&control_w, true).map_err(pipe_failed)?;
@@ -412,36 +543,9 @@ impl Subprocess for LocalSubprocess {
             Some(size) => Some(PtyPair::open(size).map_err(pty_failed)?),
             None => None,
         };
-        // A command whose cgroup cannot be made still runs: its subreaper alone keeps the
-        // tree exact. One that does without a cgroup still gets one where the process
-        // limit lives in it; and where the limit is in force, a command that cannot be
-        // held to it does not run.
-        let root = self.cgroup_root().as_ref().ok();
-        let limit = self.process_limit;
-        let v2_limits = limit.is_some() && root.is_some_and(|r| r.pids);
-        let cgroup = match root {
-            Some(r) if spec.own_cgroup || v2_limits => match r.command(limit) {
-                Ok(c) => Some(c),
-                Err(e) if v2_limits => return Err(limit_failed(e)),
-                Err(_) => None,
-            },
-            _ => None,
-        };
-        // Where cgroup v2 cannot hold the limit, the v1 pids hierarchy does.
-        let pids = match (limit, self.pids_v1_root()) {
-            (Some(max), Ok(r)) if !cgroup.as_ref().is_some_and(|c| c.limited) => {
-                match r.command(max) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        if let Some(cg) = cgroup {
-                            let _ = std::fs::remove_dir(&cg.dir);
-                        }
-                        return Err(limit_failed(e));
-                    }
-                }
-            }
-            _ => None,
-        };
+        // Made before the groups: a failure here leaves none behind.
+        let mut cmd = reaper_command(&program, &spec, pty.as_ref())?;
+        let (cgroup, pids) = self.groups_for(&spec)?;
         plan.terminal = pty.is_some();
         plan.cgroup_procs = cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
         plan.join_required = cgroup.as_ref().is_some_and(|c| c.limited);
@@ -452,31 +556,6 @@ impl Subprocess for LocalSubprocess {
             control_r: control_r.as_raw_fd(),
             cgroup_kill: cgroup.as_ref().map_or(-1, |c| c.kill.as_raw_fd()),
         };
-
-        // std forks the reaper and sets up its stdio and cwd; the reaper never returns to
-        // std (it starts the program itself), so std's own program, args and env are unused.
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.current_dir(&spec.cwd).env_clear();
-        match &pty {
-            Some(pair) => {
-                let copy = || {
-                    pair.terminal
-                        .try_clone()
-                        .map(Stdio::from)
-                        .map_err(pty_failed)
-                };
-                cmd.stdin(copy()?).stdout(copy()?).stderr(copy()?);
-            }
-            None => {
-                cmd.stdin(match spec.stdin {
-                    StdinMode::Ignore => Stdio::null(),
-                    StdinMode::Inherit => Stdio::inherit(),
-                    StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
-                })
-                .stdout(stdio_for(&spec.stdout))
-                .stderr(stdio_for(&spec.stderr));
-            }
-        }
         // SAFETY: `reaper::enter` runs in the forked child before exec and uses only
         // async-signal-safe calls on fds that are open in the child (we keep them open in
         // the parent until spawn returns) and on memory prepared before the fork.
@@ -500,81 +579,43 @@ impl Subprocess for LocalSubprocess {
         let pid = match control::read_start(&status_r) {
             Ok(pid) => pid,
             Err(e) => {
-                // The reaper exits by itself after an exec failure; otherwise stop it, and
-                // anything that did start, then clean up once it is gone.
-                let _ = child.start_kill();
-                if cgroup.is_some() || pids.is_some() {
-                    if let Some(cg) = &cgroup {
-                        let _ = rustix::io::write(&cg.kill, b"1");
-                    }
-                    tokio::spawn(async move {
-                        let _ = child.wait().await;
-                        if let Some(cg) = cgroup {
-                            cg.remove().await;
-                        }
-                        if let Some(p) = pids {
-                            p.remove().await;
-                        }
-                    });
-                }
+                abandon(child, cgroup, pids);
                 return Err(spawn_error(e, &spec));
             }
         };
-        let status_r = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).map_err(|e| {
-            HarnessError::new(
-                ErrorCode::ProcessSpawnFailed,
-                "cannot watch the process reaper",
-            )
-            .with_source(e)
-        })?;
-
+        // From here on a failure stops what started and removes its groups.
+        let status_r = match tokio::net::unix::pipe::Receiver::from_owned_fd(status_r) {
+            Ok(r) => r,
+            Err(e) => {
+                abandon(child, cgroup, pids);
+                return Err(HarnessError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    "cannot watch the process reaper",
+                )
+                .with_source(e));
+            }
+        };
         // The command holds the terminal side now; dsh keeps only its own.
-        let terminal = match pty {
+        let terminal = match pty.map(|pair| Pty::from_pair(pair, pid)) {
             // The leader started a session of its own: its pid is the session id.
-            Some(pair) => Some(Pty::from_pair(pair, pid).map_err(pty_failed)?),
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                abandon(child, cgroup, pids);
+                return Err(pty_failed(e));
+            }
             None => None,
         };
         let stop = CancelToken::new();
         let mut wired = self.wire_output(&mut child, &spec, &stop);
-        let (done_tx, done_rx) = watch::channel(None);
-        let (gone_tx, gone_rx) = watch::channel(false);
-        let watchdog = Arc::new(Watchdog::default());
-        let control = Arc::new(LocalControl::new(
+        let started = Started {
+            child,
             pid,
-            spec.grace,
             control_w,
-            done_rx,
-            gone_rx.clone(),
-            watchdog.clone(),
-        ));
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.live_lock().insert(
-            id,
-            LiveEntry {
-                control: Arc::downgrade(&control),
-                gone: gone_rx,
-            },
-        );
-        let live = Arc::downgrade(&self.live);
-        let monitor = Monitor {
-            control: Arc::downgrade(&control),
-            status_r: Some(status_r),
-            grace: spec.grace,
-            cancel: spec.cancel.clone(),
-            stop,
-            pumps: std::mem::take(&mut wired.pumps),
-            done_tx,
-            gone_tx,
-            watchdog,
+            status_r,
             cgroup,
             pids,
-            on_gone: Box::new(move || {
-                if let Some(live) = live.upgrade() {
-                    live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-                }
-            }),
         };
-        tokio::spawn(monitor.run(child));
+        let control = self.watch(started, &spec, stop, &mut wired);
         let process = Process::from_parts(
             control,
             wired.stdin,
@@ -695,6 +736,64 @@ fn validate(spec: &SpawnSpec) -> Result<(), HarnessError> {
     }
 }
 
+/// Stops a reaper whose command did not start (it exits by itself after an exec failure),
+/// and anything that did start, then removes the command's groups once it is gone.
+fn abandon(
+    mut child: tokio::process::Child,
+    cgroup: Option<crate::cgroup::CommandCgroup>,
+    pids: Option<crate::pids_v1::PidsCgroup>,
+) {
+    let _ = child.start_kill();
+    if cgroup.is_some() || pids.is_some() {
+        if let Some(cg) = &cgroup {
+            let _ = rustix::io::write(&cg.kill, b"1");
+        }
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            if let Some(cg) = cgroup {
+                cg.remove().await;
+            }
+            if let Some(p) = pids {
+                p.remove().await;
+            }
+        });
+    }
+}
+
+/// The command that forks the reaper of `spec` (running `program`), with its stdio: the
+/// terminal side of `pty`, else the pipes `spec` asks for. std forks the reaper and sets
+/// up its stdio and cwd; the reaper never returns to std (it starts the program itself),
+/// so std's own program, args and env are unused.
+fn reaper_command(
+    program: &std::path::Path,
+    spec: &SpawnSpec,
+    pty: Option<&PtyPair>,
+) -> Result<tokio::process::Command, HarnessError> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.current_dir(&spec.cwd).env_clear();
+    match pty {
+        Some(pair) => {
+            let copy = || {
+                pair.terminal
+                    .try_clone()
+                    .map(Stdio::from)
+                    .map_err(pty_failed)
+            };
+            cmd.stdin(copy()?).stdout(copy()?).stderr(copy()?);
+        }
+        None => {
+            cmd.stdin(match spec.stdin {
+                StdinMode::Ignore => Stdio::null(),
+                StdinMode::Inherit => Stdio::inherit(),
+                StdinMode::Data(_) | StdinMode::Pipe => Stdio::piped(),
+            })
+            .stdout(stdio_for(&spec.stdout))
+            .stderr(stdio_for(&spec.stderr));
+        }
+    }
+    Ok(cmd)
+}
+
 fn path_of(env: &EnvOverlay) -> Option<std::ffi::OsString> {
     match env.get("PATH") {
         Some(Some(p)) => Some(p.into()),
@@ -740,7 +839,7 @@ fn pty_failed(e: io::Error) -> HarnessError {
 }
 
 fn spawn_error(e: io::Error, spec: &SpawnSpec) -> HarnessError {
-    let shown = resolve::quoted(&spec.argv[0]);
+    let shown = program::quoted(&spec.argv[0]);
     if let Some(failed) = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<control::ConfineFailed>())

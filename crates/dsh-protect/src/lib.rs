@@ -18,7 +18,7 @@
 //! // compared with the policy's.
 //! let root = policy.workspace_root.clone();
 //! let now = vec![(root.clone(), dsh_protect::protected::for_workspace(&root))];
-//! let after = dsh_protect::quarantine::check_after(&policy, now, &[]);
+//! let after = dsh_protect::quarantine::check(&policy, now, &[]);
 //! for q in &after.quarantined {
 //!     eprintln!("{} ({}): set aside: {}", q.path.display(), q.what, q.set_aside);
 //! }

@@ -151,3 +151,26 @@ pub const HOME_STARTUP: &[&str] = &[
 /// The files of [`HOME_STARTUP`] under `.config/`, where `$XDG_CONFIG_HOME` moves them:
 /// git's global config and dsh's own (which says which workspaces are trusted).
 pub const XDG_CONFIG_STARTUP: &[&str] = &["git/config", "dsh/config.toml"];
+
+/// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
+/// from a project's root, besides every name [`PROTECTED_NAMES`]
+/// protects at a root as a whole entry (cargo and rustup in any subdirectory, npm and yarn
+/// at each package, an editor's or an agent's per-folder settings): direnv's; Maven's
+/// `.mvn` (`jvm.config` takes `-javaagent:`, on any `mvn`, `mvn -v` too, from any folder
+/// beneath it); Gradle's `gradle.properties` (`org.gradle.jvmargs`) and its wrapper's
+/// properties and jar; Mercurial's `hgrc` and `hgrc-not-shared` (in a `.hg`: hooks run on
+/// `hg status`). An existing one is read-only; a new one is emptied by the check after
+/// the call (see [`crate::walk::is_tool_setting`]). (Jujutsu's repository config is [`JJ_REPO_CONFIG`].)
+pub const NESTED_TOOL_NAMES: &[&str] = &[
+    ".envrc",
+    ".mvn",
+    "gradle.properties",
+    "gradle-wrapper.properties",
+    "gradle-wrapper.jar",
+    "hgrc",
+    "hgrc-not-shared",
+];
+
+/// Jujutsu's repository config (`.jj/repo/config.toml`: a pager, a diff tool, a signing
+/// program): a tool setting wherever it is, known by its folder, not its name alone.
+pub const JJ_REPO_CONFIG: &str = ".jj/repo/config.toml";

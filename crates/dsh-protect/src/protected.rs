@@ -581,7 +581,7 @@ fn checkout_dot_git(top: &Path, path: &[u8]) -> Option<PathBuf> {
 /// with the policy it ran under: new git dirs and hooks folders, new `.git` entries, new
 /// entries matching [`PROTECTED_PATTERNS`] and new tool settings in any directory
 /// ([`walk::is_tool_setting`]). Sorted.
-pub fn appeared(before: &SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
+pub fn new_since(before: &SandboxPolicy, after: &WorkspaceLayout) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = after
         .git_dirs
         .iter()

@@ -1,7 +1,7 @@
 //! What a confined command made that the host's tools would run by themselves, set aside
 //! before they can.
 //!
-//! The check after a command ([`protected::appeared`](crate::protected::appeared)) finds the
+//! The check after a command ([`protected::new_since`](crate::protected::new_since)) finds the
 //! git dirs and tool settings it made. Protecting them from the next command on is not
 //! enough: the user's shell prompt runs `git status` in a new repository as soon as they
 //! enter it, and `cargo` reads a new `.cargo/config.toml` on its next run. So, before dsh
@@ -104,25 +104,25 @@ const MAX_COPY_BYTES: u64 = 4 * gitconfig::MAX_CONFIG_BYTES;
 
 /// What the check after a command found, and what of it was set aside.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AfterCommand {
+pub struct CheckOutcome {
     /// New git dirs, hooks folders, `.git` entries and tool settings (and roots that could
     /// not be read whole), sorted.
-    pub appeared: Vec<PathBuf>,
+    pub found: Vec<PathBuf>,
     /// What of them would have run a program, and where it went.
     pub quarantined: Vec<Quarantined>,
 }
 
 /// The check after a command that ran under `policy` (workspace-write): each writable
 /// root's layout as it is now (`layouts`, `(root, layout)`) compared with the policy
-/// ([`protected::appeared`](crate::protected::appeared)), and what of it the host's tools
+/// ([`protected::new_since`](crate::protected::new_since)), and what of it the host's tools
 /// would run set aside ([`quarantine`]). A root not read whole that was whole before is
 /// reported at once ([`walked_short`]). `extra_roots`: other directories the command
 /// could write (the sandbox's temp dir).
-pub fn check_after(
+pub fn check(
     policy: &SandboxPolicy,
     layouts: Vec<(PathBuf, WorkspaceLayout)>,
     extra_roots: &[PathBuf],
-) -> AfterCommand {
+) -> CheckOutcome {
     // What one root's layout protects is not new in the next root.
     let mut after = std::borrow::Cow::Borrowed(policy);
     let mut appeared = Vec::new();
@@ -134,7 +134,7 @@ pub fn check_after(
             short.push(walked_short(&root, policy));
             appeared.push(root.clone());
         }
-        appeared.extend(crate::protected::appeared(&after, &layout));
+        appeared.extend(crate::protected::new_since(&after, &layout));
         found.git_dirs.extend(layout.git_dirs.iter().cloned());
         found.hooks_dirs.extend(layout.hooks_dirs.iter().cloned());
         if i + 1 < count {
@@ -142,7 +142,7 @@ pub fn check_after(
         }
     }
     if appeared.is_empty() {
-        return AfterCommand::default();
+        return CheckOutcome::default();
     }
     appeared.sort();
     appeared.dedup();
@@ -152,8 +152,8 @@ pub fn check_after(
     roots.extend(extra_roots.iter().cloned());
     let mut quarantined = quarantine(&appeared, policy, &found, &roots);
     quarantined.extend(short);
-    AfterCommand {
-        appeared,
+    CheckOutcome {
+        found: appeared,
         quarantined,
     }
 }
@@ -280,7 +280,7 @@ pub fn recheck(policy: &SandboxPolicy) -> Vec<Quarantined> {
                 complete: true,
                 ..WorkspaceLayout::default()
             };
-            let appeared: Vec<PathBuf> = crate::protected::appeared(&then, &now)
+            let appeared: Vec<PathBuf> = crate::protected::new_since(&then, &now)
                 .into_iter()
                 .filter(|p| p.starts_with(root))
                 .collect();
@@ -988,7 +988,7 @@ mod tests {
     }
 
     /// The check on `p` alone, with `git_dirs` as the git dirs it found, in `root`.
-    fn check(
+    fn check_one(
         p: &Path,
         policy: &SandboxPolicy,
         git_dirs: &[&PathBuf],
@@ -1015,7 +1015,7 @@ mod tests {
         let g = root.join("sub/.git");
         let config = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n[remote \"origin\"]\n\turl = https://example.com/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n";
         repo(&g, config);
-        assert!(check(&g, &policy, &[&g], &root).is_empty());
+        assert!(check_one(&g, &policy, &[&g], &root).is_empty());
         assert_eq!(
             std::fs::read_to_string(g.join("config")).expect("config"),
             config
@@ -1032,7 +1032,7 @@ mod tests {
         );
         std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/x\n").expect("hook");
         let config_ino = std::fs::metadata(g.join("config")).expect("meta");
-        let q = check(&g, &policy, &[&g], &root);
+        let q = check_one(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         let cfg = q
             .iter()
@@ -1061,7 +1061,7 @@ mod tests {
         // A new nested tool setting is emptied, its entries kept aside.
         std::fs::create_dir_all(root.join("crates/x/.cargo")).expect("cargo");
         std::fs::write(root.join("crates/x/.cargo/config.toml"), "x").expect("cfg");
-        let q = check(&root.join("crates/x/.cargo"), &policy, &[], &root);
+        let q = check_one(&root.join("crates/x/.cargo"), &policy, &[], &root);
         assert!(aside_of(&q, ".cargo").join("config.toml").exists());
         assert!(root.join("crates/x/.cargo").is_dir());
         assert!(!root.join("crates/x/.cargo/config.toml").exists());
@@ -1077,7 +1077,7 @@ mod tests {
         for n in 0..100 {
             std::fs::write(g.join(format!("config.dsh-quarantine-{n}")), "").expect("taken");
         }
-        let q = check(&g, &policy, &[&g], &root);
+        let q = check_one(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert_eq!(
             std::fs::read_to_string(g.join("config")).expect("config"),
@@ -1087,7 +1087,7 @@ mod tests {
         let mut text = "#".repeat((gitconfig::MAX_CONFIG_BYTES + 10) as usize);
         text.push_str("\n[core]\n\tfsmonitor = x\n");
         repo(&big, &text);
-        let q = check(&big, &policy, &[&big], &root);
+        let q = check_one(&big, &policy, &[&big], &root);
         assert!(q[0].what.contains("cannot read whole"), "{q:?}");
         assert!(!std::fs::read_to_string(big.join("config"))
             .expect("c")
@@ -1107,7 +1107,7 @@ mod tests {
         std::fs::write(&notes, text).expect("notes");
         std::fs::remove_file(g.join("config")).expect("rm");
         std::fs::hard_link(&notes, g.join("config")).expect("link");
-        let q = check(&g, &policy, &[&g], &root);
+        let q = check_one(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert_eq!(std::fs::read_to_string(&notes).expect("notes"), text);
         // Issue 23: a fresh copy of one name takes its place, without the unsafe setting,
@@ -1131,7 +1131,7 @@ mod tests {
         std::fs::create_dir_all(&g).expect("g");
         std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
         std::fs::write(g.join("commondir"), "../../c\n").expect("commondir");
-        let q = check(&g, &policy, &[&g], &root);
+        let q = check_one(&g, &policy, &[&g], &root);
         assert_eq!(
             std::fs::read_to_string(g.join("commondir")).expect("c"),
             ".\n"
@@ -1153,7 +1153,7 @@ mod tests {
         // Found through a symlinked directory, which no step passes: it cannot be acted on.
         std::os::unix::fs::symlink(root.join("real"), root.join("l")).expect("link");
         let through = root.join("l/.git");
-        let q = check(&through, &policy, &[&through], &root);
+        let q = check_one(&through, &policy, &[&through], &root);
         assert!(q.iter().any(|x| !x.set_aside), "{q:?}");
         // What every dsh process of this user consults (the state directory).
         assert_eq!(
@@ -1219,7 +1219,7 @@ mod tests {
         std::fs::File::create(&big)
             .and_then(|f| f.set_len(size))
             .expect("big");
-        let q = check(&big, &policy, &[], &root);
+        let q = check_one(&big, &policy, &[], &root);
         assert!(!big.exists(), "{q:?}");
         assert_eq!(
             std::fs::metadata(aside_of(&q, ".npmrc"))
@@ -1236,7 +1236,7 @@ mod tests {
         std::fs::create_dir_all(root.join("b")).expect("b");
         std::fs::write(&theirs, "registry=x\n").expect("theirs");
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
-        let q = check(&theirs, &policy, &[], &root);
+        let q = check_one(&theirs, &policy, &[], &root);
         let aside = aside_of(&q, ".npmrc");
         assert!(!theirs.exists());
         use std::os::unix::fs::MetadataExt;
@@ -1254,7 +1254,7 @@ mod tests {
         std::fs::create_dir_all(root.join("a")).expect("a");
         std::fs::write(&npmrc, "script-shell=/tmp/x\n").expect("npmrc");
         std::fs::set_permissions(&npmrc, PermissionsExt::from_mode(0o000)).expect("chmod");
-        let q = check(&npmrc, &policy, &[], &root);
+        let q = check_one(&npmrc, &policy, &[], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert_eq!(std::fs::read(&npmrc).expect("emptied"), b"");
         assert_eq!(
@@ -1269,7 +1269,7 @@ mod tests {
         repo(&g, "");
         std::fs::remove_dir_all(g.join("hooks")).expect("rm");
         std::os::unix::fs::symlink(outside.path(), g.join("hooks")).expect("link");
-        let q = check(&g, &policy, &[&g], &root);
+        let q = check_one(&g, &policy, &[&g], &root);
         assert!(q.iter().all(|x| x.set_aside), "{q:?}");
         assert!(outside.path().join("keep").exists());
         let mode = std::fs::metadata(outside.path())

@@ -18,6 +18,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::names::NESTED_TOOL_NAMES;
+
 /// Directory names the walk does not enter beyond their own entries: dependency trees that
 /// hold tens of thousands of files and no repository a host tool opens by itself (editors
 /// skip them too). What is right in one (a `.git`, git's shape, tool settings) is found.
@@ -41,31 +43,8 @@ pub struct Walk {
     pub complete: bool,
 }
 
-/// Settings a tool reads from the directory it runs in (or an ancestor of it), not only
-/// from a project's root, besides every name [`PROTECTED_NAMES`](crate::names::PROTECTED_NAMES)
-/// protects at a root as a whole entry (cargo and rustup in any subdirectory, npm and yarn
-/// at each package, an editor's or an agent's per-folder settings): direnv's; Maven's
-/// `.mvn` (`jvm.config` takes `-javaagent:`, on any `mvn`, `mvn -v` too, from any folder
-/// beneath it); Gradle's `gradle.properties` (`org.gradle.jvmargs`) and its wrapper's
-/// properties and jar; Mercurial's `hgrc` and `hgrc-not-shared` (in a `.hg`: hooks run on
-/// `hg status`). An existing one is read-only; a new one is emptied by the check after
-/// the call. (Jujutsu's repository config is [`JJ_REPO_CONFIG`].)
-pub const NESTED_TOOL_NAMES: &[&str] = &[
-    ".envrc",
-    ".mvn",
-    "gradle.properties",
-    "gradle-wrapper.properties",
-    "gradle-wrapper.jar",
-    "hgrc",
-    "hgrc-not-shared",
-];
-
-/// Jujutsu's repository config (`.jj/repo/config.toml`: a pager, a diff tool, a signing
-/// program): a tool setting wherever it is, known by its folder, not its name alone.
-pub const JJ_REPO_CONFIG: &str = ".jj/repo/config.toml";
-
 /// Whether the entry `name` of the directory `dir` is a tool setting: [`is_tool_setting`],
-/// Jujutsu's repository config ([`JJ_REPO_CONFIG`]), or a Mercurial repository's
+/// Jujutsu's repository config ([`JJ_REPO_CONFIG`](crate::names::JJ_REPO_CONFIG)), or a Mercurial repository's
 /// `requires` and `sharedpath` (with `shared` required, `sharedpath` names the folder
 /// whose `hgrc` hg reads).
 pub fn is_tool_setting_in(dir: &Path, name: &OsStr) -> bool {

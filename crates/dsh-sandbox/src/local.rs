@@ -22,7 +22,7 @@ use carve::{
 use gaps::{
     partial_refused, policy_gaps, symlinked_protected_path, undecided_refused, unsettled_refused,
 };
-use probe::{probe_bwrap, resolve_program};
+use probe::{find_program, probe_bwrap};
 
 use crate::bwrap::{self, Carve};
 use crate::child::ChildRestrictions;
@@ -401,7 +401,7 @@ impl LocalSandbox {
         let Some(program) = &self.bwrap_program else {
             return Err("disabled by configuration".into());
         };
-        resolve_program(program).ok_or_else(|| {
+        find_program(program).ok_or_else(|| {
             format!(
                 "{} not found (install it: apt-get install bubblewrap)",
                 program.display()

@@ -125,7 +125,7 @@ pub async fn a_cancel_is_aborted_not_timed_out(
     let cancel = CancelToken::new();
     let mut req = request(&s.sleep_long);
     req.cancel = Some(cancel.clone());
-    let spec = shell.resolve(req).map_err(|e| format!("resolve: {e}"))?;
+    let spec = shell.spec_for(req).map_err(|e| format!("spec_for: {e}"))?;
     let run = shell.run(spec);
     tokio::pin!(run);
     // Cancel once the run is under way (it cannot finish on its own).
@@ -150,7 +150,7 @@ pub async fn a_pre_cancelled_run_is_refused(shell: &dyn Shell, s: &Scripts) -> R
     cancel.cancel("too late");
     let mut req = request(&s.exit_3);
     req.cancel = Some(cancel);
-    let spec = shell.resolve(req).map_err(|e| format!("resolve: {e}"))?;
+    let spec = shell.spec_for(req).map_err(|e| format!("spec_for: {e}"))?;
     match shell.run(spec).await {
         Err(e) if e.code() == ErrorCode::Aborted => Ok(()),
         other => Err(format!("a_pre_cancelled_run_is_refused: got {other:?}")),
@@ -164,8 +164,8 @@ pub async fn a_background_process_is_read_once_and_terminated(
 ) -> Result<(), String> {
     let name = "a_background_process_is_read_once_and_terminated";
     let spec = shell
-        .resolve(request(&s.out_and_err))
-        .map_err(|e| format!("resolve: {e}"))?;
+        .spec_for(request(&s.out_and_err))
+        .map_err(|e| format!("spec_for: {e}"))?;
     let p = shell
         .start(spec)
         .map_err(|e| format!("{name}: start failed: {e}"))?;
@@ -177,8 +177,8 @@ pub async fn a_background_process_is_read_once_and_terminated(
     )?;
     expect(name, p.read_output().delta, String::new())?;
     let spec = shell
-        .resolve(request(&s.sleep_long))
-        .map_err(|e| format!("resolve: {e}"))?;
+        .spec_for(request(&s.sleep_long))
+        .map_err(|e| format!("spec_for: {e}"))?;
     let p = shell
         .start(spec)
         .map_err(|e| format!("{name}: start failed: {e}"))?;
@@ -188,7 +188,7 @@ pub async fn a_background_process_is_read_once_and_terminated(
 }
 
 async fn run(shell: &dyn Shell, req: ShellRequest) -> Result<crate::RunResult, String> {
-    let spec = shell.resolve(req).map_err(|e| format!("resolve: {e}"))?;
+    let spec = shell.spec_for(req).map_err(|e| format!("spec_for: {e}"))?;
     shell
         .run(spec)
         .await

@@ -337,7 +337,7 @@ fn layered_env(overrides: &[(&str, &str)], spec: &ShellSpec) -> EnvOverlay {
 
 #[async_trait]
 impl<D: Dialect> Shell for ShellExecutor<D> {
-    fn resolve(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError> {
+    fn spec_for(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError> {
         let cfg = self.config();
         let timeout_ms = clamp_timeout(
             request.timeout_ms,

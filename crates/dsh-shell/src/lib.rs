@@ -7,7 +7,7 @@
 //! ([`ShellExecutor::with_sandbox`]), and refused without one; danger-full-access, said
 //! explicitly ([`ShellRequest::unconfined`]), runs unconfined. The `bash` tool and `dsh`
 //! consume it through
-//! `Arc<dyn Shell>`. [`Shell::resolve`] turns a loose [`ShellRequest`] into a checked
+//! `Arc<dyn Shell>`. [`Shell::spec_for`] turns a loose [`ShellRequest`] into a checked
 //! [`ShellSpec`] (defaults filled, timeout capped); [`Shell::run`] runs it in the
 //! foreground under a timeout; [`Shell::start`] starts it in the background as a
 //! [`ShellProcess`].
@@ -23,7 +23,7 @@
 //! use dsh_process::LocalSubprocess;
 //! use dsh_shell::{bash::LocalBash, Shell, ShellRequest};
 //! let shell = LocalBash::new(Arc::new(LocalSubprocess::new()));
-//! let spec = shell.resolve(ShellRequest::unconfined("echo hi; exit 3"))?;
+//! let spec = shell.spec_for(ShellRequest::unconfined("echo hi; exit 3"))?;
 //! let result = shell.run(spec).await?;
 //! assert_eq!(dsh_shell::render::render_result(&result), "hi\n[exit code: 3]");
 //! # Ok(()) }
@@ -71,7 +71,7 @@ use dsh_process::{CollectedOutput, EnvOverlay, OutputRead, Signal, SpillInfo};
 use dsh_sandbox::{SandboxFacts, SandboxPolicy};
 
 /// A command as callers ask for it: `command` and its sandbox policy are required; the
-/// executor fills and checks the rest in [`Shell::resolve`].
+/// executor fills and checks the rest in [`Shell::spec_for`].
 #[derive(Clone, Debug)]
 pub struct ShellRequest {
     /// Shell source, run as `bash -c command`.
@@ -125,7 +125,7 @@ impl ShellRequest {
     }
 }
 
-/// A request after [`Shell::resolve`]: defaults applied, hints checked and capped.
+/// A request after [`Shell::spec_for`]: defaults applied, hints checked and capped.
 #[derive(Clone, Debug)]
 pub struct ShellSpec {
     /// Shell source.
@@ -197,7 +197,7 @@ pub struct ProcessRead {
     pub stderr_spill: Option<SpillInfo>,
 }
 
-/// The shell seam: resolve, run in the foreground, start in the background.
+/// The shell seam: a request's spec, run in the foreground, started in the background.
 ///
 /// # For implementors
 /// All three methods are required. A provider owns the defaults and caps, classifies why a
@@ -206,13 +206,13 @@ pub struct ProcessRead {
 /// policy of its own: policy arrives with each call.
 #[async_trait]
 pub trait Shell: Send + Sync {
-    /// Fills defaults and checks hints.
+    /// The spec `request` runs as: defaults filled, hints checked.
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` for a non-positive or non-finite timeout or a zero budget;
     /// `PROCESS_CWD_INVALID` when no workdir is given and the host's current directory is
     /// unusable.
-    fn resolve(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError>;
+    fn spec_for(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError>;
 
     /// Runs `spec` in the foreground under its timeout. A non-zero exit, a timeout and a
     /// cancel are reported in `Ok`.

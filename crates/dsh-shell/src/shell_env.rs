@@ -17,7 +17,7 @@
 //!     fn variables(&self) -> Vec<EnvVariable> {
 //!         vec![EnvVariable::new("DSH_WORKSPACE", "the workspace root")]
 //!     }
-//!     fn resolve(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
+//!     fn contribute(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
 //!         BTreeMap::from([("DSH_WORKSPACE".to_owned(), "/work".to_owned())])
 //!     }
 //! }
@@ -74,7 +74,7 @@ pub const RESERVED_KEYS: [&str; 3] = [DSH_HOME, DSH_SESSION_ID, DSH_SHELL];
 /// The prefix every managed key starts with.
 pub const KEY_PREFIX: &str = "DSH_";
 
-/// What a command is being run for; contributors resolve their values from it.
+/// What a command is being run for; contributors take their values from it.
 #[derive(Clone, Debug, Default)]
 pub struct ExecContext {
     /// The session the command belongs to, when it runs for an agent. Default: none.
@@ -106,7 +106,7 @@ impl EnvVariable {
 /// # For implementors
 /// All three methods are required. [`name`](Self::name) and
 /// [`variables`](Self::variables) are read once, at registration; later changes to what
-/// they return are ignored. [`resolve`](Self::resolve) runs for every command, so it must
+/// they return are ignored. [`contribute`](Self::contribute) runs for every command, so it must
 /// be quick and must not block; it may leave out any declared key (the variable is then
 /// unset) but must return no other key, or [`ShellEnv::collect`] fails.
 pub trait EnvContributor: Send + Sync {
@@ -117,7 +117,7 @@ pub trait EnvContributor: Send + Sync {
     fn variables(&self) -> Vec<EnvVariable>;
 
     /// The values for one command: a subset of the declared keys.
-    fn resolve(&self, exec: &ExecContext) -> BTreeMap<String, String>;
+    fn contribute(&self, exec: &ExecContext) -> BTreeMap<String, String>;
 }
 
 /// The `DSH_*` registry. See the [module docs](self).
@@ -219,7 +219,7 @@ impl ShellEnv {
             vars.insert(DSH_SESSION_ID.to_owned(), session.as_str().to_owned());
         }
 
-        // Snapshot, then resolve unlocked: a contributor may call back into the registry.
+        // Snapshot, then contribute unlocked: a contributor may call back into the registry.
         let entries: Vec<(String, Entry)> = self
             .lock()
             .contributors
@@ -227,7 +227,7 @@ impl ShellEnv {
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect();
         for (name, entry) in entries {
-            for (key, value) in entry.contributor.resolve(exec) {
+            for (key, value) in entry.contributor.contribute(exec) {
                 if !entry.variables.contains_key(&key) {
                     return Err(shell_env_invalid(format!(
                         "bash env contributor \"{name}\" returned undeclared key \"{key}\""
@@ -452,7 +452,7 @@ mod tests {
         fn variables(&self) -> Vec<EnvVariable> {
             self.variables.clone()
         }
-        fn resolve(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
+        fn contribute(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
             self.values.iter().cloned().collect()
         }
     }
@@ -663,7 +663,7 @@ mod tests {
             fn variables(&self) -> Vec<EnvVariable> {
                 vec![EnvVariable::new("DSH_ECHO", "the session, again")]
             }
-            fn resolve(&self, exec: &ExecContext) -> BTreeMap<String, String> {
+            fn contribute(&self, exec: &ExecContext) -> BTreeMap<String, String> {
                 exec.session_id
                     .iter()
                     .map(|s| ("DSH_ECHO".to_owned(), format!("seen {s}")))
@@ -724,7 +724,7 @@ mod tests {
                 self.0.fetch_add(1, Ordering::SeqCst);
                 vec![EnvVariable::new("DSH_COUNTED", "counted")]
             }
-            fn resolve(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
+            fn contribute(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
                 BTreeMap::new()
             }
         }
@@ -991,7 +991,7 @@ mod tests {
             fn variables(&self) -> Vec<EnvVariable> {
                 vec![EnvVariable::new("DSH_COUNT", "declarations listed")]
             }
-            fn resolve(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
+            fn contribute(&self, _exec: &ExecContext) -> BTreeMap<String, String> {
                 BTreeMap::from([("DSH_COUNT".to_owned(), self.0.list().len().to_string())])
             }
         }

@@ -26,7 +26,7 @@ async fn two_gib_of_output_runs_in_bounded_memory_with_tail_and_capped_spill() {
     let mut req = ShellRequest::unconfined("head -c 2147483648 /dev/zero; echo; echo tail-marker");
     req.timeout_ms = Some(600_000.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(r.exit_code, Some(0));

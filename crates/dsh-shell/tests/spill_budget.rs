@@ -34,7 +34,7 @@ async fn the_oldest_spill_goes_when_the_sessions_spill_files_reach_their_cap() {
     for i in 0..4 {
         let req = ShellRequest::unconfined(format!("head -c 400000 /dev/zero | tr '\\0' {i}"));
         let r = sh
-            .run(sh.resolve(req).expect("resolve"))
+            .run(sh.spec_for(req).expect("resolve"))
             .await
             .expect("run");
         let spill = r.stdout.spill.clone().expect("a spill file");

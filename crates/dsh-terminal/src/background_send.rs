@@ -35,7 +35,7 @@ impl BackgroundSend {
         }
     }
 
-    /// A reader of this send's output so far. It does not keep the session alive, and
+    /// A reader of this send's output so far. It does not keep the terminal alive, and
     /// once the send has settled it reads nothing (the rest is in the [`SendResult`]).
     pub fn reader(&self) -> SendReader {
         self.reader.clone()
@@ -85,7 +85,7 @@ impl SendReader {
     /// of them (the rest stays for the next take; a single line longer than `max` is
     /// split), and whether output was dropped meanwhile (more than `max_read_bytes` came
     /// between two takes). Never blocks; empty once the send has ended (settled, failed
-    /// or dropped) or its session is gone.
+    /// or dropped) or its terminal is gone.
     pub fn take(&self, max: usize) -> SendDelta {
         self.output
             .upgrade()

@@ -1,4 +1,4 @@
-//! [`BashBackend`]: `bash` on a PTY, with a prompt dsh controls, under the session's
+//! [`BashBackend`]: `bash` on a PTY, with a prompt dsh controls, under the terminal's
 //! sandbox policy.
 
 use std::ffi::OsString;
@@ -10,24 +10,24 @@ use dsh_process::{SpawnSpec, Subprocess, TerminalSize};
 use dsh_sandbox::{sandbox_unavailable, Sandbox};
 
 use crate::registry::{SpawnRequest, TerminalBackend};
-use crate::session::{PtySession, PROMPT};
+use crate::terminal::{Terminal, PROMPT};
 use crate::TerminalConfig;
 
 /// The shell's prompt command: the marker (`ESC ] 133;D;<status> BEL`), then the prompt
 /// set again, so a `PS1` the model changes heals at the next prompt.
 const PROMPT_COMMAND: &str = "printf '\\033]133;D;%s\\007' \"$?\"; PS1='dsh> '";
 
-/// Starts `bash --noprofile --norc -i` sessions (type `shell`).
+/// Starts `bash --noprofile --norc -i` terminals (type `shell`).
 ///
 /// The shell gets the scrubbed environment of the subprocess seam plus: `TERM=xterm`,
-/// `PAGER=cat`, `GIT_PAGER=cat`, `DSH_SHELL=1`, `DSH_SESSION_ID`, `DSH_PTY_SESSION_ID`,
+/// `PAGER=cat`, `GIT_PAGER=cat`, dsh's managed variables (the request's `env`), `DSH_PTY_SESSION_ID`,
 /// `PS1='dsh> '` and a `PROMPT_COMMAND` that prints the prompt marker. (The reference
 /// sets `TERM=dumb`; dsh renders full-screen programs as a screen, and `dumb` would make
 /// `top`, `less` or `vim` refuse to draw one.)
 ///
 /// Under a confined policy the shell is wrapped by the sandbox (fail closed: without a
-/// sandbox a confined session is `SANDBOX_UNAVAILABLE`, never an unconfined shell); the
-/// policy is the one resolved when the session opens, for its whole life.
+/// sandbox a confined terminal is `SANDBOX_UNAVAILABLE`, never an unconfined shell); the
+/// policy is the one resolved when the terminal opens, for its whole life.
 pub struct BashBackend {
     subprocess: Arc<dyn Subprocess>,
     sandbox: Option<Arc<dyn Sandbox>>,
@@ -97,8 +97,9 @@ impl BashBackend {
         set("TERM", "xterm");
         set("PAGER", "cat");
         set("GIT_PAGER", "cat");
-        set("DSH_SHELL", "1");
-        set("DSH_SESSION_ID", request.owner_session.as_str());
+        for (k, v) in &request.env {
+            set(k, v);
+        }
         set("DSH_PTY_SESSION_ID", request.id.as_str());
         set("PS1", PROMPT);
         set("PROMPT_COMMAND", PROMPT_COMMAND);
@@ -126,13 +127,13 @@ impl TerminalBackend for BashBackend {
         request: SpawnRequest,
         config: &TerminalConfig,
         cancel: &CancelToken,
-    ) -> Result<(PtySession, String), HarnessError> {
+    ) -> Result<(Terminal, String), HarnessError> {
         if let Some(reason) = cancel.reason() {
             return Err(HarnessError::aborted_before_start("terminal_open", reason));
         }
         let (spec, confinement) = self.spawn_spec(&request, config)?;
         let process = self.subprocess.spawn(spec)?;
-        let session = PtySession::start(process, config.clone())?.holding(confinement);
+        let session = Terminal::start(process, config.clone())?.holding(confinement);
         match session.initialize(config.timeout, cancel).await {
             Ok(motd) => Ok((session, motd)),
             Err(e) => {

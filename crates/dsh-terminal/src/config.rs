@@ -7,7 +7,7 @@ use dsh_core::HarnessError;
 /// The most rows or columns of a terminal.
 pub const MAX_SIDE: u16 = 1000;
 
-/// How terminal sessions are sized, bounded and judged ready. Every field has the
+/// How terminals are sized, bounded and judged ready. Every field has the
 /// reference's default; [`TerminalConfig::validate`] refuses a value that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TerminalConfig {
@@ -15,9 +15,9 @@ pub struct TerminalConfig {
     pub rows: u16,
     /// Columns of a new terminal, at most [`MAX_SIDE`](crate::MAX_SIDE). Default 160.
     pub cols: u16,
-    /// Lines a session keeps. Default 10 000.
+    /// Lines a terminal keeps. Default 10 000.
     pub scrollback_lines: usize,
-    /// Bytes a session keeps. Default 4 MiB.
+    /// Bytes a terminal keeps. Default 4 MiB.
     pub scrollback_max_bytes: usize,
     /// The most bytes of one read page, one send's output, and one pending escape
     /// sequence. Default 256 KiB.
@@ -36,11 +36,11 @@ pub struct TerminalConfig {
     pub timeout: Duration,
     /// The longest deadline a call may ask for. Default 600 s.
     pub max_timeout: Duration,
-    /// SIGTERM→SIGKILL grace when a session is closed (after the hangup). Default
-    /// 500 ms, so a session is gone within a second of its client.
+    /// SIGTERM→SIGKILL grace when a terminal is closed (after the hangup). Default
+    /// 500 ms, so a terminal is gone within a second of its client.
     pub dispose_grace: Duration,
-    /// The most sessions one owner may have open. Default 64.
-    pub max_sessions: usize,
+    /// The most terminals one owner may have open. Default 64.
+    pub max_terminals: usize,
 }
 
 impl Default for TerminalConfig {
@@ -58,7 +58,7 @@ impl Default for TerminalConfig {
             timeout: Duration::from_millis(30_000),
             max_timeout: Duration::from_millis(600_000),
             dispose_grace: Duration::from_millis(500),
-            max_sessions: 64,
+            max_terminals: 64,
         }
     }
 }
@@ -89,7 +89,7 @@ impl TerminalConfig {
             ("scrollback_lines", self.scrollback_lines),
             ("scrollback_max_bytes", self.scrollback_max_bytes),
             ("max_read_bytes", self.max_read_bytes),
-            ("max_sessions", self.max_sessions),
+            ("max_terminals", self.max_terminals),
         ] {
             if n == 0 {
                 return bad(field, "must be at least 1");

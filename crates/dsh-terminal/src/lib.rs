@@ -1,20 +1,20 @@
-//! Terminal sessions that survive across calls: a shell on a PTY a model can type into,
+//! Terminals that survive across calls: a shell on a PTY a model can type into,
 //! read from, interrupt and close, and that knows, from the kernel, when the program in
 //! it is waiting for input.
 //!
 //! A model on a one-shot `bash` tool cannot drive a REPL, answer a prompt, keep a
-//! debugger open, or keep `cd` and `export` between calls. A terminal session can: the
+//! debugger open, or keep `cd` and `export` between calls. A terminal can: the
 //! shell lives on between sends, and each send returns when the program is ready for
 //! more, not at a fixed deadline.
 //!
-//! - [`Terminals`] is the seam (`ctx.terminals`): the registry of sessions, each owned by
+//! - [`Terminals`] is the seam (`ctx.terminals`): the registry of terminals, each owned by
 //!   one [`Owner`] (an MCP connection), with ids `pty-1`, `pty-2`, … per owner, names
-//!   unique per owner, one send at a time per session, and a bounded number of sessions
-//!   per owner. Another owner can neither see nor touch a session.
-//! - [`PtySession`] is one session: the program's output (as lines in a bounded
+//!   unique per owner, one send at a time per terminal, and a bounded number of terminals
+//!   per owner. Another owner can neither see nor touch a terminal.
+//! - [`Terminal`] is one terminal: the program's output (as lines in a bounded
 //!   scrollback, and as a rendered screen for full-screen programs), and sends that
 //!   settle with a [`WaitReason`].
-//! - [`BashBackend`] starts sessions: `bash` on a PTY from the subprocess seam, with a
+//! - [`BashBackend`] starts terminals: `bash` on a PTY from the subprocess seam, with a
 //!   controlled prompt and a marker the shell prints before each one, confined by the
 //!   sandbox policy it is given.
 //!
@@ -25,7 +25,7 @@
 //!   `stdin_read`; silence settles `inferred_idle`; the deadline settles `timeout`.
 //! - Cancelling a send sends a real SIGINT to the foreground group, never a `\x03` byte,
 //!   so a program in raw mode is interrupted too.
-//! - Closing a session, or disposing of its owner or of the service, ends its whole
+//! - Closing a terminal, or disposing of its owner or of the service, ends its whole
 //!   process tree (a `setsid` daemon and a TERM-ignoring child included) before it
 //!   returns.
 //! - Memory is bounded whatever a program prints: the scrollback by lines and bytes, a
@@ -43,7 +43,7 @@ mod registry;
 pub mod sanitizer;
 mod screen;
 mod scrollback;
-pub mod session;
+pub mod terminal;
 
 pub use background_send::{BackgroundSend, SendDelta, SendReader};
 pub use bash::BashBackend;
@@ -53,7 +53,7 @@ pub use registry::{
     CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };
 pub use scrollback::{ReadPage, Scrollback};
-pub use session::{PtySession, PROMPT};
+pub use terminal::{Terminal, PROMPT};
 
 use std::time::Duration;
 
@@ -79,14 +79,14 @@ pub struct SendResult {
     pub viewport: String,
     /// Why the send settled.
     pub wait: WaitReason,
-    /// The session at that moment.
-    pub status: SessionStatus,
+    /// The terminal at that moment.
+    pub status: TerminalStatus,
     /// Whether some of this send's output was dropped (more than `max_read_bytes` came).
     pub truncated: bool,
 }
 
 dsh_core::id_type! {
-    /// Names one terminal session (`pty-1`, …), unique within its owner.
+    /// Names one terminal (`pty-1`, …), unique within its owner.
     pub struct TerminalId;
 }
 
@@ -100,7 +100,7 @@ pub enum WaitReason {
     InferredIdle,
     /// The send's deadline passed; the program may still be working.
     Timeout,
-    /// The session's shell exited, or the session was closed.
+    /// The terminal's shell exited, or the terminal was closed.
     SessionExit,
 }
 
@@ -116,9 +116,9 @@ impl WaitReason {
     }
 }
 
-/// A session's state: running, or how its shell ended.
+/// A terminal's state: running, or how its shell ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SessionStatus {
+pub enum TerminalStatus {
     /// The shell runs.
     Running,
     /// The shell ended: its exit code, or the signal that killed it (both `None` when
@@ -131,12 +131,12 @@ pub enum SessionStatus {
     },
 }
 
-impl std::fmt::Display for SessionStatus {
+impl std::fmt::Display for TerminalStatus {
     /// `running`, or `exited code=<code|null> signal=<signal|null>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SessionStatus::Running => f.write_str("running"),
-            SessionStatus::Exited { code, signal } => write!(
+            TerminalStatus::Running => f.write_str("running"),
+            TerminalStatus::Exited { code, signal } => write!(
                 f,
                 "exited code={} signal={}",
                 code.map_or_else(|| "null".to_owned(), |c| c.to_string()),
@@ -153,7 +153,7 @@ pub enum TerminalSignal {
     Int,
     /// Polite termination.
     Term,
-    /// Forced kill (refused for the shell's own group: close the session instead).
+    /// Forced kill (refused for the shell's own group: close the terminal instead).
     Kill,
     /// Stop (Ctrl-Z).
     Tstp,

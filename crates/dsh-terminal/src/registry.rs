@@ -1,17 +1,17 @@
-//! [`Terminals`]: the owner-scoped registry of terminal sessions.
+//! [`Terminals`]: the owner-scoped registry of terminals.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, Owner, SessionId};
+use dsh_core::{CancelReason, CancelToken, ErrorCode, HarnessError, Owner};
 use dsh_sandbox::SandboxPolicy;
 
 use crate::background_send::BackgroundSend;
-use crate::session::PtySession;
-use crate::{ReadPage, SessionStatus, TerminalConfig, TerminalId, TerminalSignal};
+use crate::terminal::Terminal;
+use crate::{ReadPage, TerminalConfig, TerminalId, TerminalSignal, TerminalStatus};
 use crate::{SendRequest, SendResult};
 
 /// What `terminal_open` asks for.
@@ -23,34 +23,38 @@ pub struct OpenRequest {
     pub name: Option<String>,
     /// The working directory; default the policy's workspace root.
     pub cwd: Option<PathBuf>,
-    /// The session's sandbox policy, resolved once, now: it holds for the session's life.
+    /// The terminal's sandbox policy, resolved once, now: it holds for the terminal's life.
     pub policy: SandboxPolicy,
+    /// dsh's managed variables (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`, …), as the
+    /// shell seam's `ShellEnv` collects them for the owner's session: what every command
+    /// of that session sees, one-shot or in a terminal.
+    pub env: BTreeMap<String, String>,
 }
 
-/// What a backend gets to start a session.
+/// What a backend gets to start a terminal.
 #[derive(Clone, Debug)]
 pub struct SpawnRequest {
-    /// The new session's id.
+    /// The new terminal's id.
     pub id: TerminalId,
-    /// The owner's session id (for the shell's environment).
-    pub owner_session: SessionId,
+    /// dsh's managed variables the shell gets (see [`OpenRequest::env`]).
+    pub env: BTreeMap<String, String>,
     /// The working directory; default the policy's workspace root.
     pub cwd: Option<PathBuf>,
     /// The sandbox policy the shell runs under.
     pub policy: SandboxPolicy,
 }
 
-/// Starts terminal sessions of one type.
+/// Starts terminals of one type.
 ///
 /// # For implementors
-/// `spawn` returns a published-ready session and its startup output, or an error after
+/// `spawn` returns a published-ready terminal and its startup output, or an error after
 /// closing whatever it started; it must give up promptly when `cancel` fires.
 #[async_trait]
 pub trait TerminalBackend: Send + Sync {
     /// The type it starts (`shell`).
     fn kind(&self) -> &str;
 
-    /// Starts a session.
+    /// Starts a terminal.
     ///
     /// # Errors
     /// The backend's: the sandbox's (`SANDBOX_UNAVAILABLE`), the subprocess seam's, or
@@ -60,10 +64,10 @@ pub trait TerminalBackend: Send + Sync {
         request: SpawnRequest,
         config: &TerminalConfig,
         cancel: &CancelToken,
-    ) -> Result<(PtySession, String), HarnessError>;
+    ) -> Result<(Terminal, String), HarnessError>;
 }
 
-/// A session as `terminal_list` shows it.
+/// A terminal as `terminal_list` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// Its id.
@@ -75,13 +79,13 @@ pub struct Snapshot {
     /// The shell's pid, as dsh sees it.
     pub pid: Option<u32>,
     /// Running or exited.
-    pub status: SessionStatus,
+    pub status: TerminalStatus,
 }
 
-/// A new session: its snapshot and what the shell printed at startup.
+/// A new terminal: its snapshot and what the shell printed at startup.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Opened {
-    /// The session.
+    /// The terminal.
     pub snapshot: Snapshot,
     /// The startup output (`dsh> ` for the bash backend).
     pub motd: String,
@@ -101,7 +105,7 @@ struct Entry {
     owner: Owner,
     name: Option<String>,
     kind: String,
-    session: Arc<PtySession>,
+    session: Arc<Terminal>,
     policy: SandboxPolicy,
     closing: bool,
 }
@@ -113,11 +117,11 @@ struct Inner {
     reserved: Vec<(usize, String)>,
     /// Spawns not yet published: (owner key, their cancel token).
     pending: Vec<(usize, u64, CancelToken)>,
-    /// Every distinct policy each owner's sessions ran under, closed ones included.
+    /// Every distinct policy each owner's terminals ran under, closed ones included.
     policies: Vec<(usize, SandboxPolicy)>,
 }
 
-/// The registry of terminal sessions (the seam `ctx.terminals`). See the [crate
+/// The registry of terminals (the seam `ctx.terminals`). See the [crate
 /// docs](crate).
 pub struct Terminals {
     config: TerminalConfig,
@@ -184,12 +188,12 @@ impl Terminals {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a session for `owner`.
+    /// Opens a terminal for `owner`.
     ///
     /// # Errors
     /// In this order: `SERVICE_DISPOSING`; `ABORTED` (cancelled before it started);
     /// `OWNER_NOT_LIVE`; `NO_BACKEND`; `INVALID_ARGUMENT` (empty name); `DUPLICATE_NAME`;
-    /// `TERMINAL_LIMIT`; then the backend's. A session started but not published (the
+    /// `TERMINAL_LIMIT`; then the backend's. A terminal started but not published (the
     /// call was cancelled, the owner or the service went away meanwhile) is closed.
     pub async fn open(
         &self,
@@ -206,21 +210,7 @@ impl Terminals {
         if !owner.is_live() {
             return Err(not_live());
         }
-        let backend = self
-            .backends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&request.kind)
-            .cloned()
-            .ok_or_else(|| {
-                HarnessError::new(
-                    ErrorCode::NoBackend,
-                    format!(
-                        "no terminal backend of type {:?}; the type is \"shell\"",
-                        dsh_core::visible::visible(&request.kind)
-                    ),
-                )
-            })?;
+        let backend = self.backend(&request.kind)?;
         if request.name.as_deref() == Some("") {
             return Err(HarnessError::invalid_argument(
                 "a terminal session name must not be empty; omit it or give a name",
@@ -228,76 +218,20 @@ impl Terminals {
         }
         let reservation = CancelToken::new();
         let pending_id = self.next_pending.fetch_add(1, Ordering::Relaxed);
-        let id = {
-            let mut inner = self.lock();
-            let key = owner.key();
-            if let Some(name) = &request.name {
-                let taken = inner
-                    .sessions
-                    .iter()
-                    .any(|e| e.owner.key() == key && e.name.as_ref() == Some(name))
-                    || inner.reserved.iter().any(|(k, n)| *k == key && n == name);
-                if taken {
-                    return Err(HarnessError::new(
-                        ErrorCode::DuplicateName,
-                        format!(
-                            "a terminal session named {:?} is already open (or opening); pick \
-                             another name or close that one",
-                            dsh_core::visible::visible(name)
-                        ),
-                    ));
-                }
-            }
-            let open = inner
-                .sessions
-                .iter()
-                .filter(|e| e.owner.key() == key)
-                .count()
-                + inner.pending.iter().filter(|(k, _, _)| *k == key).count();
-            if open >= self.config.max_sessions {
-                return Err(HarnessError::new(
-                    ErrorCode::TerminalLimit,
-                    format!(
-                        "{open} terminal sessions are open, the most allowed; close one with \
-                         terminal_close first"
-                    ),
-                ));
-            }
-            if let Some(name) = &request.name {
-                inner.reserved.push((key, name.clone()));
-            }
-            inner.pending.push((key, pending_id, reservation.clone()));
-            TerminalId::new(format!(
-                "pty-{}",
-                self.next_id.fetch_add(1, Ordering::Relaxed)
-            ))
-        };
-        // Either the caller's cancel or the reservation's (owner or service disposal)
-        // stops the spawn.
-        let fused = CancelToken::new();
-        let spawned = {
-            let relay = async {
-                tokio::select! {
-                    _ = cancel.cancelled() => fused.cancel(cancel.reason().cloned().unwrap_or(CancelReason::ClientCancelled)),
-                    _ = reservation.cancelled() => fused.cancel(reservation.reason().cloned().unwrap_or(CancelReason::ClientGone)),
-                }
-                std::future::pending::<()>().await
-            };
-            let spawn = backend.spawn(
-                SpawnRequest {
-                    id: id.clone(),
-                    owner_session: owner.session().clone(),
-                    cwd: request.cwd.clone(),
-                    policy: request.policy.clone(),
-                },
-                &self.config,
-                &fused,
-            );
-            tokio::select! {
-                r = spawn => r,
-                _ = relay => unreachable!("the relay never ends"),
-            }
-        };
+        let id = self.reserve(owner, request.name.as_ref(), pending_id, &reservation)?;
+        let spawned = Self::spawn_fused(
+            backend,
+            SpawnRequest {
+                id: id.clone(),
+                env: request.env.clone(),
+                cwd: request.cwd.clone(),
+                policy: request.policy.clone(),
+            },
+            &self.config,
+            cancel,
+            &reservation,
+        )
+        .await;
         let key = owner.key();
         let release = |inner: &mut Inner| {
             inner.pending.retain(|(_, p, _)| *p != pending_id);
@@ -365,6 +299,111 @@ impl Terminals {
         Ok(Opened { snapshot, motd })
     }
 
+    /// The backend of terminals of type `kind`.
+    ///
+    /// # Errors
+    /// `NO_BACKEND`.
+    fn backend(&self, kind: &str) -> Result<Arc<dyn TerminalBackend>, HarnessError> {
+        self.backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kind)
+            .cloned()
+            .ok_or_else(|| {
+                HarnessError::new(
+                    ErrorCode::NoBackend,
+                    format!(
+                        "no terminal backend of type {:?}; the type is \"shell\"",
+                        dsh_core::visible::visible(kind)
+                    ),
+                )
+            })
+    }
+
+    /// Reserves a terminal for `owner` (its `name`, and a place under the limit, held as
+    /// pending `pending_id` until it is published or given up) and gives it its id.
+    ///
+    /// # Errors
+    /// `DUPLICATE_NAME`, `TERMINAL_LIMIT`.
+    fn reserve(
+        &self,
+        owner: &Owner,
+        name: Option<&String>,
+        pending_id: u64,
+        reservation: &CancelToken,
+    ) -> Result<TerminalId, HarnessError> {
+        let mut inner = self.lock();
+        let key = owner.key();
+        if let Some(name) = name {
+            let taken = inner
+                .sessions
+                .iter()
+                .any(|e| e.owner.key() == key && e.name.as_ref() == Some(name))
+                || inner.reserved.iter().any(|(k, n)| *k == key && n == name);
+            if taken {
+                return Err(HarnessError::new(
+                    ErrorCode::DuplicateName,
+                    format!(
+                        "a terminal session named {:?} is already open (or opening); pick \
+                         another name or close that one",
+                        dsh_core::visible::visible(name)
+                    ),
+                ));
+            }
+        }
+        let open = inner
+            .sessions
+            .iter()
+            .filter(|e| e.owner.key() == key)
+            .count()
+            + inner.pending.iter().filter(|(k, _, _)| *k == key).count();
+        if open >= self.config.max_terminals {
+            return Err(HarnessError::new(
+                ErrorCode::TerminalLimit,
+                format!(
+                    "{open} terminal sessions are open, the most allowed; close one with \
+                     terminal_close first"
+                ),
+            ));
+        }
+        if let Some(name) = name {
+            inner.reserved.push((key, name.clone()));
+        }
+        inner.pending.push((key, pending_id, reservation.clone()));
+        Ok(TerminalId::new(format!(
+            "pty-{}",
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        )))
+    }
+
+    /// Starts `request` with `backend`, stopped by the caller's `cancel` or by the
+    /// `reservation`'s (the owner or the service going away), whichever fires first.
+    async fn spawn_fused(
+        backend: Arc<dyn TerminalBackend>,
+        request: SpawnRequest,
+        config: &TerminalConfig,
+        cancel: &CancelToken,
+        reservation: &CancelToken,
+    ) -> Result<(Terminal, String), HarnessError> {
+        // Either the caller's cancel or the reservation's (owner or service disposal)
+        // stops the spawn.
+        let fused = CancelToken::new();
+        {
+            let relay = async {
+                tokio::select! {
+                    _ = cancel.cancelled() => fused.cancel(cancel.reason().cloned().unwrap_or(CancelReason::ClientCancelled)),
+                    _ = reservation.cancelled() => fused.cancel(reservation.reason().cloned().unwrap_or(CancelReason::ClientGone)),
+                }
+                std::future::pending::<()>().await
+            };
+            let spawn = backend.spawn(request, config, &fused);
+            tokio::select! {
+                r = spawn => r,
+                _ = relay => unreachable!("the relay never ends"),
+            }
+        }
+    }
+
     fn abort_reason(
         &self,
         cancel: &CancelToken,
@@ -383,8 +422,8 @@ impl Terminals {
         })
     }
 
-    /// The session `id` if `owner` owns it.
-    fn session(&self, owner: &Owner, id: &str) -> Result<Arc<PtySession>, HarnessError> {
+    /// The terminal `id` if `owner` owns it.
+    fn session(&self, owner: &Owner, id: &str) -> Result<Arc<Terminal>, HarnessError> {
         let inner = self.lock();
         let entry = inner
             .sessions
@@ -412,7 +451,7 @@ impl Terminals {
         Ok(entry.session.clone())
     }
 
-    /// The sandbox policy session `id` runs under (resolved when it opened).
+    /// The sandbox policy terminal `id` runs under (resolved when it opened).
     ///
     /// # Errors
     /// `NO_SESSION`, `FOREIGN_SESSION`.
@@ -429,10 +468,10 @@ impl Terminals {
             })
     }
 
-    /// Types into session `id` and waits until it is ready (see [`PtySession::send`]).
+    /// Types into terminal `id` and waits until it is ready (see [`Terminal::send`]).
     ///
     /// # Errors
-    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`PtySession::send`]'s.
+    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`Terminal::send`]'s.
     pub async fn send(
         &self,
         owner: &Owner,
@@ -453,7 +492,7 @@ impl Terminals {
     /// [`send`](Self::send) for a background send: the checks (`NO_SESSION`,
     /// `FOREIGN_SESSION`, the timeout, `TERMINAL_CLOSING`, `TERMINAL_EXITED`,
     /// `SEND_ACTIVE`) now, the send in the returned [`BackgroundSend`], which holds the
-    /// session's send slot until it settles and whose reader takes its output as it
+    /// terminal's send slot until it settles and whose reader takes its output as it
     /// comes.
     ///
     /// # Errors
@@ -475,7 +514,7 @@ impl Terminals {
         session.start_send(request, cancel)
     }
 
-    /// A page of session `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).
+    /// A page of terminal `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).
     ///
     /// # Errors
     /// `NO_SESSION`, `FOREIGN_SESSION`; `INVALID_ARGUMENT` for a zero `count`.
@@ -493,10 +532,10 @@ impl Terminals {
         Ok(session.read(offset, count))
     }
 
-    /// Sends `signal` to session `id`'s foreground group; returns the group.
+    /// Sends `signal` to terminal `id`'s foreground group; returns the group.
     ///
     /// # Errors
-    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`PtySession::signal`]'s.
+    /// `NO_SESSION`, `FOREIGN_SESSION`, then [`Terminal::signal`]'s.
     pub fn signal(
         &self,
         owner: &Owner,
@@ -506,10 +545,10 @@ impl Terminals {
         self.session(owner, id)?.signal(signal.number())
     }
 
-    /// Closes session `id` and forgets it once its tree is gone.
+    /// Closes terminal `id` and forgets it once its tree is gone.
     ///
     /// # Errors
-    /// `NO_SESSION`, `FOREIGN_SESSION`; [`PtySession::close`]'s (the session then stays
+    /// `NO_SESSION`, `FOREIGN_SESSION`; [`Terminal::close`]'s (the terminal then stays
     /// listed, and a later close retries).
     pub async fn close(&self, owner: &Owner, id: &str) -> Result<CloseOutcome, HarnessError> {
         let session = self.session(owner, id)?;
@@ -540,7 +579,7 @@ impl Terminals {
         }
     }
 
-    /// `owner`'s sessions, oldest first.
+    /// `owner`'s terminals, oldest first.
     pub fn list(&self, owner: &Owner) -> Vec<Snapshot> {
         self.lock()
             .sessions
@@ -556,7 +595,7 @@ impl Terminals {
             .collect()
     }
 
-    /// Every distinct sandbox policy `owner`'s sessions ran under, closed ones included
+    /// Every distinct sandbox policy `owner`'s terminals ran under, closed ones included
     /// (for a last check of what their background jobs made).
     pub fn policies(&self, owner: &Owner) -> Vec<SandboxPolicy> {
         self.lock()
@@ -567,7 +606,7 @@ impl Terminals {
             .collect()
     }
 
-    /// Whether `owner` has sessions open or being opened.
+    /// Whether `owner` has terminals open or being opened.
     pub fn has_owner_activity(&self, owner: &Owner) -> bool {
         let inner = self.lock();
         let key = owner.key();
@@ -575,11 +614,11 @@ impl Terminals {
             || inner.pending.iter().any(|(k, _, _)| *k == key)
     }
 
-    /// Ends `owner`: it opens nothing more; its pending opens are abandoned; its sessions
+    /// Ends `owner`: it opens nothing more; its pending opens are abandoned; its terminals
     /// are closed, all at once, and forgotten. Returns once every tree is gone.
     ///
     /// # Errors
-    /// `TERMINAL_FAILED` naming how many sessions could not be closed (they stay listed).
+    /// `TERMINAL_FAILED` naming how many terminals could not be closed (they stay listed).
     pub async fn dispose_owner(&self, owner: &Owner) -> Result<(), HarnessError> {
         owner.end();
         let key = owner.key();
@@ -587,7 +626,7 @@ impl Terminals {
     }
 
     /// Ends the service: nothing opens any more; every pending open is abandoned and
-    /// every session closed. Returns once every tree is gone.
+    /// every terminal closed. Returns once every tree is gone.
     ///
     /// # Errors
     /// As [`dispose_owner`](Self::dispose_owner).
@@ -597,7 +636,7 @@ impl Terminals {
     }
 
     async fn end(&self, whose: impl Fn(usize) -> bool, reason: &str) -> Result<(), HarnessError> {
-        let sessions: Vec<(TerminalId, Arc<PtySession>)> = {
+        let sessions: Vec<(TerminalId, Arc<Terminal>)> = {
             let mut inner = self.lock();
             for (k, _, token) in &inner.pending {
                 if whose(*k) {

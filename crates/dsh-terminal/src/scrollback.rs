@@ -1,4 +1,4 @@
-//! The lines a terminal session keeps, bounded in lines and in bytes.
+//! The lines a terminal keeps, bounded in lines and in bytes.
 
 use std::collections::VecDeque;
 

@@ -9,8 +9,8 @@ use dsh_core::{CancelReason, CancelToken, ErrorCode, SessionId};
 use dsh_process::LocalSubprocess;
 use dsh_sandbox::{LocalSandbox, OnPartial, Runner, Sandbox, SandboxMode};
 use dsh_terminal::{
-    BashBackend, CloseOutcome, OpenRequest, Opened, Owner, SendRequest, SendResult, SessionStatus,
-    TerminalConfig, TerminalSignal, Terminals, WaitReason,
+    BashBackend, CloseOutcome, OpenRequest, Opened, Owner, SendRequest, SendResult, TerminalConfig,
+    TerminalSignal, TerminalStatus, Terminals, WaitReason,
 };
 
 /// Short silence and deadline, so the slow tiers are quick to reach in tests.
@@ -42,6 +42,7 @@ fn open_request(ws: &Path, mode: SandboxMode) -> OpenRequest {
         name: None,
         cwd: None,
         policy: dsh_protect::workspace_policy(mode, ws),
+        env: std::collections::BTreeMap::from([("DSH_SHELL".to_owned(), "1".to_owned())]),
     }
 }
 
@@ -99,7 +100,7 @@ async fn a_shell_keeps_its_state_between_sends_and_settles_on_its_prompt() {
     let opened = open_unconfined(&t, &owner, ws.path()).await;
     assert_eq!(opened.snapshot.id.as_str(), "pty-1");
     assert_eq!(opened.motd, "dsh> ");
-    assert_eq!(opened.snapshot.status, SessionStatus::Running);
+    assert_eq!(opened.snapshot.status, TerminalStatus::Running);
     let id = opened.snapshot.id.as_str().to_owned();
 
     let r = send(&t, &owner, &id, "echo hi").await;
@@ -264,7 +265,7 @@ async fn another_owner_can_neither_see_nor_touch_a_session_and_the_limit_holds()
     let ws = tempfile::tempdir().expect("ws");
     let t = service(
         TerminalConfig {
-            max_sessions: 2,
+            max_terminals: 2,
             ..config()
         },
         None,

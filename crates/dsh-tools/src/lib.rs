@@ -87,7 +87,7 @@ pub mod schema;
 pub mod tools;
 pub mod world;
 
-pub use policy::service::{AfterCommand, PolicyService};
+pub use policy::service::{CheckOutcome, PolicyService};
 pub use schema::structured::structured_schema;
 pub use world::preset::{BashMode, Preset, WorldConfig};
 pub use world::{World, WorldBuilder};
@@ -230,12 +230,26 @@ impl CallContext<'_> {
                 let cwd = s.header().cwd.clone();
                 self.world
                     .policy()
-                    .resolve(Some((&**s as &dyn dsh_core::journal::Journal, &cwd)), None)
+                    .policy_for(Some((&**s as &dyn dsh_core::journal::Journal, &cwd)), None)
                     .await
             }
-            None => self.world.policy().resolve(None, None).await,
+            None => self.world.policy().policy_for(None, None).await,
         };
         self.armed(standing)
+    }
+
+    /// dsh's managed variables (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`, …) for a command
+    /// of this call's session, one-shot or in a terminal: the World's `ShellEnv`, the one
+    /// place they are made.
+    ///
+    /// # Errors
+    /// `SHELL_ENV_INVALID` (see `ShellEnv::collect`).
+    pub fn managed_env(&self) -> Result<std::collections::BTreeMap<String, String>, HarnessError> {
+        self.world
+            .shell_env()
+            .collect(&dsh_shell::shell_env::ExecContext {
+                session_id: self.session.map(|s| s.id().clone()),
+            })
     }
 
     /// `policy`, with the check after the call armed for it when it can write (see

@@ -49,10 +49,10 @@ pub(crate) async fn policy_for_call(
             let cwd = s.header().cwd.clone();
             world
                 .policy()
-                .resolve(Some((&**s as &dyn Journal, &cwd)), None)
+                .policy_for(Some((&**s as &dyn Journal, &cwd)), None)
                 .await
         }
-        None => world.policy().resolve(None, None).await,
+        None => world.policy().policy_for(None, None).await,
     };
     if !world.confines() {
         let what = match subject {
@@ -104,10 +104,10 @@ pub(crate) async fn policy_for_call(
             let cwd = s.header().cwd.clone();
             world
                 .policy()
-                .resolve(Some((&**s as &dyn Journal, &cwd)), Some(granted))
+                .policy_for(Some((&**s as &dyn Journal, &cwd)), Some(granted))
                 .await
         }
-        None => world.policy().resolve(None, Some(granted)).await,
+        None => world.policy().policy_for(None, Some(granted)).await,
     };
     Ok(ctx.armed(widened))
 }

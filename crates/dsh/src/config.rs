@@ -171,9 +171,135 @@ struct File {
     trusted_workspaces: Option<Spanned<Vec<String>>>,
 }
 
-const KEYS: &str = "mode, network, writable_roots, approval, runner, timeout_ms, \
-                    max_timeout_ms, max_output_bytes, max_spill_bytes, allow_partial, bash, \
-                    protected, deny_read, read_allow, env_allow and trusted_workspaces";
+/// One key of the config files, as docs/reference.md lists it (generated from this
+/// table; a test holds the table to the file format and the page to the table).
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "all but the name are read by the reference page's test"
+    )
+)]
+pub(crate) struct Key {
+    /// The key.
+    pub name: &'static str,
+    /// What it takes.
+    pub values: &'static str,
+    /// What a workspace's file not listed in `trusted_workspaces` may do with it.
+    pub workspace: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+}
+
+/// Every key of the config files, in the order of [`File`].
+pub(crate) const KEYS: &[Key] = &[
+    Key {
+        name: "mode",
+        values: "`read-only`, `workspace-write`, `danger-full-access`",
+        workspace: "narrow: a stricter mode",
+        meaning: "the sandbox mode of calls that name none",
+    },
+    Key {
+        name: "network",
+        values: "`deny`, `allow`",
+        workspace: "narrow: `deny`",
+        meaning: "whether confined commands reach the network",
+    },
+    Key {
+        name: "writable_roots",
+        values: "paths (relative: inside the workspace)",
+        workspace: "narrow: fewer",
+        meaning: "directories writable besides the workspace under workspace-write",
+    },
+    Key {
+        name: "approval",
+        values: "`ask`, `never`",
+        workspace: "narrow: `never`",
+        meaning: "whether a model may ask a person to widen one call",
+    },
+    Key {
+        name: "runner",
+        values: "`bwrap`, `landlock`, `seatbelt`",
+        workspace: "no",
+        meaning: "the sandbox runner (default: the fastest that enforces the policy in full)",
+    },
+    Key {
+        name: "timeout_ms",
+        values: "milliseconds, at least 1",
+        workspace: "yes (the cap bounds it)",
+        meaning: "a bash command's timeout when the call names none",
+    },
+    Key {
+        name: "max_timeout_ms",
+        values: "milliseconds, 1 to 2147483647",
+        workspace: "narrow: lower",
+        meaning: "the cap on any bash timeout",
+    },
+    Key {
+        name: "max_output_bytes",
+        values: "bytes, at least 1",
+        workspace: "narrow: lower",
+        meaning: "bash output a result shows per stream",
+    },
+    Key {
+        name: "max_spill_bytes",
+        values: "bytes, at least 1",
+        workspace: "narrow: lower",
+        meaning: "the cap of a bash command's spill file per stream",
+    },
+    Key {
+        name: "allow_partial",
+        values: "`true`, `false`",
+        workspace: "no",
+        meaning:
+            "run where the sandbox is enforced only in part (each result says what is missing)",
+    },
+    Key {
+        name: "bash",
+        values: "`one-shot`, `persistent`",
+        workspace: "yes",
+        meaning: "one shell per command, or one shell per session",
+    },
+    Key {
+        name: "protected",
+        values: "paths (relative: in the workspace)",
+        workspace: "narrow: more",
+        meaning: "more paths that stay read-only under workspace-write",
+    },
+    Key {
+        name: "deny_read",
+        values: "paths, `*` and `?` in the last part, `~/` for the home",
+        workspace: "narrow: more",
+        meaning: "more paths no confined command or file tool may read",
+    },
+    Key {
+        name: "read_allow",
+        values: "paths, as `deny_read`",
+        workspace: "no",
+        meaning: "more paths of the closed homes confined commands and file tools may read",
+    },
+    Key {
+        name: "env_allow",
+        values: "variable names",
+        workspace: "no",
+        meaning: "names let through the credential scrub of a command's environment",
+    },
+    Key {
+        name: "trusted_workspaces",
+        values: "paths",
+        workspace: "no (the user's file only)",
+        meaning: "workspaces whose own config may widen, not only narrow",
+    },
+];
+
+/// The keys, as an error names them: `mode, network, …, env_allow and trusted_workspaces`.
+fn key_names() -> String {
+    let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+    match names.split_last() {
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 /// The user's config file, where dsh looks for it.
 pub fn user_config_path() -> Option<PathBuf> {
@@ -294,9 +420,10 @@ impl Layer {
                 .map(|s| format!(":{}", line_at(&text, s.start)))
                 .unwrap_or_default();
             HarnessError::config_invalid(format!(
-                "{}{at}: {}; the keys are {KEYS}",
+                "{}{at}: {}; the keys are {}",
                 path.display(),
-                e.message().trim_end()
+                e.message().trim_end(),
+                key_names()
             ))
         })?;
         Ok(Layer { text, file, from })
@@ -343,9 +470,20 @@ impl Layer {
         *slot = self.entry(value);
     }
 
-    /// Applies every key of this file to `config`.
+    /// Applies every key of this file to `config`; the first invalid or widening key is
+    /// the error, and then `config` may hold the keys applied before it.
     fn apply(self, config: &mut Config) -> Result<(), HarnessError> {
         let widen = self.may_widen(config);
+        self.apply_mode_and_network(config, widen)?;
+        self.apply_writable_roots(config, widen)?;
+        self.apply_choices(config, widen)?;
+        self.apply_limits(config, widen)?;
+        self.apply_lists(config, widen)?;
+        Ok(())
+    }
+
+    /// Applies `mode` and `network`; `widen`: whether this file may widen the sandbox.
+    fn apply_mode_and_network(&self, config: &mut Config, widen: bool) -> Result<(), HarnessError> {
         let f = &self.file;
         if let Some(v) = &f.mode {
             let mode: SandboxMode = self.parsed("mode", v)?;
@@ -371,6 +509,12 @@ impl Layer {
             }
             self.set(&mut config.network, network);
         }
+        Ok(())
+    }
+
+    /// Applies `writable_roots`; `widen`: whether this file may widen the sandbox.
+    fn apply_writable_roots(&self, config: &mut Config, widen: bool) -> Result<(), HarnessError> {
+        let f = &self.file;
         if let Some(v) = &f.writable_roots {
             let at = v.span().start;
             let mut roots = Vec::new();
@@ -423,6 +567,12 @@ impl Layer {
             }
             self.set(&mut config.writable_roots, roots);
         }
+        Ok(())
+    }
+
+    /// Applies `approval`, `bash` and `runner`; `widen`: whether this file may widen the sandbox.
+    fn apply_choices(&self, config: &mut Config, widen: bool) -> Result<(), HarnessError> {
+        let f = &self.file;
         if let Some(v) = &f.approval {
             let policy: ApprovalPolicy = self.parsed("approval", v)?;
             if !widen
@@ -455,6 +605,12 @@ impl Layer {
             }
             self.set(&mut config.runner, Some(runner));
         }
+        Ok(())
+    }
+
+    /// Applies the caps (`timeout_ms`, `max_timeout_ms`, `max_output_bytes`, `max_spill_bytes`) and `allow_partial`; `widen`: whether this file may widen the sandbox.
+    fn apply_limits(&self, config: &mut Config, widen: bool) -> Result<(), HarnessError> {
+        let f = &self.file;
         let caps: [Cap; 4] = [
             ("timeout_ms", &f.timeout_ms, |c| &mut c.timeout_ms, u64::MAX),
             (
@@ -503,6 +659,12 @@ impl Layer {
             }
             self.set(&mut config.allow_partial, *v.get_ref());
         }
+        Ok(())
+    }
+
+    /// Applies the lists (`env_allow`, `protected`, `deny_read`, `read_allow`, `trusted_workspaces`); `widen`: whether this file may widen the sandbox.
+    fn apply_lists(&self, config: &mut Config, widen: bool) -> Result<(), HarnessError> {
+        let f = &self.file;
         if let Some(v) = &f.env_allow {
             let at = v.span().start;
             if !widen && !v.get_ref().is_empty() {
@@ -1034,6 +1196,72 @@ mod tests {
         for bad in ["../../x", "a/../../b", "./x"] {
             let e = load_ws(&format!("protected = [\"{bad}\"]\n")).expect_err(bad);
             assert!(e.message().contains("not a plain path"), "{}", e.message());
+        }
+    }
+
+    // The table of keys is the file format: the keys a file may hold are the table's,
+    // in its order.
+    #[test]
+    fn the_keys_table_is_the_file_format() {
+        let e = toml::from_str::<File>("not_a_key = 1").expect_err("unknown key");
+        let msg = e.message().to_owned();
+        let expected: Vec<&str> = msg
+            .split("expected one of ")
+            .nth(1)
+            .expect("serde names the fields")
+            .split(", ")
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        let table: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        assert_eq!(expected, table, "{msg}");
+    }
+
+    const REFERENCE_BEGIN: &str = "<!-- generated from crates/dsh/src/config.rs (KEYS): DSH_BLESS=1 cargo test -p dsh --bin dsh config -->\n";
+    const REFERENCE_END: &str = "<!-- end of the generated keys -->\n";
+
+    /// The generated block of docs/reference.md: every key with what it takes, its
+    /// default as `dsh config show --json` prints it, what a workspace's file may do.
+    fn reference_block() -> String {
+        let defaults = Config::defaults(Path::new("/ws"), None).to_json();
+        let mut out = String::from(REFERENCE_BEGIN);
+        out.push_str(
+            "\n| key | takes | default | in a workspace's file | means |\n|---|---|---|---|---|\n",
+        );
+        for k in KEYS {
+            let v = &defaults["values"][k.name];
+            let default = match v.get("value") {
+                Some(serde_json::Value::Null) => "none".to_owned(),
+                Some(x) => format!("`{x}`"),
+                None => "`[]`".to_owned(),
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {default} | {} | {} |\n",
+                k.name, k.values, k.workspace, k.meaning
+            ));
+        }
+        out.push('\n');
+        out.push_str(REFERENCE_END);
+        out
+    }
+
+    #[test]
+    fn the_documented_keys_are_the_code() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/reference.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/reference.md");
+        let (Some(b), Some(e)) = (doc.find(REFERENCE_BEGIN), doc.find(REFERENCE_END)) else {
+            panic!("docs/reference.md has no generated block of keys (markers missing)");
+        };
+        let want = reference_block();
+        if doc[b..e + REFERENCE_END.len()] != want {
+            if std::env::var_os("DSH_BLESS").is_some() {
+                let new = format!("{}{want}{}", &doc[..b], &doc[e + REFERENCE_END.len()..]);
+                std::fs::write(&path, new).expect("write docs/reference.md");
+                return;
+            }
+            panic!(
+                "docs/reference.md's keys differ from the code: run \
+                 DSH_BLESS=1 cargo test -p dsh --bin dsh config"
+            );
         }
     }
 }

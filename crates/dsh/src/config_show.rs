@@ -47,7 +47,7 @@ pub fn main(args: ConfigArgs) -> ExitCode {
 
 fn run(args: ConfigArgs) -> Result<(), HarnessError> {
     let ConfigCommand::Show { dir, json } = args.command;
-    let workspace = crate::tool::workspace_dir(dir.as_deref())?;
+    let workspace = crate::tool::workspace_root(dir.as_deref())?;
     let config = crate::config::load(&workspace, &Flags::default())?;
     let v = config.to_json();
     if json {

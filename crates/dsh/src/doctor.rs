@@ -598,7 +598,7 @@ async fn attempt(shell: &LocalBash, ws: &Path, command: &str, policy: SandboxPol
     let mut request = ShellRequest::new(command, policy);
     request.workdir = Some(ws.to_path_buf());
     request.timeout_ms = Some(10_000.0);
-    let spec = match shell.resolve(request) {
+    let spec = match shell.spec_for(request) {
         Ok(spec) => spec,
         Err(e) => return Attempt::CouldNotRun(e.to_string()),
     };

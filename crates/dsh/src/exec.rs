@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::Args;
 use dsh_core::{CancelReason, CancelToken, Deadline, ErrorCode, HarnessError, MAX_TIMER_DELAY_MS};
 use dsh_process::{
-    CaptureLimits, CollectedOutput, Outcome, OutputMode, SpawnSpec, StdinMode, Subprocess,
+    CaptureLimits, CollectedOutput, Outcome, OutputMode, Process, SpawnSpec, StdinMode, Subprocess,
 };
 use dsh_sandbox::{
     classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, LocalSandbox,
-    Network, Runner, Sandbox, SandboxMode, SandboxPolicy,
+    Network, Quarantined, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
-use dsh_tools::{AfterCommand, PolicyService, WorldConfig};
+use dsh_tools::{CheckOutcome, PolicyService, WorldConfig};
 
 use crate::config::Flags;
 
@@ -123,7 +123,7 @@ async fn confine(
     }
     // Under workspace-write each root is walked once and watched while the command runs,
     // so the check after it reads what changed instead of walking again.
-    let policy = service.resolve(None, None).await;
+    let policy = service.policy_for(None, None).await;
     if !policy.mode.is_confined() {
         return Ok((policy, None));
     }
@@ -194,20 +194,7 @@ async fn run(args: &ExecArgs) -> u8 {
             }
         }
     }
-    let mut spec = SpawnSpec::new(args.argv.clone(), cwd);
-    if let Some(c) = confinement {
-        spec = spec.confined_by(c);
-    }
-    spec.stdin = StdinMode::Inherit;
-    spec.grace = Duration::from_millis(args.grace);
-    if args.json {
-        let limits = CaptureLimits {
-            max_bytes: JSON_MAX_BYTES,
-            max_spill_bytes: Some(JSON_MAX_SPILL_BYTES),
-        };
-        spec.stdout = OutputMode::Collect(limits.clone());
-        spec.stderr = OutputMode::Collect(limits);
-    }
+    let spec = spawn_spec(args, cwd, confinement);
     // Ctrl-C, SIGTERM and SIGHUP stop the whole tree, like a timeout does. Watched before
     // spawning, so a signal that arrives while the command starts is not lost.
     let interrupt = CancelToken::new();
@@ -216,23 +203,8 @@ async fn run(args: &ExecArgs) -> u8 {
         Ok(p) => p,
         Err(e) => return fail(args, &e),
     };
-    // Armed once the command runs, so even a 1 ms timeout is a timeout, not a failure.
-    let deadline = Deadline::new(args.timeout.map(Duration::from_millis), Some(&interrupt));
-    // A timeout that passes once the program has exited, while its output drains, is not
-    // one: timeout(1) also answers with the program's own status as soon as it exits.
-    let mut exited_in_time = false;
-    let outcome = tokio::select! {
-        outcome = process.done() => outcome,
-        () = deadline.token().cancelled() => {
-            exited_in_time = deadline.is_timed_out() && process.leader_exited();
-            if !exited_in_time {
-                process.terminate();
-            }
-            process.done().await
-        }
-    };
+    let (outcome, timed_out) = wait(&process, args.timeout, &interrupt).await;
     signals.abort();
-    let timed_out = deadline.is_timed_out() && !exited_in_time;
     let code = exit_status(outcome, timed_out, interrupt.reason());
     let (stdout, stderr) = process.collected();
     let runner_failed = confinement.and_then(|c| {
@@ -247,8 +219,8 @@ async fn run(args: &ExecArgs) -> u8 {
         return fail(args, &sandbox_unavailable(mode, "", Some(&line)));
     }
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
-    let AfterCommand {
-        appeared,
+    let CheckOutcome {
+        found: appeared,
         quarantined,
     } = match confined
         .as_ref()
@@ -256,61 +228,122 @@ async fn run(args: &ExecArgs) -> u8 {
     {
         Some(c) => {
             let temp = Vec::from_iter(c.sandbox.temp_dir());
-            service.after_command(&policy, &temp).await
+            service.check(&policy, &temp).await
         }
-        None => AfterCommand::default(),
+        None => CheckOutcome::default(),
     };
     if !appeared.is_empty() && !args.json {
-        eprintln!(
-            "dsh exec: the command made git repositories, hooks or tool settings, which the \
-             host's git and editors run or read by themselves: {}.{} Later commands get them \
-             protected.",
-            appeared
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            quarantined
-                .iter()
-                .map(|q| match &q.moved_to {
-                    Some(to) if q.set_aside => format!(
-                        " Set aside {} ({}) as {}.",
-                        q.path.display(),
-                        q.what,
-                        to.display()
-                    ),
-                    _ => format!(
-                        " COULD NOT set aside {} ({}): do not run git or tools there before \
-                         you have looked at it.",
-                        q.path.display(),
-                        q.what
-                    ),
-                })
-                .collect::<String>()
-        );
+        eprintln!("{}", found_line(&appeared, &quarantined));
     }
     if args.json {
-        let sandbox = confinement.map(|c| {
-            serde_json::json!({
-                "mode": mode.as_str(),
-                "network": policy.network.as_str(),
-                "runner": c.runner.as_str(),
-                "enforcement": c.enforcement.as_str(),
-                "partial_reason": match &c.enforcement {
-                    dsh_sandbox::Enforcement::Partial(why) => Some(why.as_str()),
-                    dsh_sandbox::Enforcement::Full => None,
-                },
-                "denied": classify_denial(outcome.exit_code(), &stderr.text, c.denial_signatures),
-                "appeared": appeared,
-                "quarantined": quarantined.iter().map(|q| serde_json::json!({
-                    "path": q.path, "moved_to": q.moved_to, "what": q.what,
-                    "set_aside": q.set_aside,
-                })).collect::<Vec<_>>(),
-            })
-        });
+        let sandbox = confinement
+            .map(|c| sandbox_json(&policy, c, outcome, &stderr.text, &appeared, &quarantined));
         print_json(outcome, timed_out, &stdout, &stderr, sandbox);
     }
     code
+}
+
+/// The spec `args` runs as: in `cwd`, confined by `confinement` when there is one, the
+/// terminal's stdin, the output collected (bounded) for `--json`.
+fn spawn_spec(args: &ExecArgs, cwd: PathBuf, confinement: Option<&Confinement>) -> SpawnSpec {
+    let mut spec = SpawnSpec::new(args.argv.clone(), cwd);
+    if let Some(c) = confinement {
+        spec = spec.confined_by(c);
+    }
+    spec.stdin = StdinMode::Inherit;
+    spec.grace = Duration::from_millis(args.grace);
+    if args.json {
+        let limits = CaptureLimits {
+            max_bytes: JSON_MAX_BYTES,
+            max_spill_bytes: Some(JSON_MAX_SPILL_BYTES),
+        };
+        spec.stdout = OutputMode::Collect(limits.clone());
+        spec.stderr = OutputMode::Collect(limits);
+    }
+    spec
+}
+
+/// Waits for `process` until it ends, `timeout_ms` passes (then its tree is killed) or
+/// `interrupt` fires; the outcome, and whether it timed out.
+async fn wait(
+    process: &Process,
+    timeout_ms: Option<u64>,
+    interrupt: &CancelToken,
+) -> (Outcome, bool) {
+    // Armed once the command runs, so even a 1 ms timeout is a timeout, not a failure.
+    let deadline = Deadline::new(timeout_ms.map(Duration::from_millis), Some(interrupt));
+    // A timeout that passes once the program has exited, while its output drains, is not
+    // one: timeout(1) also answers with the program's own status as soon as it exits.
+    let mut exited_in_time = false;
+    let outcome = tokio::select! {
+        outcome = process.done() => outcome,
+        () = deadline.token().cancelled() => {
+            exited_in_time = deadline.is_timed_out() && process.leader_exited();
+            if !exited_in_time {
+                process.terminate();
+            }
+            process.done().await
+        }
+    };
+    (outcome, deadline.is_timed_out() && !exited_in_time)
+}
+
+/// What the check after the command found, as a person reads it on stderr.
+fn found_line(appeared: &[PathBuf], quarantined: &[Quarantined]) -> String {
+    format!(
+        "dsh exec: the command made git repositories, hooks or tool settings, which the \
+             host's git and editors run or read by themselves: {}.{} Later commands get them \
+             protected.",
+        appeared
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        quarantined
+            .iter()
+            .map(|q| match &q.moved_to {
+                Some(to) if q.set_aside => format!(
+                    " Set aside {} ({}) as {}.",
+                    q.path.display(),
+                    q.what,
+                    to.display()
+                ),
+                _ => format!(
+                    " COULD NOT set aside {} ({}): do not run git or tools there before \
+                         you have looked at it.",
+                    q.path.display(),
+                    q.what
+                ),
+            })
+            .collect::<String>()
+    )
+}
+
+/// The `sandbox` object of `--json`'s output.
+fn sandbox_json(
+    policy: &SandboxPolicy,
+    c: &Confinement,
+    outcome: Outcome,
+    stderr: &str,
+    appeared: &[PathBuf],
+    quarantined: &[Quarantined],
+) -> serde_json::Value {
+    serde_json::json!({
+        "mode": policy.mode.as_str(),
+        "network": policy.network.as_str(),
+        "runner": c.runner.as_str(),
+        "enforcement": c.enforcement.as_str(),
+        "partial_reason": match &c.enforcement {
+            dsh_sandbox::Enforcement::Partial(why) => Some(why.as_str()),
+            dsh_sandbox::Enforcement::Full => None,
+        },
+        "denied": classify_denial(outcome.exit_code(), stderr, c.denial_signatures),
+        "appeared": appeared,
+        "quarantined": quarantined.iter().map(|q| serde_json::json!({
+            "path": q.path, "moved_to": q.moved_to, "what": q.what,
+            "set_aside": q.set_aside,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The exit status `timeout(1)` would give.

@@ -52,7 +52,7 @@ pub fn main(args: McpArgs) -> ExitCode {
 
 async fn run(args: McpArgs) -> Result<(), HarnessError> {
     let explicit = args.dir.is_some();
-    let dir = crate::tool::workspace_dir(args.dir.as_deref())?;
+    let dir = crate::tool::workspace_root(args.dir.as_deref())?;
     let state = args
         .state
         .clone()

@@ -139,7 +139,7 @@ fn detail(r: &Record) -> String {
             "the session log reached its cap of {cap_bytes} bytes: later events are summarised \
              (ids, outcome, sizes)"
         ),
-        Record::SandboxNewGitDir { call_id, paths, .. } => format!(
+        Record::SandboxChecked { call_id, paths, .. } => format!(
             "{} made: {}",
             call_id.as_ref().map_or("", Logged::text),
             paths

@@ -126,8 +126,8 @@ pub fn main(args: ToolArgs) -> ExitCode {
     }
 }
 
-/// The workspace: `-C DIR`, else the current directory; absolute, and a directory.
-pub(crate) fn workspace_dir(dir: Option<&Path>) -> Result<PathBuf, HarnessError> {
+/// The workspace root: `-C DIR`, else the current directory; absolute, and a directory.
+pub(crate) fn workspace_root(dir: Option<&Path>) -> Result<PathBuf, HarnessError> {
     let cwd = match dir {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().map_err(|e| {
@@ -180,7 +180,7 @@ async fn run(args: ToolArgs) -> Result<u8, HarnessError> {
     };
     // The configuration first: it says where the workspace really is (links resolved
     // once, here), and nothing is logged for a configuration that is refused.
-    let config = crate::config::load(&workspace_dir(args.dir.as_deref())?, &args.flags())?;
+    let config = crate::config::load(&workspace_root(args.dir.as_deref())?, &args.flags())?;
     let cwd = config.workspace.clone();
     let state = args
         .state

@@ -100,11 +100,13 @@ pub enum Record {
         /// The size of the events stored before this one.
         logged_bytes: u64,
     },
-    /// `sandbox/new-git-dir {callId?, paths, quarantined}`: a confined command made git
-    /// dirs, pointer files, hooks folders or other paths the host's tools run or read by
-    /// themselves; every later command gets them protected.
-    #[serde(rename = "sandbox/new-git-dir")]
-    SandboxNewGitDir {
+    /// `sandbox/checked {callId?, paths, quarantined}`: the check after a call found git
+    /// dirs, pointer files, hooks folders, tool settings or other paths the host's tools
+    /// run or read by themselves, which the call's command made; every later command gets
+    /// them protected. Logs written before the event had this name call it
+    /// `sandbox/new-git-dir`, which is still read.
+    #[serde(rename = "sandbox/checked", alias = "sandbox/new-git-dir")]
+    SandboxChecked {
         /// The call whose command made them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<Logged>,
@@ -212,7 +214,7 @@ pub struct ImageRecord {
     pub bytes: u64,
 }
 
-/// One path a [`Record::SandboxNewGitDir`] set aside, or tried to:
+/// One path a [`Record::SandboxChecked`] set aside, or tried to:
 /// `{path, movedTo, what, setAside}`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -244,7 +246,7 @@ impl Record {
             Record::ApprovalAsked { .. } => EventKind::ApprovalAsked,
             Record::ApprovalDecided { .. } => EventKind::ApprovalDecided,
             Record::LogCapped { .. } => EventKind::LogCapped,
-            Record::SandboxNewGitDir { .. } => EventKind::SandboxNewGitDir,
+            Record::SandboxChecked { .. } => EventKind::SandboxChecked,
             Record::JobNotice { .. } => EventKind::JobNotice,
             Record::SandboxUnsettled { .. } => EventKind::SandboxUnsettled,
         }
@@ -275,6 +277,25 @@ impl Record {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // A log written before the event was renamed is still read: the old name parses to
+    // the kind, and the record under it to the record.
+    #[test]
+    fn the_old_name_of_the_check_event_is_still_read() {
+        assert_eq!(
+            EventKind::parse("sandbox/new-git-dir"),
+            Some(EventKind::SandboxChecked)
+        );
+        assert_eq!(EventKind::SandboxChecked.as_str(), "sandbox/checked");
+        let old: Record = serde_json::from_value(json!({
+            "type": "sandbox/new-git-dir",
+            "data": {"callId": "c1", "paths": ["/ws/sub/.git"], "quarantined": []},
+        }))
+        .expect("old record");
+        assert_eq!(old.kind(), EventKind::SandboxChecked);
+        let new = serde_json::to_value(&old).expect("json");
+        assert_eq!(new["type"], "sandbox/checked");
+    }
 
     #[test]
     fn every_kind_has_the_record_of_its_name() {
@@ -314,7 +335,7 @@ mod tests {
                 cap_bytes: 1,
                 logged_bytes: 2,
             },
-            Record::SandboxNewGitDir {
+            Record::SandboxChecked {
                 call_id: None,
                 paths: vec![],
                 quarantined: vec![],

@@ -226,21 +226,17 @@ async fn a_nul_byte_in_argv_or_env_is_refused_before_anything_runs() {
 }
 
 #[tokio::test]
-async fn resolve_executable_searches_the_child_path_and_refuses_relative_paths() {
+async fn find_program_searches_the_child_path_and_refuses_relative_paths() {
     let sub = LocalSubprocess::new();
     let mut env = dsh_process::EnvOverlay::new();
     env.insert("PATH".into(), Some("/nonexistent:/bin".into()));
-    let found = sub
-        .resolve_executable("sh".as_ref(), &env)
-        .expect("sh on PATH");
+    let found = sub.find_program("sh".as_ref(), &env).expect("sh on PATH");
     assert_eq!(found, std::path::PathBuf::from("/bin/sh"));
     let e = sub
-        .resolve_executable("bin/sh".as_ref(), &env)
+        .find_program("bin/sh".as_ref(), &env)
         .expect_err("relative");
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
-    let e = sub
-        .resolve_executable("".as_ref(), &env)
-        .expect_err("empty");
+    let e = sub.find_program("".as_ref(), &env).expect_err("empty");
     assert_eq!(e.message(), "executable must be non-empty");
 }
 

@@ -11,7 +11,7 @@ use crate::bwrap;
 
 /// Runs the bwrap probe; the resolved program, or why it fails and how to fix it.
 pub(super) fn probe_bwrap(program: &Path, timeout: Duration) -> Result<PathBuf, String> {
-    let path = resolve_program(program).ok_or_else(|| {
+    let path = find_program(program).ok_or_else(|| {
         format!(
             "{} not found (install it: apt-get install bubblewrap)",
             program.display()
@@ -67,7 +67,7 @@ pub(super) fn probe_bwrap(program: &Path, timeout: Duration) -> Result<PathBuf, 
 }
 
 /// `program` if it has a slash, else its first executable match on `PATH`.
-pub(super) fn resolve_program(program: &Path) -> Option<PathBuf> {
+pub(super) fn find_program(program: &Path) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     if program.as_os_str().as_bytes().contains(&b'/') {
         return is_executable(program).then(|| program.to_path_buf());

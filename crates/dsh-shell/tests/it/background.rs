@@ -33,7 +33,7 @@ async fn start_returns_at_once_and_completes() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("read x; echo done"))
+            sh.spec_for(ShellRequest::unconfined("read x; echo done"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -41,7 +41,7 @@ async fn start_returns_at_once_and_completes() {
     drop(p);
     let mut req = ShellRequest::unconfined("echo hi");
     req.stdin = Some(b"ignored".to_vec());
-    let p = sh.start(sh.resolve(req).expect("resolve")).expect("start");
+    let p = sh.start(sh.spec_for(req).expect("resolve")).expect("start");
     p.done().await;
     assert_eq!(
         (p.status(), p.exit_code(), p.signal()),
@@ -60,7 +60,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
         gate.display()
     );
     let p = sh
-        .start(sh.resolve(ShellRequest::unconfined(cmd)).expect("resolve"))
+        .start(sh.spec_for(ShellRequest::unconfined(cmd)).expect("resolve"))
         .expect("start");
     let first = read_until(&p, "first\n").await;
     assert_eq!(first, "first\n");
@@ -71,7 +71,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
 
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("echo out; echo err >&2"))
+            sh.spec_for(ShellRequest::unconfined("echo out; echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -79,7 +79,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
     assert_eq!(p.read_output().delta, "out\n[stderr]\nerr\n");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("echo err >&2"))
+            sh.spec_for(ShellRequest::unconfined("echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -87,7 +87,7 @@ async fn read_output_is_consuming_and_marks_stderr() {
     assert_eq!(p.read_output().delta, "[stderr]\nerr\n");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("printf out; echo err >&2"))
+            sh.spec_for(ShellRequest::unconfined("printf out; echo err >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -105,7 +105,7 @@ async fn lossy_reads_carry_both_spill_paths() {
     let sh = LocalBash::with_config(Arc::new(LocalSubprocess::new()), cfg).expect("cfg");
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("seq 1 1000; seq 1 1000 >&2"))
+            sh.spec_for(ShellRequest::unconfined("seq 1 1000; seq 1 1000 >&2"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -121,7 +121,7 @@ async fn terminate_is_true_once_while_running_then_false() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("sleep 1000"))
+            sh.spec_for(ShellRequest::unconfined("sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -136,7 +136,7 @@ async fn terminate_is_true_once_while_running_then_false() {
 
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("true"))
+            sh.spec_for(ShellRequest::unconfined("true"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -150,7 +150,7 @@ async fn a_term_trap_gets_sigkill_after_grace() {
     let sh = bash();
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined(
+            sh.spec_for(ShellRequest::unconfined(
                 "trap '' TERM; echo ready; sleep 1000 & wait",
             ))
             .expect("resolve"),
@@ -168,14 +168,14 @@ async fn cancel_and_self_signal_both_end_killed() {
     let cancel = CancelToken::new();
     let mut req = ShellRequest::unconfined("sleep 1000");
     req.cancel = Some(cancel.clone());
-    let p = sh.start(sh.resolve(req).expect("resolve")).expect("start");
+    let p = sh.start(sh.spec_for(req).expect("resolve")).expect("start");
     cancel.cancel("stop");
     p.done().await;
     assert_eq!(p.status(), ProcessStatus::Killed);
 
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("kill -TERM $$"))
+            sh.spec_for(ShellRequest::unconfined("kill -TERM $$"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -189,7 +189,7 @@ async fn a_command_that_cannot_start_is_an_error_not_a_job() {
     let mut req = ShellRequest::unconfined("true");
     req.workdir = Some("/no/such/dir".into());
     let e = sh
-        .start(sh.resolve(req).expect("resolve"))
+        .start(sh.spec_for(req).expect("resolve"))
         .expect_err("cwd");
     assert_eq!(e.code(), ErrorCode::ProcessCwdInvalid);
 }
@@ -200,7 +200,7 @@ async fn dropping_a_background_process_kills_it_and_shutdown_kills_the_rest() {
     let sh = LocalBash::new(sub.clone());
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("sleep 1000"))
+            sh.spec_for(ShellRequest::unconfined("sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");
@@ -219,7 +219,7 @@ async fn dropping_a_background_process_kills_it_and_shutdown_kills_the_rest() {
     // A background process outlives its executor and dies with the subprocess service.
     let p = sh
         .start(
-            sh.resolve(ShellRequest::unconfined("trap '' TERM; sleep 1000"))
+            sh.spec_for(ShellRequest::unconfined("trap '' TERM; sleep 1000"))
                 .expect("resolve"),
         )
         .expect("start");

@@ -12,7 +12,7 @@ fn messages_name_pwsh() {
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
     let mut req = ShellRequest::unconfined("Write-Output hi");
     req.timeout_ms = Some(0.0);
-    let e = sh.resolve(req).expect_err("bad timeout");
+    let e = sh.spec_for(req).expect_err("bad timeout");
     assert_eq!(
         e.message(),
         "pwsh: request.timeout_ms must be a positive finite number"
@@ -39,7 +39,7 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
     .expect("config");
     let e = sh
         .run(
-            sh.resolve(ShellRequest::unconfined("exit 0"))
+            sh.spec_for(ShellRequest::unconfined("exit 0"))
                 .expect("resolve"),
         )
         .await
@@ -49,7 +49,7 @@ async fn a_missing_pwsh_is_an_error_and_a_present_one_runs() {
     let sh = LocalPwsh::new(Arc::new(LocalSubprocess::new()));
     match sh
         .run(
-            sh.resolve(ShellRequest::unconfined("Write-Output 'hé'; exit 3"))
+            sh.spec_for(ShellRequest::unconfined("Write-Output 'hé'; exit 3"))
                 .expect("resolve"),
         )
         .await
@@ -71,7 +71,7 @@ async fn local_pwsh_passes_the_shell_conformance_checks_where_pwsh_is_installed(
     // Only a missing pwsh skips: any other error is a failure of the test.
     match sh
         .run(
-            sh.resolve(ShellRequest::unconfined("exit 0"))
+            sh.spec_for(ShellRequest::unconfined("exit 0"))
                 .expect("resolve"),
         )
         .await

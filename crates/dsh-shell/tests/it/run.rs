@@ -51,7 +51,7 @@ fn defaults_match_the_reference() {
 async fn resolve_fills_defaults_and_caps_the_timeout() {
     let sh = bash();
     let spec = sh
-        .resolve(ShellRequest::unconfined("true"))
+        .spec_for(ShellRequest::unconfined("true"))
         .expect("resolve");
     assert_eq!(spec.timeout_ms, 120_000);
     assert_eq!(spec.stdout_max_bytes, 16_000);
@@ -65,13 +65,13 @@ async fn resolve_fills_defaults_and_caps_the_timeout() {
     sh.set_config(cfg).expect("set");
     let mut req = ShellRequest::unconfined("true");
     req.timeout_ms = Some(99_999.0);
-    let spec = sh.resolve(req).expect("resolve");
+    let spec = sh.spec_for(req).expect("resolve");
     assert_eq!(spec.timeout_ms, 2000);
     assert_eq!(spec.workdir, std::path::PathBuf::from("/tmp"));
     for bad in [0.0, -5.0, f64::NAN, f64::INFINITY] {
         let mut req = ShellRequest::unconfined("true");
         req.timeout_ms = Some(bad);
-        let e = sh.resolve(req).expect_err("bad timeout");
+        let e = sh.spec_for(req).expect_err("bad timeout");
         assert_eq!(
             (e.code(), e.message()),
             (
@@ -152,7 +152,7 @@ async fn run_reports_output_exit_and_effective_timeout() {
     let mut req = ShellRequest::unconfined("echo out; echo err >&2; exit 9");
     req.timeout_ms = Some(5000.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(
@@ -171,7 +171,7 @@ async fn a_timeout_is_timed_out_not_aborted() {
     let mut req = ShellRequest::unconfined("sleep 1000");
     req.timeout_ms = Some(100.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(
@@ -188,7 +188,7 @@ async fn a_timed_out_command_that_traps_term_and_exits_zero_still_timed_out() {
     let mut req = ShellRequest::unconfined("trap 'exit 0' TERM; sleep 1000 & wait");
     req.timeout_ms = Some(1000.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!((r.timed_out, r.exit_code, r.signal), (true, Some(0), None));
@@ -200,7 +200,7 @@ async fn a_command_ignoring_term_is_killed_after_grace_and_run_returns() {
     let mut req = ShellRequest::unconfined("trap '' TERM; sleep 1000 & wait; sleep 1000");
     req.timeout_ms = Some(1000.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!((r.timed_out, r.signal), (true, Some(Signal(9))));
@@ -212,7 +212,7 @@ async fn a_caller_cancel_is_aborted_not_timed_out() {
     let cancel = CancelToken::new();
     let mut req = ShellRequest::unconfined("sleep 1000");
     req.cancel = Some(cancel.clone());
-    let spec = sh.resolve(req).expect("resolve");
+    let spec = sh.spec_for(req).expect("resolve");
     let run = tokio::spawn(async move { sh.run(spec).await });
     tokio::task::yield_now().await;
     cancel.cancel("stop");
@@ -228,7 +228,7 @@ async fn a_pre_cancelled_run_is_refused() {
     let mut req = ShellRequest::unconfined("echo should-not-run");
     req.cancel = Some(cancel);
     let e = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect_err("aborted");
     assert_eq!(
@@ -242,7 +242,7 @@ async fn a_self_signal_sets_neither_flag() {
     let sh = bash();
     let r = sh
         .run(
-            sh.resolve(ShellRequest::unconfined("kill -TERM $$"))
+            sh.spec_for(ShellRequest::unconfined("kill -TERM $$"))
                 .expect("resolve"),
         )
         .await
@@ -259,13 +259,13 @@ async fn a_bad_workdir_is_an_error_and_a_nonzero_exit_is_not() {
     let mut req = ShellRequest::unconfined("true");
     req.workdir = Some("/no/such/dir".into());
     let e = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect_err("cwd");
     assert_eq!(e.code(), ErrorCode::ProcessCwdInvalid);
     let r = sh
         .run(
-            sh.resolve(ShellRequest::unconfined("exit 1"))
+            sh.spec_for(ShellRequest::unconfined("exit 1"))
                 .expect("resolve"),
         )
         .await
@@ -289,7 +289,7 @@ async fn env_layers_dsh_env_over_request_env_over_overrides() {
     req.dsh_env = Some(dsh);
     req.stdin = Some(b"piped".to_vec());
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(r.stdout.text, "1|dumb|less|cat|mine|from-dsh-env|piped");
@@ -307,7 +307,7 @@ async fn stdout_max_bytes_raises_only_the_foreground_stdout_budget() {
     );
     req.stdout_max_bytes = Some(500);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!((r.stdout.text.len(), r.stdout.truncated), (500, false));
@@ -321,7 +321,7 @@ async fn nothing_the_command_started_survives_run() {
     let sh = fast_grace();
     let cmd = format!("setsid sleep 1000 & echo $! > {}", pidfile.display());
     let r = sh
-        .run(sh.resolve(ShellRequest::unconfined(cmd)).expect("resolve"))
+        .run(sh.spec_for(ShellRequest::unconfined(cmd)).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(r.exit_code, Some(0));
@@ -350,7 +350,7 @@ async fn a_missing_shell_is_an_error() {
     );
     req.env = Some(env);
     let e = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect_err("no bash");
     assert_eq!(e.code(), ErrorCode::ProcessNotFound);
@@ -369,7 +369,7 @@ async fn a_timeout_kills_disowned_setsid_and_double_forked_descendants() {
     let mut req = ShellRequest::unconfined(script);
     req.timeout_ms = Some(1000.0);
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert!(r.timed_out);
@@ -403,7 +403,7 @@ async fn a_confined_request_without_a_sandbox_is_refused_and_nothing_runs() {
         let mut req = ShellRequest::new("touch ran", policy);
         req.workdir = Some(dir.path().to_path_buf());
         let e = sh
-            .run(sh.resolve(req).expect("resolve"))
+            .run(sh.spec_for(req).expect("resolve"))
             .await
             .expect_err("refused");
         assert_eq!(e.code(), ErrorCode::SandboxUnavailable, "{mode}");

@@ -61,7 +61,7 @@ fn bash(sandbox: Arc<dyn Sandbox>) -> LocalBash {
 async fn run(shell: &LocalBash, command: &str, policy: &SandboxPolicy) -> RunResult {
     let mut request = ShellRequest::new(command, policy.clone());
     request.workdir = Some(policy.workspace_root.clone());
-    let spec = shell.resolve(request).expect("resolve");
+    let spec = shell.spec_for(request).expect("resolve");
     shell.run(spec).await.expect("run")
 }
 
@@ -266,7 +266,7 @@ async fn with_no_runner_the_command_is_refused_and_nothing_runs() {
     let policy = dsh_protect::workspace_policy(SandboxMode::WorkspaceWrite, &d.ws);
     let mut request = ShellRequest::new("touch ran", policy);
     request.workdir = Some(d.ws.clone());
-    let spec = shell.resolve(request).expect("must succeed");
+    let spec = shell.spec_for(request).expect("must succeed");
     let e = shell.run(spec).await.expect_err("must fail");
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
     assert!(
@@ -616,7 +616,7 @@ async fn a_protected_path_behind_a_symlink_is_refused_unless_the_gap_is_accepted
         let mut request = ShellRequest::new("touch ran", policy.clone());
         request.workdir = Some(d.ws.clone());
         let e = shell
-            .run(shell.resolve(request).expect("resolve"))
+            .run(shell.spec_for(request).expect("resolve"))
             .await
             .expect_err("a partial sandbox must be refused");
         assert_eq!(e.code(), ErrorCode::SandboxUnavailable);

@@ -98,7 +98,7 @@ async fn danger_full_access_never_calls_the_provider() {
     let rec = Recording::script(PASS_THROUGH);
     let sh = shell(rec.clone());
     let spec = sh
-        .resolve(request("echo hi", Some(SandboxMode::DangerFullAccess)))
+        .spec_for(request("echo hi", Some(SandboxMode::DangerFullAccess)))
         .expect("resolve");
     let r = sh.run(spec.clone()).await.expect("run");
     assert_eq!(r.stdout.text, "hi\n");
@@ -122,7 +122,7 @@ async fn confined_calls_hand_the_bash_argv_and_policy_and_spawn_the_result_verba
     let mut req = ShellRequest::new("echo hi", SandboxPolicy::bare(SandboxMode::ReadOnly, &cwd));
     req.workdir = Some(PathBuf::from("/tmp"));
     let r = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect("run");
     assert_eq!(
@@ -130,7 +130,7 @@ async fn confined_calls_hand_the_bash_argv_and_policy_and_spawn_the_result_verba
         ("hi\n", "runner\n")
     );
     let spec = sh
-        .resolve(request("echo bg", Some(SandboxMode::WorkspaceWrite)))
+        .spec_for(request("echo bg", Some(SandboxMode::WorkspaceWrite)))
         .expect("resolve");
     let bg = sh.start(spec).expect("start");
     bg.done().await;
@@ -150,7 +150,7 @@ async fn a_runner_failure_outranks_a_denial() {
     );
     let sh = shell(rec);
     let spec = sh
-        .resolve(request("true", Some(SandboxMode::ReadOnly)))
+        .spec_for(request("true", Some(SandboxMode::ReadOnly)))
         .expect("resolve");
     let e = sh.run(spec.clone()).await.expect_err("runner failure");
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
@@ -175,7 +175,7 @@ async fn a_runner_that_cannot_be_spawned_is_sandbox_unavailable_but_a_bad_workdi
     });
     let sh = shell(rec);
     let spec = sh
-        .resolve(request("true", Some(SandboxMode::ReadOnly)))
+        .spec_for(request("true", Some(SandboxMode::ReadOnly)))
         .expect("resolve");
     let e = sh.run(spec.clone()).await.expect_err("no runner");
     assert_eq!(e.code(), ErrorCode::SandboxUnavailable);
@@ -190,7 +190,7 @@ async fn a_runner_that_cannot_be_spawned_is_sandbox_unavailable_but_a_bad_workdi
 
     let mut bad = request("true", Some(SandboxMode::ReadOnly));
     bad.workdir = Some(PathBuf::from("/nonexistent/workdir"));
-    let spec = sh.resolve(bad).expect("resolve");
+    let spec = sh.spec_for(bad).expect("resolve");
     let e = sh.run(spec).await.expect_err("bad workdir");
     assert_eq!(e.code(), ErrorCode::ProcessCwdInvalid);
 }
@@ -207,7 +207,7 @@ async fn a_pre_aborted_call_is_aborted_before_any_runner_attribution() {
     cancel.cancel("user hit stop");
     req.cancel = Some(cancel);
     let e = sh
-        .run(sh.resolve(req).expect("resolve"))
+        .run(sh.spec_for(req).expect("resolve"))
         .await
         .expect_err("aborted");
     assert_eq!(e.code(), ErrorCode::Aborted);
@@ -221,7 +221,7 @@ async fn a_denial_needs_a_nonzero_exit_and_the_dialect_and_a_signal_is_never_one
     let run = |cmd: &'static str| {
         let sh = &sh;
         async move {
-            let spec = sh.resolve(request(cmd, mode)).expect("resolve");
+            let spec = sh.spec_for(request(cmd, mode)).expect("resolve");
             sh.run(spec).await.expect("run").sandbox.expect("facts")
         }
     };
@@ -246,7 +246,7 @@ async fn a_denial_needs_a_nonzero_exit_and_the_dialect_and_a_signal_is_never_one
 #[tokio::test]
 async fn overlapping_background_jobs_keep_their_own_facts() {
     let sh = shell(Recording::script(PASS_THROUGH));
-    let start = |cmd: &str, mode| sh.start(sh.resolve(request(cmd, Some(mode))).expect("resolve"));
+    let start = |cmd: &str, mode| sh.start(sh.spec_for(request(cmd, Some(mode))).expect("resolve"));
     let a = start(
         "sleep 0.3; echo 'a: Read-only file system' >&2; exit 1",
         SandboxMode::WorkspaceWrite,

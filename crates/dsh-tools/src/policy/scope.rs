@@ -14,7 +14,7 @@
 //!
 //! Closing runs the check where the files are: what the command made that the host's
 //! tools would run or read (a repository, a hook, a tool setting) is set aside and
-//! protected ([`PolicyService::after_command`](crate::PolicyService::after_command)).
+//! protected ([`PolicyService::check`](crate::PolicyService::check)).
 
 use std::sync::{Arc, Mutex};
 
@@ -61,25 +61,25 @@ impl WriteScope {
     }
 
     /// Runs the check: sets aside and protects what appeared, logs
-    /// `sandbox/new-git-dir` (and `sandbox/unsettled` for what could not be set aside,
+    /// `sandbox/checked` (and `sandbox/unsettled` for what could not be set aside,
     /// which the user is told of directly), and returns what it found, if anything.
     ///
     /// # Errors
     /// The session log's.
     pub(crate) async fn close(self) -> Result<Option<Found>, HarnessError> {
-        let after = self.service.after_command(&self.policy, &self.temp).await;
+        let after = self.service.check(&self.policy, &self.temp).await;
         self.report(after).await
     }
 
     async fn report(
         &self,
-        after: crate::policy::service::AfterCommand,
+        after: crate::policy::service::CheckOutcome,
     ) -> Result<Option<Found>, HarnessError> {
-        if after.appeared.is_empty() {
+        if after.found.is_empty() {
             return Ok(None);
         }
         let paths: Vec<String> = after
-            .appeared
+            .found
             .iter()
             .map(|p| p.display().to_string())
             .collect();
@@ -159,7 +159,7 @@ impl WriteScope {
                     .await?;
             }
         }
-        let record = Record::SandboxNewGitDir {
+        let record = Record::SandboxChecked {
             call_id: Some(self.call_id.as_str().into()),
             paths: paths.iter().cloned().map(Logged::from).collect(),
             quarantined,

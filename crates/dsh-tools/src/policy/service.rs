@@ -9,7 +9,7 @@
 //!
 //! The protected paths come from a walk of the root for nested repositories, made once
 //! per root and then kept current with inotify (a [`TreeWatch`]), so a call costs the
-//! walk only the first time. After a confined command, [`PolicyService::after_command`]
+//! walk only the first time. After a confined command, [`PolicyService::check`]
 //! says what it made that the host's tools would run or read (a new git dir, a hooks
 //! folder, a tool's settings), sets aside the programs in it, and the next policy protects
 //! it.
@@ -23,7 +23,7 @@ use dsh_core::HarnessError;
 use serde_json::Value;
 
 use dsh_protect::protected;
-pub use dsh_protect::quarantine::AfterCommand;
+pub use dsh_protect::quarantine::CheckOutcome;
 use dsh_protect::watch::TreeWatch;
 use dsh_sandbox::{deny_read, Network, OnPartial, SandboxMode, SandboxPolicy, WorkspaceLayout};
 
@@ -185,7 +185,7 @@ impl PolicyService {
 
     /// The policy of a call: `explicit` mode, else the session's, else the default; the
     /// root from `session` = (journal, its cwd), else the fallback root.
-    pub async fn resolve(
+    pub async fn policy_for(
         &self,
         session: Option<(&dyn Journal, &Path)>,
         explicit: Option<SandboxMode>,
@@ -238,17 +238,13 @@ impl PolicyService {
 
     /// The check after a command under `policy` (workspace-write), in its workspace root
     /// and each configured writable root: what it made that the host's tools would run or
-    /// read ([`protected::appeared`]), with the programs in it
+    /// read ([`protected::new_since`]), with the programs in it
     /// set aside ([`quarantine`](dsh_protect::quarantine::quarantine)); the next policy for that
     /// root protects what is left. `extra_roots`: other directories the command could
     /// write (the sandbox's temp dir). What could not be set aside makes later
     /// workspace-write commands in that root refused (a gap) until it is gone (see
     /// [`recheck`](dsh_protect::quarantine::recheck)).
-    pub async fn after_command(
-        &self,
-        policy: &SandboxPolicy,
-        extra_roots: &[PathBuf],
-    ) -> AfterCommand {
+    pub async fn check(&self, policy: &SandboxPolicy, extra_roots: &[PathBuf]) -> CheckOutcome {
         let mut layouts = Vec::new();
         let roots = std::iter::once(&policy.workspace_root).chain(
             self.writable_roots
@@ -260,7 +256,7 @@ impl PolicyService {
         }
         let work = {
             let (policy, extra_roots) = (policy.clone(), extra_roots.to_vec());
-            move || dsh_protect::quarantine::check_after(&policy, layouts, &extra_roots)
+            move || dsh_protect::quarantine::check(&policy, layouts, &extra_roots)
         };
         match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),

@@ -21,7 +21,6 @@ use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::Enforcement;
 use dsh_shell::render::render_result_with;
-use dsh_shell::shell_env::ExecContext;
 use dsh_shell::ShellRequest;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -123,7 +122,7 @@ fn start_in_background(
     // when it ends; if it never starts, the pipeline closes them with the call.
     let scopes = ctx.scopes.handover();
     let id = jobs.start(JobStart::new("bash", label, Some(owner)), move || {
-        let process = shell.start(shell.resolve(request)?)?;
+        let process = shell.start(shell.spec_for(request)?)?;
         Ok(Arc::new(BashJob::new(process, scopes.take(), can_ask)) as Arc<dyn dsh_jobs::Job>)
     })?;
     Ok(ToolOutput {
@@ -262,9 +261,7 @@ impl Tool for BashTool {
             (Some(w), _) => Some(PathBuf::from(w)),
             (None, b) => b.clone(),
         };
-        let dsh_env = world.shell_env().collect(&ExecContext {
-            session_id: ctx.session.map(|s| s.id().clone()),
-        })?;
+        let dsh_env = ctx.managed_env()?;
         let label = a.command.clone();
         let mut request = ShellRequest::new(a.command, policy.clone());
         request.workdir = workdir;
@@ -276,7 +273,7 @@ impl Tool for BashTool {
         }
         request.cancel = Some(ctx.cancel.clone());
         let shell = world.shell();
-        let result = shell.run(shell.resolve(request)?).await?;
+        let result = shell.run(shell.spec_for(request)?).await?;
         if result.aborted {
             // What a cancelled call planted before it was stopped is still checked: the
             // pipeline closes the call's write scope on every outcome.

@@ -60,10 +60,10 @@ pub(super) fn check_path(path: &str) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// Where relative paths resolve: the policy's workspace for a mutation in a world that
+/// The workspace root relative paths resolve against: the policy's for a mutation in a world that
 /// confines (`confined_by`), else the session's working directory (canonicalised when
 /// `..` is involved).
-pub(super) fn base_dir(
+pub(super) fn root_for(
     ctx: &CallContext<'_>,
     confined_by: Option<&SandboxPolicy>,
     path: &str,
@@ -173,7 +173,7 @@ pub(super) async fn target_and_policy(
         action,
     )
     .await?;
-    let base = base_dir(ctx, ctx.world.confines().then_some(&policy), path);
-    let target = fs.resolve(path, base.as_deref()).await?;
+    let base = root_for(ctx, ctx.world.confines().then_some(&policy), path);
+    let target = fs.target_of(path, base.as_deref()).await?;
     Ok((target, policy))
 }

@@ -123,7 +123,7 @@ impl Tool for ReadImageTool {
             )
         })?;
         let cwd = ctx.session.map(|s| s.header().cwd.clone());
-        let target = fs.resolve(&a.file_path, cwd.as_deref()).await?;
+        let target = fs.target_of(&a.file_path, cwd.as_deref()).await?;
         let (bytes, _) = fs.read_bytes(&target, IMAGE_MAX_BYTES).await?;
         let d = target.display().display();
         let actual = by_signature(&bytes).ok_or_else(|| {

@@ -55,7 +55,7 @@ async fn roots(
             format!("cannot search \"{}\": not found", shown.display()),
         )
     };
-    let root = match fs.resolve(path, Some(&cwd)).await {
+    let root = match fs.target_of(path, Some(&cwd)).await {
         Ok(t) => t,
         Err(e) if e.code() == ErrorCode::FsNotFound => {
             return Err(not_found(&dsh_core::path::root_of(&cwd.join(path))))

@@ -2,8 +2,10 @@
 //! `terminal_send`, `terminal_read`, `terminal_signal`, `terminal_close`,
 //! `terminal_list`.
 //!
-//! Every session belongs to the session (MCP connection) that opened it; another cannot
-//! see or touch it. A terminal runs under the sandbox policy its session had when it
+//! Every terminal belongs to the session (MCP connection) that opened it; another cannot
+//! see or touch it. The wire names a terminal `sessionId` (the reference's word, as in
+//! the pinned messages); these tools' argument types are the one place that maps it to a
+//! terminal id. A terminal runs under the sandbox policy its session had when it
 //! opened, for its whole life (read-only by default: a terminal cannot write where
 //! `bash` cannot), and the session's mode cannot change while it has terminals open.
 //! Results are bounded to [`MAX_RESULT_BYTES`]: a send or read keeps the tail of its
@@ -54,7 +56,7 @@ fn terminals<'a>(
     Ok((t, ctx.world.owner(ctx.session.map(|s| s.id()))))
 }
 
-fn session_id(id: &str) -> Result<&str, HarnessError> {
+fn terminal_id(id: &str) -> Result<&str, HarnessError> {
     if id.trim().is_empty() {
         return Err(invalid_args(
             "sessionId must be a non-empty string (pty-1, …)",
@@ -201,6 +203,7 @@ impl Tool for TerminalOpenTool {
                     name: a.name,
                     cwd,
                     policy,
+                    env: ctx.managed_env()?,
                 },
                 ctx.cancel,
             )
@@ -373,7 +376,7 @@ impl Tool for TerminalSendTool {
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: SendArgs = parse_args(args)?;
-        let id = session_id(&a.session_id)?;
+        let id = terminal_id(&a.session_id)?;
         if a.text.contains('\0') {
             return Err(invalid_args(
                 "text must not contain NUL characters; to interrupt use terminal_signal",
@@ -502,7 +505,7 @@ impl Tool for TerminalReadTool {
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: ReadArgs = parse_args(args)?;
-        let id = session_id(&a.session_id)?;
+        let id = terminal_id(&a.session_id)?;
         let count = a.count.unwrap_or(500);
         if count == 0 {
             return Err(invalid_args("count must be at least 1"));
@@ -581,7 +584,7 @@ impl Tool for TerminalSignalTool {
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: SignalArgs = parse_args(args)?;
-        let id = session_id(&a.session_id)?;
+        let id = terminal_id(&a.session_id)?;
         let signal =
             TerminalSignal::parse(&a.signal).map_err(|e| invalid_args(e.message().to_owned()))?;
         let (t, owner) = terminals(ctx)?;
@@ -645,7 +648,7 @@ impl Tool for TerminalCloseTool {
 
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a: CloseArgs = parse_args(args)?;
-        let id = session_id(&a.session_id)?;
+        let id = terminal_id(&a.session_id)?;
         let (t, owner) = terminals(ctx)?;
         // Once its tree is gone, what a background job of it made since the last send is
         // checked (it outlives every check before this one).

@@ -303,7 +303,7 @@ impl WorldBuilder {
             .sessions(sessions)?;
         let bash: Arc<dyn crate::Tool> = match config.bash {
             BashMode::OneShot => Arc::new(BashTool),
-            BashMode::Persistent => Arc::new(PersistentBashTool::default()),
+            BashMode::Persistent => Arc::new(PersistentBashTool::new(&config.shell)),
         };
         self = self.tool(bash)?;
         for tool in builtin_tools() {

@@ -196,3 +196,111 @@ async fn what_a_background_job_of_a_terminal_made_is_checked_when_it_closes() {
     assert_eq!(r.text, "fresh\n", "{r:?}");
     world.end_terminals().await.expect("end");
 }
+
+// The configuration reaches persistent bash as it reaches one-shot bash: a call without
+// `timeout_ms` gets `timeout_ms`, no call gets past `max_timeout_ms`, and a result shows
+// at most `max_output_bytes` characters of output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_timeouts_and_output_budget_apply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::DangerFullAccess);
+    config.bash = BashMode::Persistent;
+    config.shell.timeout_ms = 1_000;
+    config.shell.max_timeout_ms = 2_000;
+    config.shell.max_output_bytes = 100;
+    let world = WorldBuilder::new()
+        .preset(Preset::Local, &config, sessions)
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    let run = |args: serde_json::Value| {
+        let (w, s) = (&world, session.clone());
+        async move {
+            w.call(Some(&s), call("bash", args), CancelToken::new())
+                .await
+        }
+    };
+    let r = run(json!({"command": "sleep 30", "description": "t"})).await;
+    assert!(
+        r.text.starts_with("Your command timed out after 1 seconds"),
+        "{r:?}"
+    );
+    let r = run(json!({"command": "sleep 30", "description": "t", "timeout_ms": 600000})).await;
+    assert!(
+        r.text.starts_with("Your command timed out after 2 seconds"),
+        "{r:?}"
+    );
+    let r = run(json!({"command": "seq 1 1000", "description": "t"})).await;
+    assert!(r.text.contains("only its last 100 are shown"), "{r:?}");
+    assert!(r.text.ends_with("1000\n"), "{r:?}");
+}
+
+// dsh's managed variables come from one place: a command in a terminal, in persistent
+// bash and in one-shot bash sees the same `DSH_HOME`, `DSH_SHELL` and `DSH_SESSION_ID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_shell_sees_the_same_managed_variables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let show = "echo \"[$DSH_HOME][$DSH_SHELL][$DSH_SESSION_ID]\"";
+    let mut seen = Vec::new();
+    for bash in [BashMode::OneShot, BashMode::Persistent] {
+        let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::DangerFullAccess);
+        config.bash = bash;
+        config.state_dir = Some(ws.join("state"));
+        let world = WorldBuilder::new()
+            .preset(Preset::Local, &config, sessions.clone())
+            .and_then(WorldBuilder::build)
+            .expect("world");
+        let r = world
+            .call(
+                Some(&session),
+                call("bash", json!({"command": show, "description": "t"})),
+                CancelToken::new(),
+            )
+            .await;
+        seen.push(r.text.trim().to_owned());
+        let r = world
+            .call(
+                Some(&session),
+                call("terminal_open", json!({"type": "shell"})),
+                CancelToken::new(),
+            )
+            .await;
+        assert!(!r.is_error, "{r:?}");
+        let id = r.meta.as_ref().expect("meta")["sessionId"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let r = world
+            .call(
+                Some(&session),
+                call("terminal_send", json!({"sessionId": id, "text": show})),
+                CancelToken::new(),
+            )
+            .await;
+        let line = r
+            .text
+            .lines()
+            .find(|l| l.starts_with('[') && !l.contains("$DSH"))
+            .expect("the variables' line")
+            .to_owned();
+        seen.push(line);
+        world.end_terminals().await.expect("end terminals");
+    }
+    let want = format!(
+        "[{}][1][{}]",
+        ws.join("state").display(),
+        session.id().as_str()
+    );
+    assert_eq!(
+        seen,
+        vec![want.clone(), want.clone(), want.clone(), want],
+        "{seen:?}"
+    );
+}

@@ -18,7 +18,7 @@ async fn precedence_is_explicit_then_session_then_default() {
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let s = log.create(&ws).await.expect("session");
     let svc = PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws);
-    let p = svc.resolve(Some((&*s, &ws)), None).await;
+    let p = svc.policy_for(Some((&*s, &ws)), None).await;
     assert_eq!((p.mode, p.network), (SandboxMode::ReadOnly, Network::Deny));
     assert_eq!(svc.override_of(&*s).await, None);
     svc.set_mode(&*s, SandboxMode::WorkspaceWrite)
@@ -36,12 +36,12 @@ async fn precedence_is_explicit_then_session_then_default() {
         .count();
     assert_eq!(modes, 2, "one event per set");
     assert_eq!(
-        svc.resolve(Some((&*s, &ws)), None).await.mode,
+        svc.policy_for(Some((&*s, &ws)), None).await.mode,
         SandboxMode::DangerFullAccess
     );
     svc.set_mode(&*s, SandboxMode::ReadOnly).await.expect("set");
     let p = svc
-        .resolve(Some((&*s, &ws)), Some(SandboxMode::WorkspaceWrite))
+        .policy_for(Some((&*s, &ws)), Some(SandboxMode::WorkspaceWrite))
         .await;
     assert_eq!(
         p.mode,
@@ -49,7 +49,7 @@ async fn precedence_is_explicit_then_session_then_default() {
         "an explicit mode beats the session"
     );
     assert_eq!(p.workspace_root, ws);
-    let agentless = svc.resolve(None, None).await;
+    let agentless = svc.policy_for(None, None).await;
     assert_eq!(
         (agentless.mode, agentless.workspace_root),
         (SandboxMode::ReadOnly, ws.clone())
@@ -68,7 +68,7 @@ async fn the_root_is_canonicalised_before_dot_dot_is_folded() {
     let log = SessionLog::new(storage).await.expect("log");
     let cwd = base.join("link/..");
     let s = log.create(&cwd).await.expect("session");
-    let p = svc.resolve(Some((&*s, &cwd)), None).await;
+    let p = svc.policy_for(Some((&*s, &cwd)), None).await;
     assert_eq!(p.workspace_root, physical, "link/.. follows the link first");
 }
 

@@ -35,7 +35,7 @@ impl Tool for Plants {
         let mut request = ShellRequest::new(command, policy.clone());
         request.workdir = Some(policy.workspace_root.clone());
         let shell = ctx.world.shell();
-        let result = shell.run(shell.resolve(request)?).await?;
+        let result = shell.run(shell.spec_for(request)?).await?;
         if args["fail"] == json!(true) {
             return Err(HarnessError::new(
                 ErrorCode::Internal,
@@ -110,8 +110,8 @@ async fn a_new_tool_that_writes_gets_the_check_without_calling_it() {
     assert!(
         events
             .iter()
-            .any(|e| e.kind == dsh_core::journal::EventKind::SandboxNewGitDir),
-        "no sandbox/new-git-dir event"
+            .any(|e| e.kind == dsh_core::journal::EventKind::SandboxChecked),
+        "no sandbox/checked event"
     );
 }
 

@@ -368,7 +368,7 @@ fn the_bash_tool_reports_a_new_repository_and_logs_it() {
         state.to_str().expect("utf-8"),
     ]);
     let log = String::from_utf8_lossy(&log.stdout);
-    assert!(log.contains("\"sandbox/new-git-dir\""), "{log}");
+    assert!(log.contains("\"sandbox/checked\""), "{log}");
     assert!(log.contains("made/.git"), "{log}");
 }
 

@@ -6,8 +6,10 @@
 //! Calls are serialised per session. Each command runs as one line,
 //! `eval -- $'COMMAND'`, between a start marker and an end marker that carries its exit
 //! status, each with a fresh random nonce; the result is the text between the markers,
-//! then `[exit code: N]` for a non-zero status, as the one-shot tool renders it. Output
-//! over [`MAX_OUTPUT_CHARS`] keeps its end, after a `<response clipped>` note.
+//! then `[exit code: N]` for a non-zero status, as the one-shot tool renders it. The
+//! timeouts and the output budget are the configuration's, as one-shot `bash` takes them
+//! ([`PersistentBashTool::new`]); output over the budget keeps its end, after a
+//! `<response clipped>` note.
 //!
 //! The shell is reset (closed; the next call opens a fresh one in the workspace) when a
 //! command times out, when the call is cancelled, and when the shell exits (`exit`), and
@@ -19,7 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError, SessionId};
-use dsh_terminal::{OpenRequest, SendRequest, SessionStatus, TerminalId, WaitReason};
+use dsh_shell::ShellConfig;
+use dsh_terminal::{OpenRequest, SendRequest, TerminalId, TerminalStatus, WaitReason};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -28,17 +31,8 @@ use crate::policy::escalation::Subject;
 use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, CallContext, Tool, ToolOutput, World};
 
-/// The most characters of a command's output a result shows (its end).
-pub const MAX_OUTPUT_CHARS: usize = 16_000;
-
 /// The most bytes of output kept while a command runs (its end).
 const MAX_KEPT_BYTES: usize = 1 << 20;
-
-/// A command's deadline when the call gives none.
-const DEFAULT_TIMEOUT: Duration = Duration::from_millis(120_000);
-
-/// The longest deadline a call may ask for.
-const MAX_TIMEOUT: Duration = Duration::from_millis(600_000);
 
 /// What a reset result says.
 const RESET_NOTE: &str = "[the shell was reset: the next bash call starts from the workspace \
@@ -49,11 +43,38 @@ const RESET_NOTE: &str = "[the shell was reset: the next bash call starts from t
 type ShellSlot = Arc<tokio::sync::Mutex<Option<TerminalId>>>;
 
 /// The persistent `bash` tool. See the [module docs](self).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PersistentBashTool {
     /// Each session's shell (its terminal id, once open), behind a lock that serialises
     /// the session's calls in arrival order.
     shells: Mutex<HashMap<Option<SessionId>, ShellSlot>>,
+    /// A command's timeout when the call names none.
+    default_timeout: Duration,
+    /// The cap on any command's timeout.
+    max_timeout: Duration,
+    /// The most characters of output a result shows (its end).
+    max_output_chars: usize,
+}
+
+impl Default for PersistentBashTool {
+    /// The tool with [`ShellConfig::default`]'s timeouts and output budget.
+    fn default() -> PersistentBashTool {
+        PersistentBashTool::new(&ShellConfig::default())
+    }
+}
+
+impl PersistentBashTool {
+    /// The tool under `shell`'s configuration, as one-shot `bash` takes it: `timeout_ms`
+    /// when a call names none, `max_timeout_ms` as the cap, and `max_output_bytes` as the
+    /// most characters of output a result shows (the terminal merges both streams).
+    pub fn new(shell: &ShellConfig) -> PersistentBashTool {
+        PersistentBashTool {
+            shells: Mutex::default(),
+            default_timeout: Duration::from_millis(shell.timeout_ms.max(1)),
+            max_timeout: Duration::from_millis(shell.max_timeout_ms.max(1)),
+            max_output_chars: shell.max_output_bytes.max(1),
+        }
+    }
 }
 
 /// The arguments of a persistent `bash` call: the one-shot tool's.
@@ -153,9 +174,9 @@ impl Markers {
     }
 }
 
-/// `output` within [`MAX_OUTPUT_CHARS`] (its end), with the notes a clipped or
+/// `output` within `max_chars` characters (its end), with the notes a clipped or
 /// incomplete output gets.
-fn render_output(output: &str, incomplete: bool) -> String {
+fn render_output(output: &str, incomplete: bool, max_chars: usize) -> String {
     let chars = output.chars().count();
     let mut text = String::new();
     if incomplete && !output.is_empty() {
@@ -164,13 +185,13 @@ fn render_output(output: &str, incomplete: bool) -> String {
              scrollback limit.</NOTE>\n",
         );
     }
-    if chars > MAX_OUTPUT_CHARS {
+    if chars > max_chars {
         text.push_str(&format!(
             "<response clipped><NOTE>The output had {chars} characters; only its last \
-             {MAX_OUTPUT_CHARS} are shown. Redirect long output to a file and search it with \
+             {max_chars} are shown. Redirect long output to a file and search it with \
              `grep -n`.</NOTE>\n"
         ));
-        let skip = chars - MAX_OUTPUT_CHARS;
+        let skip = chars - max_chars;
         text.extend(output.chars().skip(skip));
     } else {
         text.push_str(output);
@@ -230,7 +251,7 @@ async fn shell(
         let live = t
             .list(&owner)
             .iter()
-            .any(|s| s.id == id && s.status == SessionStatus::Running);
+            .any(|s| s.id == id && s.status == TerminalStatus::Running);
         if live {
             return Ok(id);
         }
@@ -254,6 +275,7 @@ async fn shell(
                 name: Some("bash".into()),
                 cwd: None,
                 policy,
+                env: ctx.managed_env()?,
             },
             ctx.cancel,
         )
@@ -272,7 +294,7 @@ async fn shell(
         )
         .await;
     match init {
-        Ok(r) if r.wait != WaitReason::Timeout && r.status == SessionStatus::Running => {
+        Ok(r) if r.wait != WaitReason::Timeout && r.status == TerminalStatus::Running => {
             *slot = Some(id.clone());
             Ok(id)
         }
@@ -376,8 +398,10 @@ impl Tool for PersistentBashTool {
                     "invalid timeout_ms: expected a positive number",
                 ))
             }
-            Some(t) => Duration::from_millis(t as u64).clamp(Duration::from_millis(1), MAX_TIMEOUT),
-            None => DEFAULT_TIMEOUT,
+            Some(t) => {
+                Duration::from_millis(t as u64).clamp(Duration::from_millis(1), self.max_timeout)
+            }
+            None => self.default_timeout.min(self.max_timeout),
         };
         let command = match &a.workdir {
             Some(w) => format!("cd -- {} && {}", ansi_c(w), a.command),
@@ -452,7 +476,7 @@ impl Tool for PersistentBashTool {
                 if let Some((output, status)) = markers.complete(&seen) {
                     let incomplete = output.is_none();
                     let body = output.unwrap_or_else(|| markers.partial(&seen));
-                    let mut text = render_output(&body, incomplete);
+                    let mut text = render_output(&body, incomplete, self.max_output_chars);
                     if status != 0 {
                         if !text.is_empty() && !text.ends_with('\n') {
                             text.push('\n');
@@ -470,7 +494,7 @@ impl Tool for PersistentBashTool {
                     });
                 }
                 let partial = markers.partial(&seen);
-                if let SessionStatus::Exited { code, signal } = &r.status {
+                if let TerminalStatus::Exited { code, signal } = &r.status {
                     reset(&mut slot).await;
                     // Less the `exit` an interactive bash prints as it leaves.
                     let left = partial.trim_end_matches('\n');
@@ -484,7 +508,7 @@ impl Tool for PersistentBashTool {
                         (None, None) => "[shell exited]".to_owned(),
                     };
                     let parts = [
-                        render_output(left, incomplete_upstream),
+                        render_output(left, incomplete_upstream, self.max_output_chars),
                         how,
                         RESET_NOTE.into(),
                     ];
@@ -498,7 +522,7 @@ impl Tool for PersistentBashTool {
                             "Your command timed out after {secs} seconds or experienced an OOM \
                              error. Below is partial output:"
                         ),
-                        render_output(&partial, incomplete_upstream),
+                        render_output(&partial, incomplete_upstream, self.max_output_chars),
                         RESET_NOTE.into(),
                     ];
                     return Ok(reset_output(&parts, true));
@@ -509,7 +533,7 @@ impl Tool for PersistentBashTool {
                     // it, and it could answer in the shell's place. Reset.
                     reset(&mut slot).await;
                     let parts = [
-                        render_output(&partial, incomplete_upstream),
+                        render_output(&partial, incomplete_upstream, self.max_output_chars),
                         "[the command waits for input, which bash cannot give; use \
                          terminal_open for interactive programs]"
                             .to_owned(),
@@ -568,8 +592,8 @@ mod tests {
 
     #[test]
     fn long_output_keeps_its_end_with_a_note() {
-        let long = "x".repeat(MAX_OUTPUT_CHARS + 5) + "END";
-        let r = render_output(&long, false);
+        let long = "x".repeat(16_005) + "END";
+        let r = render_output(&long, false, 16_000);
         assert!(r.starts_with("<response clipped><NOTE>"), "{}", &r[..80]);
         assert!(r.ends_with("END"));
         assert!(r.contains("grep -n"));

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    base_dir, check_path, envelope, fs_of, schema_of, IMAGE_EXTENSIONS, READ_LIMIT, READ_MAX_BYTES,
+    check_path, envelope, fs_of, root_for, schema_of, IMAGE_EXTENSIONS, READ_LIMIT, READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
 };
 use crate::schema::bounds::{self, Bound, Bounded};
@@ -92,8 +92,8 @@ impl Tool for ReadTool {
             )));
         }
         let fs = fs_of(ctx.world)?;
-        let base = base_dir(ctx, None, &a.file_path);
-        let target = fs.resolve(&a.file_path, base.as_deref()).await?;
+        let base = root_for(ctx, None, &a.file_path);
+        let target = fs.target_of(&a.file_path, base.as_deref()).await?;
         let session = ctx.session.map(|s| s.id());
         let d = target.display().display().to_string();
         let Some(info) = fs.stat(&target).await? else {

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use dsh_core::{CancelReason, CancelToken, HarnessError};
 use dsh_jobs::{Job, JobEnd, JobOutcome};
-use dsh_terminal::{BackgroundSend, SendReader, SessionStatus};
+use dsh_terminal::{BackgroundSend, SendReader, TerminalStatus};
 
 use super::render::{render_send_read, render_viewport};
 use crate::policy::scope::{close_once, HeldScopes};
@@ -91,8 +91,8 @@ impl Job for PtySendJob {
                 }
                 *self.last() = Some(text);
                 let detail = match &r.status {
-                    SessionStatus::Running => format!("wait: {}", r.wait.as_str()),
-                    SessionStatus::Exited { code, signal } => format!(
+                    TerminalStatus::Running => format!("wait: {}", r.wait.as_str()),
+                    TerminalStatus::Exited { code, signal } => format!(
                         "session exited: {}",
                         code.map(|c| c.to_string())
                             .or_else(|| signal.clone())

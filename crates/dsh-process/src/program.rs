@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use dsh_core::{ErrorCode, HarnessError};
 
-/// Resolves `command` to an executable file.
+/// The executable file `command` names.
 ///
 /// - An absolute path must be an executable regular file.
 /// - A bare name is searched in `path_var` (`:`-separated); relative entries, and the
@@ -18,7 +18,7 @@ use dsh_core::{ErrorCode, HarnessError};
 /// `INVALID_ARGUMENT` for an empty command or a refused relative path;
 /// `PROCESS_NOT_EXECUTABLE` for a path that is not an executable file;
 /// `PROCESS_NOT_FOUND` for a bare name missing from `PATH` or a missing path.
-pub(crate) fn resolve(
+pub(crate) fn find_program(
     command: &OsStr,
     path_var: Option<&OsStr>,
     relative_base: &Path,
@@ -123,10 +123,10 @@ mod tests {
     fn resolves_absolute_and_path_names() {
         let base = Path::new("/");
         assert_eq!(
-            resolve("/bin/sh".as_ref(), None, base, false).ok(),
+            find_program("/bin/sh".as_ref(), None, base, false).ok(),
             Some(PathBuf::from("/bin/sh"))
         );
-        let got = resolve(
+        let got = find_program(
             "sh".as_ref(),
             Some("/nonexistent:/bin".as_ref()),
             base,
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn relative_path_entries_resolve_against_the_base() {
-        let got = resolve("sh".as_ref(), Some("bin".as_ref()), Path::new("/"), false).ok();
+        let got = find_program("sh".as_ref(), Some("bin".as_ref()), Path::new("/"), false).ok();
         assert_eq!(got, Some(PathBuf::from("/bin/sh")));
     }
 
@@ -146,14 +146,14 @@ mod tests {
     fn each_miss_has_its_pinned_error() {
         let base = Path::new("/");
         assert_eq!(
-            code(resolve("".as_ref(), None, base, false)),
+            code(find_program("".as_ref(), None, base, false)),
             (
                 ErrorCode::InvalidArgument,
                 "executable must be non-empty".into()
             )
         );
         assert_eq!(
-            code(resolve("bin/sh".as_ref(), None, base, false)),
+            code(find_program("bin/sh".as_ref(), None, base, false)),
             (
                 ErrorCode::InvalidArgument,
                 "command \"bin/sh\" is a relative path; use an absolute path or a bare PATH name"
@@ -161,21 +161,21 @@ mod tests {
             )
         );
         assert_eq!(
-            code(resolve("/bin".as_ref(), None, base, false)),
+            code(find_program("/bin".as_ref(), None, base, false)),
             (
                 ErrorCode::ProcessNotExecutable,
                 "command \"/bin\" is not an executable file".into()
             )
         );
         assert_eq!(
-            code(resolve("/no/such/prog".as_ref(), None, base, false)),
+            code(find_program("/no/such/prog".as_ref(), None, base, false)),
             (
                 ErrorCode::ProcessNotFound,
                 "command \"/no/such/prog\" does not exist".into()
             )
         );
         assert_eq!(
-            code(resolve(
+            code(find_program(
                 "no-such-prog-dsh".as_ref(),
                 Some("/bin".as_ref()),
                 base,
@@ -188,14 +188,14 @@ mod tests {
         );
         let plain = std::env::temp_dir().join(format!("dsh-resolve-{}", std::process::id()));
         std::fs::write(&plain, "data").expect("write");
-        let got = code(resolve(plain.as_os_str(), None, base, false)).0;
+        let got = code(find_program(plain.as_os_str(), None, base, false)).0;
         let _ = std::fs::remove_file(&plain);
         assert_eq!(got, ErrorCode::ProcessNotExecutable);
     }
 
     #[test]
     fn relative_paths_resolve_against_the_base_when_allowed() {
-        let got = resolve("bin/sh".as_ref(), None, Path::new("/"), true).ok();
+        let got = find_program("bin/sh".as_ref(), None, Path::new("/"), true).ok();
         assert_eq!(got, Some(PathBuf::from("/bin/sh")));
     }
 }

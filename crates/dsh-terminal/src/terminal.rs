@@ -1,11 +1,11 @@
-//! One terminal session: a program on a PTY, its output, and sends that know when the
+//! One terminal: a program on a PTY, its output, and sends that know when the
 //! program is waiting for input.
 //!
 //! # Readiness
 //! A send writes its text and then looks at the terminal (after 2 ms, then 4, 8, … up to
 //! the poll interval: the reference waits a whole interval first, which made every
 //! answer cost at least 50 ms) until one of these holds (the first wins):
-//! 1. `session_exit`: the program that leads the session has exited, or the session is
+//! 1. `session_exit`: the program that leads the terminal has exited, or the terminal is
 //!    being closed.
 //! 2. `stdin_read`, prompt tier: the shell printed its prompt marker after the write,
 //!    then exactly its prompt (`dsh> `), nothing followed for one look's pause, and the
@@ -44,7 +44,7 @@ use crate::background_send::{BackgroundSend, SendDelta, SendOutput, SendReader};
 use crate::sanitizer::Sanitizer;
 use crate::screen::Screen;
 use crate::scrollback::{floor_boundary, ReadPage, Scrollback};
-use crate::{SendRequest, SendResult, SessionStatus, TerminalConfig, WaitReason};
+use crate::{SendRequest, SendResult, TerminalConfig, TerminalStatus, WaitReason};
 
 /// The first pause between a send's looks at the terminal; each next one doubles, up to
 /// the poll interval.
@@ -54,7 +54,7 @@ const FIRST_STEP: Duration = Duration::from_millis(2);
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
 
 /// How often a killed background send looks again at what it started (each look walks
-/// the terminal's whole session).
+/// the terminal's whole process session).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// How long what a killed background send started may run after each signal (SIGINT,
@@ -142,16 +142,16 @@ impl OpOutput {
 /// unless a program that ran before the send holds the terminal, and SIGTERM to what the
 /// send started; then SIGKILL to that, again at each look while any is left.
 ///
-/// What the send started: a process that was not in the terminal's session just before
+/// What the send started: a process that was not in the terminal's process session just before
 /// the write and whose parent is what read the text (the shell, or the program holding
 /// the terminal then: a REPL, a nested shell) or something the send started. An orphan
 /// (its parent gone, or re-parented to the shell's own parent, a PID namespace's init)
 /// counts when its process group is new and not its own making, and it was not seen
-/// before with a parent that is not the send's. So what ran before the send (the shell, the session's leader, the
+/// before with a parent that is not the send's. So what ran before the send (the shell, the terminal's leader, the
 /// REPL itself, a program resumed with `fg`, a job an earlier send started, and the
 /// children those jobs make meanwhile, in whatever group) gets the interrupt only.
 struct Kill {
-    /// The session just before the write.
+    /// The terminal just before the write.
     before: Arc<Before>,
     /// What the send started, as found so far (by pid and start).
     theirs: HashSet<(u32, StartMark)>,
@@ -182,7 +182,7 @@ impl Kill {
     }
 }
 
-/// A terminal's session just before a background send's write: a complete look, with
+/// A terminal's process session just before a background send's write: a complete look, with
 /// the shell in it.
 struct Before {
     /// Its processes, by pid and start (a pid reused since is another process).
@@ -194,7 +194,7 @@ struct Before {
     /// What reads the text: the shell and the processes of the group holding the
     /// terminal at the write.
     readers: HashSet<u32>,
-    /// The shell's ancestors in the session (a PID namespace's init, the sandbox's
+    /// The shell's ancestors in the terminal (a PID namespace's init, the sandbox's
     /// runner): a process they adopted is an orphan.
     ancestors: HashSet<u32>,
 }
@@ -226,7 +226,7 @@ impl Before {
         })
     }
 
-    /// Adds to `theirs` what in `members` (the session now) the send started (see
+    /// Adds to `theirs` what in `members` (the terminal now) the send started (see
     /// [`Kill`]). Parents start before their children, so one pass in start order finds
     /// whole trees.
     fn find_theirs(
@@ -256,7 +256,7 @@ impl Before {
                 Some(_) => {
                     passed.insert(me);
                 }
-                // Its parent left the session or ended: an orphan. The send's when it is
+                // Its parent left the terminal or ended: an orphan. The send's when it is
                 // in a new group it did not make itself (the shell made it for the
                 // send's job); one that made its own group (`timeout`, a daemon) may be
                 // an earlier job's and is spared.
@@ -271,12 +271,12 @@ impl Before {
     }
 }
 
-/// A session's send slot, held for one send. A background send's slot also ends the
+/// A terminal's send slot, held for one send. A background send's slot also ends the
 /// send's claim on the collected output when it is released, first, so the send's reader
 /// can never take a later send's output.
 struct SendSlot {
     _guard: tokio::sync::OwnedMutexGuard<()>,
-    /// The session's state and the background send's number.
+    /// The terminal's state and the background send's number.
     background: Option<(Arc<Mutex<State>>, u64)>,
 }
 
@@ -302,11 +302,11 @@ fn push_capped(tail: &mut String, s: &str) {
     }
 }
 
-/// One terminal session. See the [module docs](self).
-pub struct PtySession {
+/// One terminal. See the [module docs](self).
+pub struct Terminal {
     pty: Arc<Pty>,
     control: Arc<dyn ProcessControl>,
-    /// Owns the tree: dropping the session kills it.
+    /// Owns the tree: dropping the terminal kills it.
     _process: Process,
     state: Arc<Mutex<State>>,
     send_slot: Arc<tokio::sync::Mutex<()>>,
@@ -326,16 +326,16 @@ pub struct PtySession {
     _confinement: Option<dsh_sandbox::Confinement>,
 }
 
-impl std::fmt::Debug for PtySession {
+impl std::fmt::Debug for Terminal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PtySession")
+        f.debug_struct("Terminal")
             .field("pid", &self.control.pid())
             .finish_non_exhaustive()
     }
 }
 
-impl PtySession {
-    /// A session for `process`, which was spawned on a terminal (its
+impl Terminal {
+    /// A terminal for `process`, which was spawned on a terminal (its
     /// [`take_terminal`](Process::take_terminal) must still hold it).
     ///
     /// # Errors
@@ -343,7 +343,7 @@ impl PtySession {
     ///
     /// # Panics
     /// Outside a tokio runtime (the output is read by a task).
-    pub fn start(mut process: Process, config: TerminalConfig) -> Result<PtySession, HarnessError> {
+    pub fn start(mut process: Process, config: TerminalConfig) -> Result<Terminal, HarnessError> {
         let pty = Arc::new(process.take_terminal().ok_or_else(|| {
             HarnessError::internal("a terminal session needs a process on a terminal")
         })?);
@@ -362,7 +362,7 @@ impl PtySession {
             state.clone(),
             config.max_read_bytes,
         ));
-        Ok(PtySession {
+        Ok(Terminal {
             control: process.control(),
             pty,
             _process: process,
@@ -380,9 +380,9 @@ impl PtySession {
         })
     }
 
-    /// The session, keeping `confinement` (the sandbox's wrapping of its shell) alive as
+    /// The terminal, keeping `confinement` (the sandbox's wrapping of its shell) alive as
     /// long as itself.
-    pub fn holding(mut self, confinement: Option<dsh_sandbox::Confinement>) -> PtySession {
+    pub fn holding(mut self, confinement: Option<dsh_sandbox::Confinement>) -> Terminal {
         self._confinement = confinement;
         self
     }
@@ -392,15 +392,15 @@ impl PtySession {
         self.control.pid()
     }
 
-    /// Running, or how the session's leader ended.
-    pub fn status(&self) -> SessionStatus {
+    /// Running, or how the terminal's leader ended.
+    pub fn status(&self) -> TerminalStatus {
         status_of(
             self.control.outcome(),
             self.lock().transport_error.is_some(),
         )
     }
 
-    /// Whether the session is closing or closed.
+    /// Whether the terminal is closing or closed.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
     }
@@ -474,7 +474,7 @@ impl PtySession {
         };
         let session = self.clone();
         let output: std::sync::Weak<dyn SendOutput> =
-            Arc::downgrade(self) as std::sync::Weak<PtySession>;
+            Arc::downgrade(self) as std::sync::Weak<Terminal>;
         let reader = SendReader { output, send };
         Ok(BackgroundSend::new(
             async move { session.send_holding(slot, request, &cancel, false).await },
@@ -505,10 +505,7 @@ impl PtySession {
     ) -> Result<SendResult, HarnessError> {
         let _interrupting = ClearOnDrop(&self.interrupting);
         if cancel.is_cancelled() {
-            return Err(HarnessError::new(
-                ErrorCode::Aborted,
-                "terminal send aborted before write: nothing was typed",
-            ));
+            return Err(aborted_before_write());
         }
         let start = Instant::now();
         let mut deadline = start + request.timeout;
@@ -519,10 +516,7 @@ impl PtySession {
         }
         let initial = self.inspect().await;
         if cancel.is_cancelled() {
-            return Err(HarnessError::new(
-                ErrorCode::Aborted,
-                "terminal send aborted before write: nothing was typed",
-            ));
+            return Err(aborted_before_write());
         }
         // Evidence from before the write boundary never counts.
         if !startup {
@@ -536,46 +530,23 @@ impl PtySession {
         // Cancelling a background send is a kill (`job_kill`, see `Kill`): what the send
         // started is ended, what ran before it is only interrupted.
         let kills = slot.background.is_some();
-        // Without a complete look at the session before the write (with the shell in
+        // Without a complete look at the terminal before the write (with the shell in
         // it), a kill is the interrupt alone.
-        let shell_now = *self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
-        let before = match (kills, shell_now) {
-            (true, Some(shell)) => {
-                let holder = self.pty.foreground_group();
-                self.session_now()
-                    .await
-                    .and_then(|m| Before::new(&m, shell, holder))
-                    .map(Arc::new)
-            }
-            _ => None,
+        let before = if kills {
+            self.look_before().await
+        } else {
+            None
         };
         let mut kill: Option<Kill> = None;
         if !bytes.is_empty() {
-            // A program that does not read holds the write: the deadline or a cancel ends
-            // it (the rest of the text is then not typed).
-            let written = tokio::select! {
-                w = tokio::time::timeout_at(deadline, self.pty.write_all(&bytes)) => w,
-                _ = cancel.cancelled() => Ok(Ok(())),
-            };
-            match written {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(HarnessError::new(
-                        ErrorCode::TerminalFailed,
-                        "the input could not be written to the terminal",
-                    )
-                    .with_source(e));
-                }
+            if !self.type_input(&bytes, deadline, cancel).await? {
                 // The program did not take the input before the deadline.
-                Err(_) => return Ok(self.settle(WaitReason::Timeout)),
+                return Ok(self.settle(WaitReason::Timeout));
             }
             if cancel.is_cancelled() {
                 interrupted = true;
-                self.interrupting.store(true, Ordering::SeqCst);
-                self.interrupt()?;
-                if let Some(before) = &before {
-                    kill = Some(Kill::new(before.clone()));
-                    deadline = Instant::now() + self.kill_limit();
+                if let Some((k, until)) = self.begin_interrupt(before.as_ref())? {
+                    (kill, deadline) = (Some(k), until);
                 }
             }
         }
@@ -590,12 +561,8 @@ impl PtySession {
                 _ = tokio::time::sleep_until(next.min(deadline)) => {}
                 _ = cancel.cancelled(), if !interrupted => {
                     interrupted = true;
-                    self.interrupting.store(true, Ordering::SeqCst);
-                    self.interrupt()?;
-                    if let Some(before) = &before {
-                        kill = Some(Kill::new(before.clone()));
-                        // Fixed from the interrupt, whatever the send's own deadline was.
-                        deadline = Instant::now() + self.kill_limit();
+                    if let Some((k, until)) = self.begin_interrupt(before.as_ref())? {
+                        (kill, deadline) = (Some(k), until);
                     }
                 }
             }
@@ -612,30 +579,15 @@ impl PtySession {
             if self.is_closing() || self.control.outcome().is_some() {
                 return Ok(self.settle(WaitReason::SessionExit));
             }
-            let (marker, tail_is_prompt, idle, any) = {
-                let st = self.lock();
-                let op = st.op.as_ref();
-                (
-                    op.is_some_and(|o| o.marker),
-                    op.is_some_and(|o| o.tail == PROMPT),
-                    now.saturating_duration_since(st.last_output),
-                    op.is_some_and(|o| o.any),
-                )
-            };
+            let (marker, tail_is_prompt, idle, any) = self.output_view(now);
             // The prompt tier needs only the foreground group (one ioctl).
             let holder = self.pty.foreground_group();
-            let shell = {
-                let mut shell = self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
-                if shell.is_none() && marker {
-                    *shell = holder;
-                }
-                *shell
-            };
+            let shell = self.shell_group(holder, marker);
             if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
                 return Ok(self.settle(WaitReason::StdinRead));
             }
             // While what a killed send started still runs, only the prompt (above), the
-            // session's end or the kill's deadline settles it.
+            // terminal's end or the kill's deadline settles it.
             let mut holding = false;
             if let Some(k) = kill.as_mut() {
                 self.advance_kill(k, shell, holder).await;
@@ -643,25 +595,12 @@ impl PtySession {
             }
             let fg = if holding { None } else { self.inspect().await };
             if let Some(f) = fg {
-                let same = initial.is_some_and(|i| i.pgid == f.pgid);
-                if same && !f.input_waiting {
-                    left_wait = true;
-                }
-                let news = !same || left_wait || initial.is_some_and(|i| f.reads > i.reads);
-                if now - start >= self.config.exact_probe_after
-                    && f.input_waiting
-                    && news
-                    && (!startup || any)
-                {
+                let probed = now - start >= self.config.exact_probe_after;
+                if reads_new_input(f, initial, &mut left_wait) && probed && (!startup || any) {
                     return Ok(self.settle(WaitReason::StdinRead));
                 }
             }
-            let silence = self.config.idle_silence
-                + if marker {
-                    self.config.handoff_grace
-                } else {
-                    Duration::ZERO
-                };
+            let silence = self.silence_for(marker);
             // A killed send is not settled by silence before its first step: a quiet
             // moment (the shell between two commands) is not the end of what it runs.
             let first_grace = kill.as_ref().is_some_and(|k| k.steps == 0);
@@ -669,6 +608,95 @@ impl PtySession {
                 return Ok(self.settle(WaitReason::InferredIdle));
             }
         }
+    }
+
+    /// A complete look at the terminal's process session before a background send's
+    /// write, with the shell in it; `None` without one (a kill is then the interrupt
+    /// alone).
+    async fn look_before(&self) -> Option<Arc<Before>> {
+        let shell = (*self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let holder = self.pty.foreground_group();
+        self.session_now()
+            .await
+            .and_then(|m| Before::new(&m, shell, holder))
+            .map(Arc::new)
+    }
+
+    /// Interrupts the foreground program for a cancelled send; for a background send with
+    /// a look `before` its write, the kill of what it started and that kill's deadline
+    /// (fixed from now, whatever the send's own deadline was).
+    ///
+    /// # Errors
+    /// The interrupt's.
+    fn begin_interrupt(
+        &self,
+        before: Option<&Arc<Before>>,
+    ) -> Result<Option<(Kill, Instant)>, HarnessError> {
+        self.interrupting.store(true, Ordering::SeqCst);
+        self.interrupt()?;
+        Ok(before.map(|b| (Kill::new(b.clone()), Instant::now() + self.kill_limit())))
+    }
+
+    /// Types `bytes`; `false` when the program did not take them before `deadline`. A
+    /// program that does not read holds the write: the deadline or a cancel ends it (the
+    /// rest of the text is then not typed).
+    ///
+    /// # Errors
+    /// `TERMINAL_FAILED`: the terminal refused the write.
+    async fn type_input(
+        &self,
+        bytes: &[u8],
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<bool, HarnessError> {
+        let written = tokio::select! {
+            w = tokio::time::timeout_at(deadline, self.pty.write_all(bytes)) => w,
+            _ = cancel.cancelled() => Ok(Ok(())),
+        };
+        match written {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(e)) => Err(HarnessError::new(
+                ErrorCode::TerminalFailed,
+                "the input could not be written to the terminal",
+            )
+            .with_source(e)),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// What the active send's output says at `now`: whether the prompt marker came,
+    /// whether the output ends in the prompt, how long it has been quiet, and whether
+    /// anything came.
+    fn output_view(&self, now: Instant) -> (bool, bool, Duration, bool) {
+        let st = self.lock();
+        let op = st.op.as_ref();
+        (
+            op.is_some_and(|o| o.marker),
+            op.is_some_and(|o| o.tail == PROMPT),
+            now.saturating_duration_since(st.last_output),
+            op.is_some_and(|o| o.any),
+        )
+    }
+
+    /// The shell's process group: learnt as the terminal's foreground group `holder` the
+    /// first time the prompt `marker` shows, and kept.
+    fn shell_group(&self, holder: Option<u32>, marker: bool) -> Option<u32> {
+        let mut shell = self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner());
+        if shell.is_none() && marker {
+            *shell = holder;
+        }
+        *shell
+    }
+
+    /// The silence that settles a send: the idle silence, and the hand-off grace once
+    /// the prompt marker showed.
+    fn silence_for(&self, marker: bool) -> Duration {
+        self.config.idle_silence
+            + if marker {
+                self.config.handoff_grace
+            } else {
+                Duration::ZERO
+            }
     }
 
     /// The foreground group and what it does, looked up off the async threads, within
@@ -710,7 +738,7 @@ impl PtySession {
         KILL_GRACE * 3 + self.config.idle_silence
     }
 
-    /// Every process of the session now, looked up off the async threads within
+    /// Every process of the terminal now, looked up off the async threads within
     /// [`INSPECT_LIMIT`]; `None` when the look failed or was incomplete.
     async fn session_now(&self) -> Option<Vec<Member>> {
         let pty = self.pty.clone();
@@ -719,7 +747,7 @@ impl PtySession {
     }
 
     /// Takes the kill's next step if its time has come (see [`Kill`]), and learns whether
-    /// anything the send started is left. A look walks the whole session, off the async
+    /// anything the send started is left. A look walks the whole process session, off the async
     /// threads: a due step looks at once, counting and repeated SIGKILLs every
     /// [`LOOK_EVERY`]; a look that takes longer than [`INSPECT_LIMIT`] counts as "left".
     async fn advance_kill(&self, k: &mut Kill, shell: Option<u32>, holder: Option<u32>) {
@@ -779,7 +807,7 @@ impl PtySession {
     fn interrupt(&self) -> Result<(), HarnessError> {
         match self.pty.signal_foreground(libc::SIGINT) {
             Ok(_) => Ok(()),
-            // Nobody holds the terminal: the session is ending; the send settles on that.
+            // Nobody holds the terminal: the terminal is ending; the send settles on that.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(HarnessError::new(
                 ErrorCode::TerminalFailed,
@@ -804,7 +832,7 @@ impl PtySession {
             wait,
             status: status_of(self.control.outcome(), st.transport_error.is_some()),
             // This send's own drop only: the scrollback's flag stays set once a long
-            // session has filled it, and would mark every later send as cut.
+            // terminal has filled it, and would mark every later send as cut.
             truncated: op.dropped,
         }
     }
@@ -820,7 +848,7 @@ impl PtySession {
     ///
     /// # Errors
     /// `TERMINAL_CLOSING`; `INVALID_ARGUMENT` for SIGKILL aimed at the shell's own group
-    /// (close the session instead); `TERMINAL_FAILED` when no foreground group can be
+    /// (close the terminal instead); `TERMINAL_FAILED` when no foreground group can be
     /// found or the signal cannot be sent.
     pub fn signal(&self, signal: i32) -> Result<u32, HarnessError> {
         if self.is_closing() {
@@ -857,7 +885,7 @@ impl PtySession {
         })
     }
 
-    /// Closes the session: no more sends or signals; the session gets the hangup a
+    /// Closes the terminal: no more sends or signals; the terminal gets the hangup a
     /// vanished terminal gives, then SIGTERM and, after the grace, SIGKILL to its whole
     /// tree; returns once the tree is gone. A second call waits for the first.
     ///
@@ -869,7 +897,7 @@ impl PtySession {
             .closed
             .get_or_init(|| async {
                 // What a terminal window closing does: SIGHUP to the foreground group and
-                // to the session's leader (never to a number that may have been reused).
+                // to the terminal's leader (never to a number that may have been reused).
                 let _ = self.pty.hang_up();
                 self.control.terminate();
                 let bound = self.config.dispose_grace + Duration::from_secs(5);
@@ -938,7 +966,7 @@ impl PtySession {
     }
 }
 
-impl Drop for PtySession {
+impl Drop for Terminal {
     fn drop(&mut self) {
         self.reader.abort();
         // The Process dropped with us SIGKILLs the tree.
@@ -962,25 +990,25 @@ fn closing_error() -> HarnessError {
     )
 }
 
-fn status_of(outcome: Option<Outcome>, failed: bool) -> SessionStatus {
+fn status_of(outcome: Option<Outcome>, failed: bool) -> TerminalStatus {
     match outcome {
-        Some(Outcome::Exited(code)) => SessionStatus::Exited {
+        Some(Outcome::Exited(code)) => TerminalStatus::Exited {
             code: Some(code),
             signal: None,
         },
-        Some(Outcome::Signaled(s)) => SessionStatus::Exited {
+        Some(Outcome::Signaled(s)) => TerminalStatus::Exited {
             code: None,
             signal: Some(s.name()),
         },
-        Some(Outcome::Lost) => SessionStatus::Exited {
+        Some(Outcome::Lost) => TerminalStatus::Exited {
             code: None,
             signal: None,
         },
-        None if failed => SessionStatus::Exited {
+        None if failed => TerminalStatus::Exited {
             code: None,
             signal: None,
         },
-        None => SessionStatus::Running,
+        None => TerminalStatus::Running,
     }
 }
 
@@ -1031,7 +1059,27 @@ fn take_output(state: &Mutex<State>, bytes: &[u8], max_read: usize) {
     // Any bytes count as output (a spinner redrawn with escapes alone too).
     st.last_output = Instant::now();
 }
-impl SendOutput for PtySession {
+/// `ABORTED`: a send cancelled before it typed anything.
+fn aborted_before_write() -> HarnessError {
+    HarnessError::new(
+        ErrorCode::Aborted,
+        "terminal send aborted before write: nothing was typed",
+    )
+}
+
+/// Whether the foreground group `f` waits for input the send caused (the exact tier):
+/// another group than the `initial` one, or the same one after it left its wait (noted in
+/// `left_wait`) or after more reads.
+fn reads_new_input(f: Foreground, initial: Option<Foreground>, left_wait: &mut bool) -> bool {
+    let same = initial.is_some_and(|i| i.pgid == f.pgid);
+    if same && !f.input_waiting {
+        *left_wait = true;
+    }
+    let news = !same || *left_wait || initial.is_some_and(|i| f.reads > i.reads);
+    f.input_waiting && news
+}
+
+impl SendOutput for Terminal {
     /// Takes background send `send`'s complete lines, at most `max` bytes of them (see
     /// [`SendReader::take`]).
     fn take_send_output(&self, send: u64, max: usize) -> SendDelta {
