@@ -254,6 +254,12 @@ pub struct Question {
 #[async_trait]
 pub trait Answerer: Send + Sync {
     /// The answer to `question`, or `None` to pass.
+    ///
+    /// # Cancel safety
+    /// Dropping the future ends the question for dsh: an answer that comes later is
+    /// discarded. The question itself may stay posed: the terminal answerer's read of
+    /// `/dev/tty` goes on, on a blocking thread, until a line is entered, and a question
+    /// already sent to an MCP client stays with it.
     async fn answer(&self, question: &Question) -> Option<ApprovalOutcome>;
 }
 
@@ -299,6 +305,9 @@ impl ApprovalService {
     }
 
     /// The session's policy: its last `approval/policy` event, else the default.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn effective_policy(&self, session: &dyn Journal) -> ApprovalPolicy {
         let logged = session.last_of(EventKind::ApprovalPolicy).await;
         match logged.map(|e| e.record()) {
@@ -316,6 +325,10 @@ impl ApprovalService {
     ///
     /// # Errors
     /// The journal's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped during the append, the `approval/policy` event may or may
+    /// not be logged (see [`Journal::append`]).
     pub async fn set_policy(
         &self,
         session: &dyn Journal,
@@ -337,6 +350,12 @@ impl ApprovalService {
     /// # Errors
     /// `INVALID_ARGUMENT` outside an open turn (nothing logged) or for an empty tool name;
     /// the journal's errors (then no decision is returned).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after `approval/asked` is logged, the question never gets
+    /// its `approval/decided`, and the answerers' task goes on to its end (its answer is
+    /// discarded). Cancel `request.cancel` instead: the request then ends `cancelled`,
+    /// logged.
     pub async fn request(
         &self,
         session: &dyn Journal,

@@ -166,12 +166,23 @@ pub trait Journal: Send + Sync {
     ///
     /// # Errors
     /// The storage's errors; then nothing was appended.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: an append dropped after it began may still be stored, with no
+    /// event returned for it (the session log then gives the next append its sequence
+    /// number, replacing it).
     async fn append(&self, record: Record) -> Result<Event, HarnessError>;
 
     /// The turn open now, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     async fn open_turn(&self) -> Option<u64>;
 
     /// The last event of `kind`, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     async fn last_of(&self, kind: EventKind) -> Option<Event>;
 }
 

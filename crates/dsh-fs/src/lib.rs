@@ -2,8 +2,8 @@
 //! guarded by versions, and a sandbox fence the kernel checks.
 //!
 //! [`FileSystem`] is the seam. A path is first made a target
-//! ([`target_of`](FileSystem::target_of)), an [`FsTarget`]: the path as the caller spelled it (made absolute, `..` folded) for
-//! messages, and a stable key (the canonical path; for a missing file, the canonical
+//! ([`target_of`](FileSystem::target_of)), an [`FsTarget`]: the path as the caller
+//! spelled it (made absolute, `..` folded) for messages, and a stable key (the canonical path; for a missing file, the canonical
 //! nearest ancestor plus the missing rest) so that aliases of one file share one key.
 //! Every read takes a byte limit (`FS_TOO_LARGE` past it; never an unbounded buffer).
 //! Writes and edits publish atomically (a private staging file next to the target,
@@ -18,6 +18,43 @@
 //! checked by the kernel with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the
 //! root's directory fd and by the identity of each directory opened, so no symlink swap
 //! between the check and the write can escape).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dsh_core::HarnessError> {
+//! use dsh_fs::{EditRequest, FileSystem, LocalFs};
+//! use dsh_sandbox::SandboxPolicy;
+//!
+//! let dir = tempfile::tempdir().expect("tempdir");
+//! let fs = LocalFs::new(dir.path());
+//! let policy = SandboxPolicy::danger_full_access(dir.path());
+//! let notes = fs.target_of("notes.txt", None).await?;
+//! let written = fs.write_text(&notes, "alpha\nbeta\n", None, &policy).await?;
+//! assert!(written.created);
+//! // An edit guarded by the version last seen: a file changed meanwhile is refused.
+//! let edit = EditRequest { old: "beta".into(), new: "gamma".into(), replace_all: false };
+//! fs.edit_text(&notes, &edit, Some(&written.version), &policy).await?;
+//! let (text, _) = fs.read_text(&notes, 1 << 20).await?;
+//! assert_eq!(text, "alpha\ngamma\n");
+//! let stale = fs.edit_text(&notes, &edit, Some(&written.version), &policy).await;
+//! assert_eq!(stale.unwrap_err().code(), dsh_core::ErrorCode::FsStaleVersion);
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//! - A write or an edit either lands whole or leaves the file as it was, with no staging
+//!   file left behind; a reader never sees half a write.
+//! - A guarded write or edit never replaces a file that changed after the version it
+//!   names, nor one replaced by another file meanwhile (`FS_STALE_VERSION`).
+//! - Memory is bounded by the limits each call passes, whatever the file's size: a line
+//!   window and an LF edit are streamed.
+//! - [`SandboxedFs`] writes only where its call's policy lets a confined command write,
+//!   and reads nothing a confined command could not (read denial, the closed homes), nor
+//!   `/proc` and `/dev`.
+//!
+//! # Limits
+//! - Linux and macOS; the kernel-checked containment needs `openat2` (Linux 5.6): without
+//!   it, writes under workspace-write are refused.
+//! - An edit reads at most 256 MiB of a file that is not plain LF text.
 //!
 //! # Errors
 //! The `FS_*` codes of [`dsh_core::ErrorCode`], each with a message naming the path as
@@ -42,6 +79,7 @@ pub mod search;
 mod stream_edit;
 
 pub use local::LocalFs;
+pub use open::open_no_symlinks;
 pub use sandboxed::SandboxedFs;
 pub use search::{GlobFound, GlobQuery, GrepFound, GrepMatch, GrepQuery};
 
@@ -231,18 +269,26 @@ pub struct LinesWindow {
 /// The filesystem seam. See the [crate docs](crate).
 #[async_trait]
 pub trait FileSystem: Send + Sync {
-    /// Resolves `path` (relative ones against `cwd`, else the provider's working
+    /// The target `path` names (relative ones against `cwd`, else the provider's working
     /// directory).
     ///
     /// # Errors
     /// `FS_NOT_FOUND` for an empty path, a path with a NUL byte, a path longer than
     /// `PATH_MAX`, or a path through a regular file.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn target_of(&self, path: &str, cwd: Option<&Path>) -> Result<FsTarget, HarnessError>;
 
     /// Metadata, following links; `None` when nothing is there.
     ///
     /// # Errors
     /// `FS_IO_ERROR`, `FS_PERMISSION_DENIED`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn stat(&self, target: &FsTarget) -> Result<Option<FsInfo>, HarnessError>;
 
     /// Metadata of the path itself (a link is [`FsKind::Symlink`]); `None` when nothing
@@ -250,6 +296,10 @@ pub trait FileSystem: Send + Sync {
     ///
     /// # Errors
     /// As [`target_of`](Self::target_of) and [`stat`](Self::stat).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn lstat(&self, path: &str, cwd: Option<&Path>) -> Result<Option<FsInfo>, HarnessError>;
 
     /// The whole file as bytes, at most `max_bytes` (inclusive).
@@ -258,6 +308,10 @@ pub trait FileSystem: Send + Sync {
     /// `FS_NOT_FOUND`, `FS_NOT_REGULAR_FILE` (directories, FIFOs, devices: never
     /// opened, so nothing blocks), `FS_TOO_LARGE` (also when the file grows past the limit
     /// while read), `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn read_bytes(
         &self,
         target: &FsTarget,
@@ -269,6 +323,10 @@ pub trait FileSystem: Send + Sync {
     /// # Errors
     /// As [`read_bytes`](Self::read_bytes), and `FS_NOT_TEXT` for a NUL in the first
     /// [`BINARY_SAMPLE`] bytes or invalid UTF-8.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn read_text(
         &self,
         target: &FsTarget,
@@ -286,6 +344,10 @@ pub trait FileSystem: Send + Sync {
     /// As [`read_text`](Self::read_text) (`FS_NOT_TEXT` for invalid UTF-8 anywhere in the
     /// bytes read), `FS_NOT_FOUND` for an offset past the last line, `FS_ABORTED` once
     /// `cancel` is cancelled.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread stops at its next
+    /// read once `cancel` fires, else finishes there; its answer is discarded.
     async fn read_lines(
         &self,
         target: &FsTarget,
@@ -297,6 +359,10 @@ pub trait FileSystem: Send + Sync {
     ///
     /// # Errors
     /// `FS_NOT_FOUND`, `FS_NOT_DIRECTORY`, `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; work already on a blocking thread finishes there
+    /// and its answer is discarded.
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError>;
 
     /// The files beneath `root` (a directory, or a file) whose path matches `query`, as
@@ -306,6 +372,10 @@ pub trait FileSystem: Send + Sync {
     /// # Errors
     /// `SEARCH_INVALID_PATTERN`, `SEARCH_ABORTED` once `cancel` fires,
     /// `SEARCH_RAW_OUTPUT_OVERFLOW`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing. Dropping the future does not stop a search already
+    /// on a blocking thread (it ends within its bounds); cancel `cancel` to stop it.
     async fn glob(
         &self,
         root: &FsTarget,
@@ -318,6 +388,10 @@ pub trait FileSystem: Send + Sync {
     ///
     /// # Errors
     /// As [`glob`](Self::glob).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing. Dropping the future does not stop a search already
+    /// on a blocking thread (it ends within its bounds); cancel `cancel` to stop it.
     async fn grep(
         &self,
         root: &FsTarget,
@@ -333,6 +407,11 @@ pub trait FileSystem: Send + Sync {
     /// `FS_NOT_REGULAR_FILE`, `FS_STALE_VERSION`, `FS_NOT_OBSERVED`, `FS_SANDBOX_DENIED`,
     /// `FS_PERMISSION_DENIED`, `FS_IO_ERROR`. On any error the target is unchanged and no
     /// staging file is left.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once started: the write goes on on its blocking thread and lands
+    /// whole or not at all, holding the target's lock until it ends (a later write or edit
+    /// of the target waits for it); dropping the future loses only the outcome.
     async fn write_text(
         &self,
         target: &FsTarget,
@@ -353,6 +432,11 @@ pub trait FileSystem: Send + Sync {
     /// `FS_STALE_VERSION` (also for a missing file), `FS_NOT_REGULAR_FILE`,
     /// `FS_NOT_TEXT` (a NUL anywhere, invalid UTF-8), `FS_EDIT_NOT_FOUND`,
     /// `FS_AMBIGUOUS_EDIT`, `FS_TOO_LARGE`, `FS_SANDBOX_DENIED`, `FS_IO_ERROR`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once started: the edit goes on on its blocking thread and lands
+    /// whole or not at all, holding the target's lock until it ends (a later write or edit
+    /// of the target waits for it); dropping the future loses only the outcome.
     async fn edit_text(
         &self,
         target: &FsTarget,
@@ -360,32 +444,6 @@ pub trait FileSystem: Send + Sync {
         expected: Option<&FsVersion>,
         policy: &SandboxPolicy,
     ) -> Result<EditOutcome, HarnessError>;
-}
-
-/// `openat2(path, O_RDONLY | O_NONBLOCK, RESOLVE_NO_SYMLINKS)`: the file at `path`, which
-/// must have no symlink anywhere in it (a canonical path), opened for reading without
-/// waiting (a FIFO is never waited on). A component swapped for a link since `path` was
-/// found fails with `ELOOP` instead of being followed, so a check of `path` holds for the
-/// file opened. Where `openat2` is missing (Linux < 5.6), `open` with `O_NOFOLLOW`.
-///
-/// # Errors
-/// The OS error.
-pub fn open_no_symlinks(path: &Path) -> std::io::Result<std::fs::File> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::openat2(
-        rustix::fs::CWD,
-        path,
-        flags,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
-    ) {
-        Err(rustix::io::Errno::NOSYS) => {
-            rustix::fs::open(path, flags | OFlags::NOFOLLOW, Mode::empty())
-        }
-        other => other,
-    }?;
-    Ok(std::fs::File::from(fd))
 }
 
 pub(crate) fn fs_error(code: ErrorCode, message: String) -> HarnessError {

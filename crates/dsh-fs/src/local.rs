@@ -63,16 +63,24 @@ impl LocalFs {
         self
     }
 
-    /// Runs `f` holding the lock of `key`; the lock entry goes once nobody holds it.
-    pub(crate) async fn locked<T>(&self, key: &Path, f: impl std::future::Future<Output = T>) -> T {
+    /// Runs the blocking `f` off the async workers, holding the lock of `key` until `f`
+    /// has finished: a caller that stops waiting (its future dropped) does not let another
+    /// write of `key` start while `f` still runs. The lock entry goes once nobody holds it.
+    pub(crate) async fn locked<T: Send + 'static>(
+        &self,
+        key: &Path,
+        f: impl FnOnce() -> Result<T, HarnessError> + Send + 'static,
+    ) -> Result<T, HarnessError> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             locks.entry(key.to_path_buf()).or_default().clone()
         };
-        let out = {
-            let _held = lock.lock().await;
-            f.await
-        };
+        let held = lock.clone().lock_owned().await;
+        let out = blocking(move || {
+            let _held = held;
+            f()
+        })
+        .await;
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         if Arc::strong_count(&lock) <= 2 {
             locks.remove(key);
@@ -436,13 +444,10 @@ impl FileSystem for LocalFs {
     ) -> Result<WriteOutcome, HarnessError> {
         refuse_confined(policy, "write", target)?;
         let (t, content, diff_max) = (target.clone(), content.to_owned(), self.diff_max);
-        self.locked(
-            &target.key,
-            blocking(move || {
-                let (dir, name) = open_parent(&t.key, &t.display)?;
-                publish::write(&dir, &name, &t.display, &content, intent.as_ref(), diff_max)
-            }),
-        )
+        self.locked(&target.key, move || {
+            let (dir, name) = open_parent(&t.key, &t.display)?;
+            publish::write(&dir, &name, &t.display, &content, intent.as_ref(), diff_max)
+        })
         .await
     }
 
@@ -455,35 +460,32 @@ impl FileSystem for LocalFs {
     ) -> Result<EditOutcome, HarnessError> {
         refuse_confined(policy, "edit", target)?;
         let (t, edit, expected) = (target.clone(), edit.clone(), expected.cloned());
-        self.locked(
-            &target.key,
-            blocking(move || {
-                let (Some(parent), Some(name)) = (t.key.parent(), t.key.file_name()) else {
-                    return Err(fs_error(
-                        ErrorCode::FsNotRegularFile,
-                        format!(
-                            "cannot edit \"{}\": not a regular file",
-                            t.display.display()
-                        ),
-                    ));
-                };
-                let dir = rustix::fs::open(
-                    parent,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
+        self.locked(&target.key, move || {
+            let (Some(parent), Some(name)) = (t.key.parent(), t.key.file_name()) else {
+                return Err(fs_error(
+                    ErrorCode::FsNotRegularFile,
+                    format!(
+                        "cannot edit \"{}\": not a regular file",
+                        t.display.display()
+                    ),
+                ));
+            };
+            let dir = rustix::fs::open(
+                parent,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|_| {
+                fs_error(
+                    ErrorCode::FsStaleVersion,
+                    format!(
+                        "cannot edit \"{}\": file changed since it was read",
+                        t.display.display()
+                    ),
                 )
-                .map_err(|_| {
-                    fs_error(
-                        ErrorCode::FsStaleVersion,
-                        format!(
-                            "cannot edit \"{}\": file changed since it was read",
-                            t.display.display()
-                        ),
-                    )
-                })?;
-                crate::edit::edit(&dir, name, &t.display, &edit, expected.as_ref())
-            }),
-        )
+            })?;
+            crate::edit::edit(&dir, name, &t.display, &edit, expected.as_ref())
+        })
         .await
     }
 }

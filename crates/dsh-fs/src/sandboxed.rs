@@ -536,23 +536,20 @@ impl FileSystem for SandboxedFs {
             self.local.diff_max(),
         );
         self.local
-            .locked(
-                target.key(),
-                blocking(move || {
-                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "write")?
-                        .ok_or_else(|| {
-                            HarnessError::internal("fence: confined mode without a directory")
-                        })?;
-                    publish::write(
-                        &dir,
-                        &name,
-                        t.display(),
-                        &content,
-                        intent.as_ref(),
-                        diff_max,
-                    )
-                }),
-            )
+            .locked(target.key(), move || {
+                let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "write")?
+                    .ok_or_else(|| {
+                        HarnessError::internal("fence: confined mode without a directory")
+                    })?;
+                publish::write(
+                    &dir,
+                    &name,
+                    t.display(),
+                    &content,
+                    intent.as_ref(),
+                    diff_max,
+                )
+            })
             .await
     }
 
@@ -574,16 +571,13 @@ impl FileSystem for SandboxedFs {
             self.temp.clone(),
         );
         self.local
-            .locked(
-                target.key(),
-                blocking(move || {
-                    let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "edit")?
-                        .ok_or_else(|| {
-                            HarnessError::internal("fence: confined mode without a directory")
-                        })?;
-                    crate::edit::edit(&dir, &name, t.display(), &edit, expected.as_ref())
-                }),
-            )
+            .locked(target.key(), move || {
+                let (dir, name) = SandboxedFs::fence(&policy, temp.as_deref(), &t, "edit")?
+                    .ok_or_else(|| {
+                        HarnessError::internal("fence: confined mode without a directory")
+                    })?;
+                crate::edit::edit(&dir, &name, t.display(), &edit, expected.as_ref())
+            })
             .await
     }
 }

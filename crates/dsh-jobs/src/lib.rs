@@ -168,6 +168,12 @@ pub trait Job: Send + Sync {
 
     /// Completes once the work is over and its resources (processes, files) are
     /// released. Called once, by the registry.
+    ///
+    /// # Cancel safety
+    /// Need not be cancel safe: the registry awaits it to its end on a task of its own.
+    /// Dropped part-way (a runtime shutting down), a job may leave its clean-up undone
+    /// (the check of what its command made), and a second call need not report its
+    /// outcome.
     async fn done(&self) -> JobOutcome;
 
     /// Whether its output streams: read as it comes with [`read_output`](Job::read_output),

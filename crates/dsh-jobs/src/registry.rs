@@ -447,6 +447,11 @@ impl Jobs {
     /// (reason `owner disposed`, its end counted as delivered) and awaited; then its jobs
     /// are forgotten. A producer whose cancel fails is settled `failed` at once (its work
     /// may be orphaned; the detail says so).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting: the owner is ended and its jobs were
+    /// asked to stop at the first poll (each still settles), but their records are kept,
+    /// not forgotten.
     pub async fn end_owner(&self, owner: &Owner) {
         owner.end();
         self.teardown(|r| bucket_of(r) == owner.key(), "owner disposed")
@@ -460,6 +465,11 @@ impl Jobs {
     /// Shuts the registry down: nothing starts any more, listeners hear nothing more,
     /// every job still running is cancelled (reason `jobs service disposed`) and
     /// awaited, and every record is forgotten.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting: the registry already refuses new jobs,
+    /// its listeners are gone and every job was asked to stop (each still settles), but
+    /// the records are kept.
     pub async fn dispose(&self) {
         {
             let mut st = self.shared.lock();

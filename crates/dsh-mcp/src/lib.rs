@@ -24,6 +24,31 @@
 //! what the open-file limit allows, and queue beyond it. When the connection ends,
 //! [`DshServer::close`] cancels and awaits every call. Nothing but protocol goes to
 //! stdout; diagnostics go to stderr.
+//!
+//! `dsh mcp` wires it to stdin and stdout; one exchange (see docs/mcp.md for a whole
+//! session by hand):
+//!
+//! ```text
+//! -> {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi","description":"greet"}}}
+//! <- {"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi\n"}],"structuredContent":{"text":"hi\n","exitCode":0,…},"isError":false}}
+//! ```
+//!
+//! # Guarantees
+//! - Every request gets one answer, a bad one included; a message over 16 MiB is a
+//!   JSON-RPC error, never a silent drop or an unbounded buffer.
+//! - When the connection ends (EOF, a broken pipe, a signal), every call is cancelled
+//!   and awaited, its processes killed, its jobs and terminals ended.
+//! - A model sees a result's text whichever part of it a client shows: the text block,
+//!   or the structured content, which carries the same text.
+//! - An approval is never granted without a person: no elicitation, no approval.
+//!
+//! # Limits
+//! One session per connection; stdio only (no HTTP transport).
+//!
+//! # Errors
+//! Tool errors are results (`isError`, with `{name, code}`: docs/errors.md); protocol
+//! errors are JSON-RPC errors: an unknown tool, malformed params, `MCP_MESSAGE_TOO_LARGE`
+//! beyond the frame bound, `MCP_CLOSING` once the connection is ending.
 
 #![forbid(unsafe_code)]
 
@@ -130,6 +155,11 @@ impl DshServer {
     /// Ends the connection's calls: a call parked for an approval gets `cancelled`, a
     /// running one is cancelled (its processes killed); waits up to 10 s for them to be
     /// logged. Call it when the connection is over, before closing the session.
+    ///
+    /// # Cancel safety
+    /// Once polled, no new call starts and every call is cancelled. Dropped while it
+    /// waits, the calls may not be logged yet and the MCP tasks are not shut down: call it
+    /// again to finish.
     pub async fn close(&self) {
         self.slots.close();
         self.job_slots.close();

@@ -51,6 +51,10 @@ impl Scripts {
 ///
 /// # Errors
 /// The first failed check, by name, with what it saw.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the check under way, which kills whatever
+/// command it started.
 pub async fn check_all(shell: &dyn Shell, scripts: &Scripts) -> Result<(), String> {
     a_nonzero_exit_is_a_result(shell, scripts).await?;
     streams_are_captured_apart(shell, scripts).await?;
@@ -67,6 +71,9 @@ fn request(command: &str) -> ShellRequest {
 }
 
 /// A non-zero exit is `Ok` with its code, neither timed out nor aborted.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills the command's process tree.
 pub async fn a_nonzero_exit_is_a_result(shell: &dyn Shell, s: &Scripts) -> Result<(), String> {
     let r = run(shell, request(&s.exit_3)).await?;
     expect(
@@ -77,6 +84,9 @@ pub async fn a_nonzero_exit_is_a_result(shell: &dyn Shell, s: &Scripts) -> Resul
 }
 
 /// stdout and stderr are captured separately.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills the command's process tree.
 pub async fn streams_are_captured_apart(shell: &dyn Shell, s: &Scripts) -> Result<(), String> {
     let r = run(shell, request(&s.out_and_err)).await?;
     let got = (
@@ -91,6 +101,9 @@ pub async fn streams_are_captured_apart(shell: &dyn Shell, s: &Scripts) -> Resul
 }
 
 /// Request stdin reaches the command, then end-of-file.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills the command's process tree.
 pub async fn stdin_reaches_the_command(shell: &dyn Shell, s: &Scripts) -> Result<(), String> {
     let mut req = request(&s.cat_stdin);
     req.stdin = Some(b"piped".to_vec());
@@ -103,6 +116,9 @@ pub async fn stdin_reaches_the_command(shell: &dyn Shell, s: &Scripts) -> Result
 }
 
 /// The executor's own timer is reported as `timed_out`, not `aborted`.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills the command's process tree.
 pub async fn a_timeout_is_timed_out_not_aborted(
     shell: &dyn Shell,
     s: &Scripts,
@@ -118,6 +134,9 @@ pub async fn a_timeout_is_timed_out_not_aborted(
 }
 
 /// The caller's cancel is reported as `aborted`, not `timed_out`.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills the command's process tree.
 pub async fn a_cancel_is_aborted_not_timed_out(
     shell: &dyn Shell,
     s: &Scripts,
@@ -145,6 +164,9 @@ pub async fn a_cancel_is_aborted_not_timed_out(
 }
 
 /// A run whose cancel already fired is refused with `ABORTED`, and nothing runs.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the run, which kills anything it started.
 pub async fn a_pre_cancelled_run_is_refused(shell: &dyn Shell, s: &Scripts) -> Result<(), String> {
     let cancel = CancelToken::new();
     cancel.cancel("too late");
@@ -158,6 +180,10 @@ pub async fn a_pre_cancelled_run_is_refused(shell: &dyn Shell, s: &Scripts) -> R
 }
 
 /// A background process's output is delivered once, and terminate ends it as killed.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the background process it waits on, which
+/// kills its process tree.
 pub async fn a_background_process_is_read_once_and_terminated(
     shell: &dyn Shell,
     s: &Scripts,

@@ -160,6 +160,10 @@ impl ShellProcess {
     /// Once the leader has ended (after [`done`](Self::done)), ends what is left of its
     /// tree (a `setsid` daemon, a child still running: SIGTERM, then SIGKILL after the
     /// grace) and returns when every process of it is gone. The status stays as it was.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting: the tree got SIGTERM at the first poll,
+    /// and SIGKILL still follows after the grace.
     pub async fn end_tree(&self) {
         self.process.terminate();
         self.process.wait_for_exit().await;

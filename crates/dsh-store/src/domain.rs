@@ -74,6 +74,11 @@ impl Domains {
     /// `INVALID_ARGUMENT` when it is open already (or being opened); `STORAGE_MALFORMED`
     /// for a stored record the validator refuses (the unit is closed again); the backend's
     /// errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before it returns, the domain's name stays taken, so every
+    /// later open of it is `INVALID_ARGUMENT`; dropped while the backend opens the unit,
+    /// the unit may stay marked open there too (see [`Storage::open`]).
     pub async fn open(&self, spec: DomainSpec) -> Result<Arc<Domain>, HarnessError> {
         let name = spec.unit.name.clone();
         if !self.lock().insert(name.clone()) {
@@ -270,6 +275,11 @@ impl Domain {
     /// `STORAGE_MALFORMED` when the validator refuses it; `STORAGE_CLOSED`;
     /// `INVALID_ARGUMENT` for an undeclared table; the backend's errors (then nothing
     /// changed).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once its write is queued, the write may still reach the
+    /// backend while memory and subscribers never hear of it (reads disagree with storage
+    /// until the domain is opened again). The write lock is released either way.
     pub async fn put(&self, table: &str, key: &str, value: Value) -> Result<(), HarnessError> {
         self.table_check(table)?;
         self.validate(table, key, &value)?;
@@ -283,6 +293,9 @@ impl Domain {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` when the key does not exist; otherwise as [`put`](Self::put).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`put`](Self::put).
     pub async fn update(
         &self,
         table: &str,
@@ -308,6 +321,9 @@ impl Domain {
     ///
     /// # Errors
     /// As [`put`](Self::put).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`put`](Self::put).
     pub async fn delete(&self, table: &str, key: &str) -> Result<bool, HarnessError> {
         self.table_check(table)?;
         let _w = self.begin_write().await?;
@@ -332,6 +348,9 @@ impl Domain {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` when the domain has no global; otherwise as [`put`](Self::put).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`put`](Self::put).
     pub async fn set_global(&self, value: Value) -> Result<(), HarnessError> {
         if !self.spec.unit.has_global {
             return Err(crate::no_global(&self.spec.unit.name));
@@ -346,6 +365,11 @@ impl Domain {
 
     /// Closes the domain: new writes are refused at once, queued ones finish (and notify),
     /// then the unit closes, reads are refused, and the name can be opened again.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before it completes, the domain refuses writes but still
+    /// serves reads and keeps its name until it is dropped; a later `close` returns at
+    /// once without finishing.
     pub async fn close(&self) {
         if self.closing.swap(true, Ordering::AcqRel) {
             return;

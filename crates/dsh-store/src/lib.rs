@@ -24,6 +24,37 @@
 //!
 //! Unit and table names match `^[a-z][a-z0-9_]*$`.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dsh_core::HarnessError> {
+//! use dsh_store::{SqliteStorage, Storage, UnitSpec};
+//!
+//! let dir = tempfile::tempdir().expect("tempdir");
+//! let storage = SqliteStorage::open(dir.path().join("dsh.db"))?;
+//! let spec = UnitSpec {
+//!     name: "notes".into(),
+//!     version: 1,
+//!     tables: vec!["pins".into()],
+//!     has_global: false,
+//! };
+//! let unit = storage.open(spec).await?;
+//! unit.put("pins", "a", &serde_json::json!({"line": 3})).await?;
+//! let data = unit.load_all().await?;
+//! assert_eq!(data.tables["pins"]["a"]["line"], 3);
+//! storage.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//! - A write that returned `Ok` is durable (committed, or fsynced), and a crash loses
+//!   at most the write in flight, never an earlier one.
+//! - A unit stored with another schema version is never opened, and never changed.
+//! - The session log's events of one session are numbered 1, 2, 3, … with no gap, and a
+//!   session's log stays within its cap (every event past it summarised).
+//!
+//! # Limits
+//! One process at a time per database or directory; a second opener gets what SQLite or
+//! the file system gives it, not a coordinated view.
+//!
 //! # Errors
 //! `STORAGE_VERSION_MISMATCH` (a unit stored with another version; untouched),
 //! `STORAGE_MALFORMED` (unreadable stored data), `STORAGE_CLOSED` (a call after close),
@@ -83,15 +114,27 @@ pub trait Storage: Send + Sync {
     /// # Errors
     /// `STORAGE_VERSION_MISMATCH`, `STORAGE_MALFORMED`, `STORAGE_CLOSED`,
     /// `INVALID_ARGUMENT` (bad name; the unit is already open), `IO_FAILED`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once queued, the unit may be opened with nobody holding it
+    /// (a second open of it is then `INVALID_ARGUMENT` until the store closes).
     async fn open(&self, spec: UnitSpec) -> Result<Arc<dyn Unit>, HarnessError>;
 
     /// The names of every unit stored, sorted.
     ///
     /// # Errors
     /// `STORAGE_CLOSED`, `IO_FAILED`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; a dropped call's job still runs on the storage
+    /// thread and its answer is discarded.
     async fn units(&self) -> Result<Vec<String>, HarnessError>;
 
     /// Closes the store: waits for calls in flight; every later call is `STORAGE_CLOSED`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: later calls are refused from the moment it is called; dropped, it only
+    /// stops waiting for the calls in flight.
     async fn close(&self);
 }
 
@@ -103,27 +146,46 @@ pub trait Unit: Send + Sync {
     ///
     /// # Errors
     /// `STORAGE_MALFORMED`, `STORAGE_CLOSED`, `IO_FAILED`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing; a dropped call's job still runs on the storage
+    /// thread and its answer is discarded.
     async fn load_all(&self) -> Result<UnitData, HarnessError>;
 
     /// Inserts or replaces `table[key] = value`.
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` (undeclared table), `STORAGE_CLOSED`, `IO_FAILED`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once queued: the write runs on the storage thread whether or not
+    /// the future is awaited, whole or not at all (dropping it loses only the answer).
     async fn put(&self, table: &str, key: &str, value: &Value) -> Result<(), HarnessError>;
 
     /// Removes `table[key]`; removing a missing key is not an error.
     ///
     /// # Errors
     /// As [`put`](Self::put).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once queued: the write runs on the storage thread whether or not
+    /// the future is awaited, whole or not at all (dropping it loses only the answer).
     async fn delete(&self, table: &str, key: &str) -> Result<(), HarnessError>;
 
     /// Sets the global value.
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` when the unit has no global; otherwise as [`put`](Self::put).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once queued: the write runs on the storage thread whether or not
+    /// the future is awaited, whole or not at all (dropping it loses only the answer).
     async fn set_global(&self, value: &Value) -> Result<(), HarnessError>;
 
     /// Closes the unit (idempotent); later calls are `STORAGE_CLOSED`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the unit is closed from the moment it is called.
     async fn close(&self);
 }
 

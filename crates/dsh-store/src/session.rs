@@ -156,6 +156,11 @@ impl SessionLog {
     ///
     /// # Errors
     /// The storage's errors opening the index unit.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the index unit opens, that unit may stay marked open
+    /// in `storage` (see [`Storage::open`]), so a later log on the
+    /// same storage fails with `INVALID_ARGUMENT`.
     pub async fn new(storage: Arc<dyn Storage>) -> Result<SessionLog, HarnessError> {
         SessionLog::with_cap(storage, DEFAULT_LOG_CAP_BYTES).await
     }
@@ -169,6 +174,11 @@ impl SessionLog {
     ///
     /// # Errors
     /// The storage's errors opening the index unit.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the index unit opens, that unit may stay marked open
+    /// in `storage` (see [`Storage::open`]), so a later log on the
+    /// same storage fails with `INVALID_ARGUMENT`.
     pub async fn with_cap(
         storage: Arc<dyn Storage>,
         cap_bytes: u64,
@@ -193,6 +203,10 @@ impl SessionLog {
     ///
     /// # Errors
     /// The storage's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`create_with_id`](Self::create_with_id), with an id nobody
+    /// else knows (a session left behind shows in [`list`](Self::list)).
     pub async fn create(&self, cwd: &Path) -> Result<Arc<Session>, HarnessError> {
         let id = format!("s{}_{}", now_ms(), dsh_core::spill::random_hex(6));
         self.create_with_id(SessionId::new(id), cwd).await
@@ -204,6 +218,11 @@ impl SessionLog {
     /// `INVALID_ARGUMENT` for an id that is not one (ASCII letters, digits, `-`, `_`, `.`;
     /// not starting with `-` or `.`; at most 64 characters) or one that exists;
     /// the storage's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the session's unit opens, that unit may stay marked
+    /// open in the store (see [`Storage::open`]); dropped while its
+    /// header is written, the session may exist, empty, though none was returned.
     pub async fn create_with_id(
         &self,
         id: SessionId,
@@ -240,6 +259,12 @@ impl SessionLog {
     /// # Errors
     /// `SESSION_NOT_FOUND`; `STORAGE_MALFORMED` for an event that cannot be read; the
     /// storage's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the session's unit opens, that unit may stay marked
+    /// open in the store, so opening the session again fails with `INVALID_ARGUMENT` (see
+    /// [`Storage::open`]). Dropped while a turn a crash left open is
+    /// being closed, part of the closing events may be logged; the next open logs the rest.
     pub async fn open(&self, id: &SessionId) -> Result<Arc<Session>, HarnessError> {
         if let Some(s) = self.lock().get(id).and_then(Weak::upgrade) {
             return Ok(s);
@@ -267,6 +292,10 @@ impl SessionLog {
     ///
     /// # Errors
     /// As [`open`](Self::open) and [`create_with_id`](Self::create_with_id).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`open`](Self::open) and
+    /// [`create_with_id`](Self::create_with_id).
     pub async fn open_or_create(
         &self,
         id: SessionId,
@@ -282,6 +311,9 @@ impl SessionLog {
     ///
     /// # Errors
     /// The storage's errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn list(&self) -> Result<Vec<SessionHeader>, HarnessError> {
         let data = self.index.load_all().await?;
         let mut out: Vec<SessionHeader> = data
@@ -440,6 +472,11 @@ impl Session {
     ///
     /// # Errors
     /// The storage's errors; then nothing was appended.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once its write is queued, the event may still be stored,
+    /// but the session does not count it: the next append takes the same sequence number
+    /// and replaces it. The session's lock is released either way.
     pub async fn append(&self, record: Record) -> Result<Event, HarnessError> {
         let mut st = self.state.lock().await;
         let time_ms = now_ms();
@@ -496,6 +533,11 @@ impl Session {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` when a turn is open; the storage's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once its write is queued, the `turn/start` may still be
+    /// stored, but the session does not count the turn open, and its next append replaces
+    /// that event (see [`append`](Self::append)).
     pub async fn begin_turn(&self) -> Result<u64, HarnessError> {
         let mut st = self.state.lock().await;
         if let Some(open) = st.open_turn {
@@ -515,6 +557,11 @@ impl Session {
     ///
     /// # Errors
     /// The storage's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once its write is queued, the `turn/end` may still be
+    /// stored, but the session still counts the turn open, and its next append replaces
+    /// that event (see [`append`](Self::append)).
     pub async fn end_turn(&self, reason: &str) -> Result<(), HarnessError> {
         let mut st = self.state.lock().await;
         if let Some(turn) = st.open_turn {
@@ -530,6 +577,9 @@ impl Session {
     }
 
     /// The turn open now, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn open_turn(&self) -> Option<u64> {
         self.state.lock().await.open_turn
     }
@@ -538,6 +588,9 @@ impl Session {
     ///
     /// # Errors
     /// The storage's errors; `STORAGE_MALFORMED` for an event that cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads; the session's lock is released when the future drops.
     pub async fn events(&self) -> Result<Vec<Event>, HarnessError> {
         // Appends wait, so the list ends at an event boundary.
         let _st = self.state.lock().await;
@@ -545,6 +598,9 @@ impl Session {
     }
 
     /// The last event of `kind`, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn last_of(&self, kind: EventKind) -> Option<Event> {
         self.state.lock().await.last_of.get(&kind).cloned()
     }

@@ -59,6 +59,11 @@ pub trait TerminalBackend: Send + Sync {
     /// # Errors
     /// The backend's: the sandbox's (`SANDBOX_UNAVAILABLE`), the subprocess seam's, or
     /// `TERMINAL_FAILED` when the shell does not start.
+    ///
+    /// # Cancel safety
+    /// Dropping the future must leave nothing running: a terminal started but not yet
+    /// returned is dropped with it, which kills its tree (the bash backend's terminal owns
+    /// its process).
     async fn spawn(
         &self,
         request: SpawnRequest,
@@ -195,6 +200,12 @@ impl Terminals {
     /// `OWNER_NOT_LIVE`; `NO_BACKEND`; `INVALID_ARGUMENT` (empty name); `DUPLICATE_NAME`;
     /// `TERMINAL_LIMIT`; then the backend's. A terminal started but not published (the
     /// call was cancelled, the owner or the service went away meanwhile) is closed.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the terminal starts, the half-started shell is
+    /// killed, but the name and the place under the owner's limit it reserved are never
+    /// given back (`DUPLICATE_NAME`, `TERMINAL_LIMIT`, and the owner counts as opening a
+    /// terminal). Cancel `cancel` instead: that gives them back.
     pub async fn open(
         &self,
         owner: &Owner,
@@ -472,6 +483,9 @@ impl Terminals {
     ///
     /// # Errors
     /// `NO_SESSION`, `FOREIGN_SESSION`, then [`Terminal::send`]'s.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`Terminal::send`].
     pub async fn send(
         &self,
         owner: &Owner,
@@ -550,6 +564,11 @@ impl Terminals {
     /// # Errors
     /// `NO_SESSION`, `FOREIGN_SESSION`; [`Terminal::close`]'s (the terminal then stays
     /// listed, and a later close retries).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting: the terminal already refuses input and
+    /// its tree got the hangup and SIGTERM (SIGKILL follows after the grace), but it stays
+    /// listed until a later close, which reports `AlreadyClosing`.
     pub async fn close(&self, owner: &Owner, id: &str) -> Result<CloseOutcome, HarnessError> {
         let session = self.session(owner, id)?;
         let already = {
@@ -619,6 +638,11 @@ impl Terminals {
     ///
     /// # Errors
     /// `TERMINAL_FAILED` naming how many terminals could not be closed (they stay listed).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before it returns, the closes under way are aborted,
+    /// maybe before a terminal was signalled; the owner stays ended and its terminals stay
+    /// listed, marked closing. A later call closes them.
     pub async fn dispose_owner(&self, owner: &Owner) -> Result<(), HarnessError> {
         owner.end();
         let key = owner.key();
@@ -630,6 +654,11 @@ impl Terminals {
     ///
     /// # Errors
     /// As [`dispose_owner`](Self::dispose_owner).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before it returns, the closes under way are aborted,
+    /// maybe before a terminal was signalled; nothing opens any more, and the terminals
+    /// stay listed, marked closing. A later call closes them.
     pub async fn dispose(&self) -> Result<(), HarnessError> {
         self.disposing.store(true, Ordering::SeqCst);
         self.end(|_| true, "the terminal service is disposed").await

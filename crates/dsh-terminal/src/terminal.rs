@@ -420,6 +420,11 @@ impl Terminal {
     /// `TERMINAL_CLOSING`, `TERMINAL_EXITED`, `SEND_ACTIVE` (another send is active),
     /// `ABORTED` (cancelled before anything was written), `TERMINAL_FAILED` (the terminal
     /// could not be written or signalled).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped once the write began, the text (or part of it) stays typed
+    /// and what it started runs on, uninterrupted (cancelling `cancel` instead interrupts
+    /// it); the send slot is released.
     pub async fn send(
         &self,
         request: SendRequest,
@@ -891,6 +896,11 @@ impl Terminal {
     ///
     /// # Errors
     /// `TERMINAL_FAILED` when the tree could not be ended.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting: the terminal already refuses sends and
+    /// signals, and its tree got the hangup and SIGTERM (SIGKILL follows after the grace);
+    /// a later call waits again.
     pub async fn close(&self) -> Result<(), HarnessError> {
         self.closing.store(true, Ordering::SeqCst);
         let done = self
@@ -926,6 +936,10 @@ impl Terminal {
     /// # Errors
     /// As [`send`](Self::send); `TERMINAL_FAILED` when the shell exits during startup or
     /// does not become ready before `timeout`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it types nothing; dropping the future releases the send slot and leaves
+    /// the shell running (close or drop the terminal to end it).
     pub async fn initialize(
         &self,
         timeout: Duration,

@@ -196,6 +196,9 @@ pub fn wait_gone(pid: i32, limit: Duration) -> bool {
 }
 
 /// [`wait_gone`] without blocking the thread.
+///
+/// # Cancel safety
+/// Cancel safe: it only looks.
 pub async fn gone_within(pid: i32, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {

@@ -224,6 +224,10 @@ impl CallContext<'_> {
     /// call is armed with it: the pipeline runs it once the body returns, whatever the
     /// outcome, and adds what it found to the result. A tool that runs a confined command
     /// never calls the check itself.
+    ///
+    /// # Cancel safety
+    /// Cancel safe for the call: dropped before it returns, it arms no check; work
+    /// [`PolicyService::policy_for`] put on a blocking thread still finishes there.
     pub async fn policy(&self) -> dsh_sandbox::SandboxPolicy {
         let standing = match self.session {
             Some(s) => {
@@ -336,6 +340,13 @@ pub trait Tool: Send + Sync {
     ///
     /// # Errors
     /// Any [`HarnessError`]; it becomes an error result with its code.
+    ///
+    /// # Cancel safety
+    /// Need not be cancel safe: the pipeline awaits a started body to its end and stops it
+    /// through `ctx.cancel`. A dropped body stops where it stands, undoing nothing: a
+    /// one-shot command dies with it, but what it handed on goes on (text typed into a
+    /// terminal, a background job, file work on a blocking thread), and an approval it was
+    /// asking stays without a decision in the log.
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError>;
 
     /// Rewrites the final text of every result of this tool (success or error), or
@@ -381,6 +392,10 @@ pub trait PreExecute: Send + Sync {
     ///
     /// # Errors
     /// A failing hook makes the call an error result (the tool does not run).
+    ///
+    /// # Cancel safety
+    /// The pipeline drops the future only with a dropped [`World::call`], and tells the
+    /// hook nothing then: a hook should leave nothing half-done when dropped.
     async fn pre_execute(&self, call: &CallView) -> Result<PreDecision, HarnessError>;
 }
 
@@ -402,6 +417,10 @@ pub trait PostExecute: Send + Sync {
     ///
     /// # Errors
     /// A failing hook makes the call an error result.
+    ///
+    /// # Cancel safety
+    /// The pipeline drops the future only with a dropped [`World::call`], and tells the
+    /// hook nothing then: a hook should leave nothing half-done when dropped.
     async fn post_execute(
         &self,
         call: &CallView,

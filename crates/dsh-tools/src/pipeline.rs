@@ -38,6 +38,12 @@ impl World {
     /// result, which is never an `Err`: every failure is an error result with its code.
     /// With `session`, the call and its result are logged (the session must have an open
     /// turn for approvals to be asked).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped mid-call, the log keeps the `tool/call` without a
+    /// `tool/result`, the body stops where it stands (see
+    /// [`Tool::call`](crate::Tool::call)), and the check after the call does not run.
+    /// Cancel `cancel` instead: the call then ends checked and logged.
     pub async fn call(
         &self,
         session: Option<&Arc<Session>>,

@@ -136,6 +136,10 @@ impl World {
 
     /// Ends `session`'s background jobs: each still running is cancelled (its tree gets
     /// SIGTERM, then SIGKILL after the grace) and awaited, and the session starts no more.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops only the waiting, as [`Jobs::end_owner`]: the jobs were
+    /// already asked to stop and still settle.
     pub async fn end_jobs(&self, session: Option<&SessionId>) {
         if let Some(j) = &self.jobs {
             j.end_owner(&self.owner(session)).await;
@@ -149,6 +153,11 @@ impl World {
     ///
     /// # Errors
     /// `end_terminals_checked`'s.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: it stops at the step it was on (see [`end_jobs`](Self::end_jobs)
+    /// and [`end_terminals_checked`](Self::end_terminals_checked)), and the steps after it
+    /// do not run.
     pub async fn end_session(&self, session: &Arc<Session>) -> Result<Vec<String>, HarnessError> {
         self.end_jobs(Some(session.id())).await;
         self.end_terminals_checked(Some(session)).await
@@ -159,6 +168,10 @@ impl World {
     ///
     /// # Errors
     /// `TERMINAL_FAILED` naming how many sessions could not be closed.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: as [`Terminals::dispose`], the closes under way are aborted and the
+    /// terminals stay listed; a later call closes them.
     pub async fn end_terminals(&self) -> Result<(), HarnessError> {
         match &self.terminals {
             Some(t) => t.dispose().await,
@@ -173,6 +186,12 @@ impl World {
     ///
     /// # Errors
     /// `end_terminals`' errors; the session log's.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped while the terminals close, as
+    /// [`end_terminals`](Self::end_terminals), and nothing is checked; dropped during the
+    /// checks, the remaining ones do not run, and one already on its blocking thread still
+    /// sets aside what it finds, unlogged and unreported.
     pub async fn end_terminals_checked(
         &self,
         session: Option<&Arc<Session>>,
@@ -199,6 +218,9 @@ impl World {
     /// Whether a wider mode can be asked for in `session`: an answerer is installed (a
     /// terminal, a client that declared elicitation, a script) and the session's approval
     /// policy is `ask`. Where it cannot, nothing offers the model an escalation.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn can_ask(&self, session: Option<&Session>) -> bool {
         if !self.approval.has_answerer() {
             return false;
@@ -215,6 +237,10 @@ impl World {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` when terminals hold the mode; the journal's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped during the append, the `sandbox/mode` event may or may not
+    /// be logged (see [`Session::append`]), and the model is not told of the change.
     pub async fn set_mode(
         &self,
         session: &Session,

@@ -83,6 +83,10 @@ fn parse_answer(s: &str) -> Result<ApprovalOutcome, String> {
 }
 
 /// The store of sessions at `state` (default location when `None`).
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the new store, whose thread finishes the open
+/// it had queued and ends.
 pub async fn session_log(state: Option<&Path>) -> Result<Arc<SessionLog>, HarnessError> {
     let dir = state.map_or_else(dsh_store::default_state_dir, Path::to_path_buf);
     let storage = Arc::new(SqliteStorage::open(dir.join("dsh.db"))?);

@@ -178,6 +178,11 @@ pub struct EscalationRequest {
 /// `ESCALATION_INVALID` when the mode is not strictly wider (nobody asked);
 /// `APPROVAL_UNAVAILABLE` without an approver, without a session, or when the approver
 /// says nobody can answer; `APPROVAL_REJECTED`; `APPROVAL_CANCELLED`.
+///
+/// # Cancel safety
+/// As cancel safe as `approver`: it awaits nothing else, and dropping it drops the
+/// approver's future (an approval service request then leaves its question without a
+/// decision, see [`ApprovalService::request`](dsh_approval::ApprovalService::request)).
 pub async fn approve_escalation<F, Fut>(
     request: &EscalationRequest,
     approver: Option<F>,

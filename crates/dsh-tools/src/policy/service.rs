@@ -175,6 +175,9 @@ impl PolicyService {
     }
 
     /// The session's own mode (its last `sandbox/mode` event), if it set one.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn override_of(&self, session: &dyn Journal) -> Option<SandboxMode> {
         let e = session.last_of(EventKind::SandboxMode).await?;
         match e.record() {
@@ -185,6 +188,11 @@ impl PolicyService {
 
     /// The policy of a call: `explicit` mode, else the session's, else the default; the
     /// root from `session` = (journal, its cwd), else the fallback root.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it logs nothing. A walk of a root, or the recheck of what earlier
+    /// checks left, already on a blocking thread runs to its end (the recheck may still set
+    /// files aside).
     pub async fn policy_for(
         &self,
         session: Option<(&dyn Journal, &Path)>,
@@ -244,6 +252,11 @@ impl PolicyService {
     /// write (the sandbox's temp dir). What could not be set aside makes later
     /// workspace-write commands in that root refused (a gap) until it is gone (see
     /// [`recheck`](dsh_protect::quarantine::recheck)).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: once the check is on its blocking thread it runs to its end,
+    /// setting aside what it finds, but the outcome is lost with the future; dropped before
+    /// that (while the roots' layouts are taken), nothing is checked.
     pub async fn check(&self, policy: &SandboxPolicy, extra_roots: &[PathBuf]) -> CheckOutcome {
         let mut layouts = Vec::new();
         let roots = std::iter::once(&policy.workspace_root).chain(
@@ -309,6 +322,10 @@ impl PolicyService {
     ///
     /// # Errors
     /// The journal's errors.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped during the append, the `sandbox/mode` event may or may not
+    /// be logged (see [`Journal::append`]).
     pub async fn set_mode(
         &self,
         session: &dyn Journal,
