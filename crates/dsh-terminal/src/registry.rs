@@ -126,6 +126,47 @@ struct Inner {
     policies: Vec<(usize, SandboxPolicy)>,
 }
 
+/// A terminal's reservation while it opens (its name and its place under its owner's
+/// limit), given back when dropped, so no way out of [`Terminals::open`], a dropped
+/// future included, keeps it.
+struct Reserved<'a> {
+    inner: &'a Mutex<Inner>,
+    key: usize,
+    name: Option<String>,
+    /// 0 once given back.
+    pending_id: u64,
+}
+
+impl Reserved<'_> {
+    /// Gives the reservation back under `inner`, locked by the caller.
+    fn give_back(&mut self, inner: &mut Inner) {
+        if self.pending_id == 0 {
+            return;
+        }
+        let (key, pending_id) = (self.key, self.pending_id);
+        inner.pending.retain(|(_, p, _)| *p != pending_id);
+        if let Some(name) = self.name.take() {
+            if let Some(i) = inner
+                .reserved
+                .iter()
+                .position(|(k, n)| *k == key && *n == name)
+            {
+                inner.reserved.remove(i);
+            }
+        }
+        self.pending_id = 0;
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if self.pending_id != 0 {
+            let inner = self.inner;
+            self.give_back(&mut inner.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+}
+
 /// The registry of terminals (the seam `ctx.terminals`). See the [crate
 /// docs](crate).
 pub struct Terminals {
@@ -202,10 +243,9 @@ impl Terminals {
     /// call was cancelled, the owner or the service went away meanwhile) is closed.
     ///
     /// # Cancel safety
-    /// Not cancel safe: dropped while the terminal starts, the half-started shell is
-    /// killed, but the name and the place under the owner's limit it reserved are never
-    /// given back (`DUPLICATE_NAME`, `TERMINAL_LIMIT`, and the owner counts as opening a
-    /// terminal). Cancel `cancel` instead: that gives them back.
+    /// Cancel safe: dropped while the terminal starts, the half-started shell is killed
+    /// and the name and the place under the owner's limit it reserved are given back; a
+    /// terminal is published whole or not at all.
     pub async fn open(
         &self,
         owner: &Owner,
@@ -230,6 +270,13 @@ impl Terminals {
         let reservation = CancelToken::new();
         let pending_id = self.next_pending.fetch_add(1, Ordering::Relaxed);
         let id = self.reserve(owner, request.name.as_ref(), pending_id, &reservation)?;
+        // Given back on every way out, a dropped future included, unless published.
+        let mut reserved = Reserved {
+            inner: &self.inner,
+            key: owner.key(),
+            name: request.name.clone(),
+            pending_id,
+        };
         let spawned = Self::spawn_fused(
             backend,
             SpawnRequest {
@@ -243,25 +290,9 @@ impl Terminals {
             &reservation,
         )
         .await;
-        let key = owner.key();
-        let release = |inner: &mut Inner| {
-            inner.pending.retain(|(_, p, _)| *p != pending_id);
-            if let Some(name) = &request.name {
-                if let Some(i) = inner
-                    .reserved
-                    .iter()
-                    .position(|(k, n)| *k == key && n == name)
-                {
-                    inner.reserved.remove(i);
-                }
-            }
-        };
         let (session, motd) = match spawned {
             Ok(s) => s,
-            Err(e) => {
-                release(&mut self.lock());
-                return Err(self.abort_reason(cancel, &reservation).unwrap_or(e));
-            }
+            Err(e) => return Err(self.abort_reason(cancel, &reservation).unwrap_or(e)),
         };
         // Published only if nobody gave up meanwhile; else rolled back.
         let refused = self.abort_reason(cancel, &reservation).or_else(|| {
@@ -274,7 +305,7 @@ impl Terminals {
             }
         });
         if let Some(e) = refused {
-            release(&mut self.lock());
+            drop(reserved);
             let _ = session.close().await;
             return Err(e);
         }
@@ -288,7 +319,8 @@ impl Terminals {
         };
         {
             let mut inner = self.lock();
-            release(&mut inner);
+            // In the same step as the terminal is published: its name is never free meanwhile.
+            reserved.give_back(&mut inner);
             let key = owner.key();
             if !inner
                 .policies

@@ -866,3 +866,73 @@ async fn a_send_is_marked_truncated_only_when_its_own_output_was_cut() {
     let r = send(&t, &owner, &id, "echo small").await;
     assert!(!r.truncated, "a later send said it was cut: {r:?}");
 }
+
+/// A backend whose terminals never finish starting.
+struct Stuck;
+
+#[async_trait::async_trait]
+impl dsh_terminal::TerminalBackend for Stuck {
+    fn kind(&self) -> &str {
+        "stuck"
+    }
+    async fn spawn(
+        &self,
+        _: dsh_terminal::SpawnRequest,
+        _: &TerminalConfig,
+        _: &CancelToken,
+    ) -> Result<(dsh_terminal::Terminal, String), dsh_core::HarnessError> {
+        std::future::pending().await
+    }
+}
+
+// An open whose future is dropped while the terminal starts gives back what it reserved:
+// its name, its place under the owner's limit, and the owner is no longer opening one.
+#[tokio::test]
+async fn a_dropped_open_gives_back_its_name_and_its_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = Terminals::new(TerminalConfig {
+        max_terminals: 1,
+        ..config()
+    })
+    .expect("config");
+    t.register(Arc::new(Stuck)).expect("backend");
+    t.register(Arc::new(BashBackend::new(
+        Arc::new(LocalSubprocess::new()),
+        None,
+    )))
+    .expect("backend");
+    let owner = Owner::new(SessionId::new("s1"));
+    let mut stuck = open_request(dir.path(), SandboxMode::DangerFullAccess);
+    stuck.kind = "stuck".into();
+    stuck.name = Some("dev".into());
+    let cancel = CancelToken::new();
+    let mut opening = Box::pin(t.open(&owner, stuck, &cancel));
+    // Polled until it is inside the backend's spawn (it never leaves it), then dropped.
+    assert!(futures_poll_once(opening.as_mut()).await.is_none());
+    assert!(t.has_owner_activity(&owner), "opening");
+    drop(opening);
+    assert!(
+        !t.has_owner_activity(&owner),
+        "the reservation was given back"
+    );
+    let mut again = open_request(dir.path(), SandboxMode::DangerFullAccess);
+    again.name = Some("dev".into());
+    let opened = t
+        .open(&owner, again, &CancelToken::new())
+        .await
+        .expect("the name and the place are free again");
+    assert_eq!(opened.snapshot.name.as_deref(), Some("dev"));
+    t.dispose().await.expect("dispose");
+}
+
+/// Polls `f` once: its output if it is ready.
+async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    let mut f = f;
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
