@@ -29,6 +29,39 @@ pub enum Observation {
     Absent,
 }
 
+/// What a file tool saw of a file, as its result's facts say it (`key`, `version`): the
+/// one form the tools write and the log is read back from, so a session resumed from its
+/// log knows what it read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The file's stable key.
+    pub key: PathBuf,
+    /// Its version on disk when the tool saw it.
+    pub version: FsVersion,
+}
+
+impl Seen {
+    /// Adds `key` and `version` to a result's `facts` (a JSON object; anything else is
+    /// left as it is).
+    pub fn add_to(&self, facts: &mut Value) {
+        if let Value::Object(map) = facts {
+            map.insert(
+                "key".into(),
+                Value::from(self.key.to_string_lossy().into_owned()),
+            );
+            map.insert("version".into(), Value::from(self.version.as_str()));
+        }
+    }
+
+    /// What a result's `facts` say was seen, when they say it.
+    pub fn of(facts: &Value) -> Option<Seen> {
+        Some(Seen {
+            key: PathBuf::from(facts.get("key")?.as_str()?),
+            version: FsVersion::from_token(facts.get("version")?.as_str()?),
+        })
+    }
+}
+
 type Key = (SessionId, PathBuf);
 
 /// See the [module docs](self).
@@ -105,20 +138,11 @@ impl Observations {
                 continue;
             };
             let failed = r.failed();
-            let Some(meta) = r.meta.filter(|_| !failed) else {
+            let Some(seen) = r.meta.filter(|_| !failed).as_ref().and_then(Seen::of) else {
                 continue;
             };
-            let (Some(key), Some(version)) = (
-                meta.get("key").and_then(Value::as_str),
-                meta.get("version").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            let key = PathBuf::from(key);
-            if last
-                .insert(key.clone(), FsVersion::from_token(version))
-                .is_none()
-            {
+            let Seen { key, version } = seen;
+            if last.insert(key.clone(), version).is_none() {
                 order.push(key);
             }
         }
@@ -161,5 +185,22 @@ mod tests {
         assert!(o
             .observed(&s, Path::new(&format!("/f{}", OBSERVATIONS_MAX + 9)))
             .is_some());
+    }
+
+    // What the tools write is what seeding reads: one form, both ways.
+    #[test]
+    fn what_a_result_says_it_saw_reads_back() {
+        let seen = Seen {
+            key: PathBuf::from("/w/a.txt"),
+            version: FsVersion::from_token("1:2:3:4:5"),
+        };
+        let mut facts = serde_json::json!({"path": "a.txt", "lines": 3});
+        seen.add_to(&mut facts);
+        assert_eq!(Seen::of(&facts), Some(seen.clone()));
+        assert_eq!(facts["path"], "a.txt");
+        let mut text = Value::from("not facts");
+        seen.add_to(&mut text);
+        assert_eq!(Seen::of(&text), None);
+        assert_eq!(Seen::of(&serde_json::json!({"key": "/w/a.txt"})), None);
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_fs::observations::Observation;
+use dsh_fs::observations::{Observation, Seen};
 use dsh_fs::{FileSystem, FsTarget};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
@@ -78,6 +78,17 @@ pub(super) fn root_for(
     } else {
         cwd
     })
+}
+
+/// A file tool's result `facts` with what it saw of `target` (its key and `version`), in
+/// the one form the read-before-edit memory is seeded from.
+pub(super) fn with_seen(mut facts: Value, target: &FsTarget, version: &dsh_fs::FsVersion) -> Value {
+    Seen {
+        key: target.key().to_path_buf(),
+        version: version.clone(),
+    }
+    .add_to(&mut facts);
+    facts
 }
 
 pub(super) fn envelope(path: &Path, body: &str) -> String {

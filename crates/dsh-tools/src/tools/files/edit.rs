@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::diff::line_diff;
 use super::{
     check_path, file_action_of, fs_of, observation, remediate, schema_of, target_and_policy,
+    with_seen,
 };
 use crate::policy::Escalation;
 use crate::schema::bounds::{self, Bound, Bounded};
@@ -170,13 +171,15 @@ impl Tool for EditTool {
         Ok(ToolOutput {
             image: None,
             text,
-            meta: Some(json!({
-                "path": target.display(),
-                "key": target.key(),
-                "replaced": out.replaced,
-                "version": out.version.as_str(),
-                "diff": edit_diff(&out),
-            })),
+            meta: Some(with_seen(
+                json!({
+                    "path": target.display(),
+                    "replaced": out.replaced,
+                    "diff": edit_diff(&out),
+                }),
+                &target,
+                &out.version,
+            )),
         })
     }
 }

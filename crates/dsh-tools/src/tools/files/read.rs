@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    check_path, envelope, fs_of, root_for, schema_of, IMAGE_EXTENSIONS, READ_LIMIT, READ_MAX_BYTES,
-    READ_MAX_LINE_CHARS,
+    check_path, envelope, fs_of, root_for, schema_of, with_seen, IMAGE_EXTENSIONS, READ_LIMIT,
+    READ_MAX_BYTES, READ_MAX_LINE_CHARS,
 };
 use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, parse_args, CallContext, Tool, ToolOutput, World};
@@ -177,15 +177,17 @@ impl Tool for ReadTool {
         Ok(ToolOutput {
             image: None,
             text: envelope(target.display(), &body),
-            meta: Some(json!({
-                "path": target.display(),
-                "key": target.key(),
-                "offset": offset,
-                "lines": w.lines.len(),
-                "totalLines": w.total_lines.count(),
-                "totalLinesExact": matches!(w.total_lines, TotalLines::Exact(_)),
-                "version": w.version.as_str(),
-            })),
+            meta: Some(with_seen(
+                json!({
+                    "path": target.display(),
+                    "offset": offset,
+                    "lines": w.lines.len(),
+                    "totalLines": w.total_lines.count(),
+                    "totalLinesExact": matches!(w.total_lines, TotalLines::Exact(_)),
+                }),
+                &target,
+                &w.version,
+            )),
         })
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::diff::line_diff;
 use super::{
     check_path, envelope, file_action_of, fs_of, observation, remediate, schema_of,
-    target_and_policy,
+    target_and_policy, with_seen,
 };
 use crate::policy::Escalation;
 use crate::schema::bounds::{self, Bound, Bounded};
@@ -140,13 +140,15 @@ impl Tool for WriteTool {
         Ok(ToolOutput {
             image: None,
             text,
-            meta: Some(json!({
-                "path": target.display(),
-                "key": target.key(),
-                "operation": if out.created { "create" } else { "update" },
-                "version": out.version.as_str(),
-                "diff": out.before.as_deref().map(|b| line_diff(b, &out.after)),
-            })),
+            meta: Some(with_seen(
+                json!({
+                    "path": target.display(),
+                    "operation": if out.created { "create" } else { "update" },
+                    "diff": out.before.as_deref().map(|b| line_diff(b, &out.after)),
+                }),
+                &target,
+                &out.version,
+            )),
         })
     }
 }
