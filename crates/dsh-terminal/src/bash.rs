@@ -97,7 +97,13 @@ impl BashBackend {
         set("TERM", "xterm");
         set("PAGER", "cat");
         set("GIT_PAGER", "cat");
-        for (k, v) in &request.env {
+        // dsh's own variables only: nothing a caller passes can set `LD_PRELOAD`,
+        // `BASH_ENV` or what the backend sets after them.
+        for (k, v) in request
+            .env
+            .iter()
+            .filter(|(k, _)| dsh_process::env::is_dsh_name(k))
+        {
             set(k, v);
         }
         set("DSH_PTY_SESSION_ID", request.id.as_str());

@@ -317,29 +317,54 @@ impl Terminals {
             pid: Some(session.pid()),
             status: session.status(),
         };
-        {
+        let ended_meanwhile = {
             let mut inner = self.lock();
             // In the same step as the terminal is published: its name is never free meanwhile.
             reserved.give_back(&mut inner);
-            let key = owner.key();
-            if !inner
-                .policies
-                .iter()
-                .any(|(k, p)| *k == key && *p == request.policy)
-            {
-                inner.policies.push((key, request.policy.clone()));
+            // Asked again under the lock the owner's and the service's ends take: an end
+            // that came after the check above gets no terminal that outlives it.
+            if reservation.is_cancelled() || self.disposing.load(Ordering::SeqCst) {
+                Some(session)
+            } else {
+                Self::publish(&mut inner, owner, id, request, session);
+                None
             }
-            inner.sessions.push(Entry {
-                id,
-                owner: owner.clone(),
-                name: request.name,
-                kind: request.kind,
-                session,
-                policy: request.policy,
-                closing: false,
-            });
+        };
+        if let Some(session) = ended_meanwhile {
+            let _ = session.close().await;
+            return Err(self
+                .abort_reason(cancel, &reservation)
+                .unwrap_or_else(disposing));
         }
         Ok(Opened { snapshot, motd })
+    }
+
+    /// Lists `session` (its terminal, `id`) as `owner`'s, with its policy among those the
+    /// owner's terminals ran under.
+    fn publish(
+        inner: &mut Inner,
+        owner: &Owner,
+        id: TerminalId,
+        request: OpenRequest,
+        session: Arc<Terminal>,
+    ) {
+        let key = owner.key();
+        if !inner
+            .policies
+            .iter()
+            .any(|(k, p)| *k == key && *p == request.policy)
+        {
+            inner.policies.push((key, request.policy.clone()));
+        }
+        inner.sessions.push(Entry {
+            id,
+            owner: owner.clone(),
+            name: request.name,
+            kind: request.kind,
+            session,
+            policy: request.policy,
+            closing: false,
+        });
     }
 
     /// The backend of terminals of type `kind`.

@@ -304,3 +304,31 @@ async fn every_shell_sees_the_same_managed_variables() {
         "{seen:?}"
     );
 }
+
+// A cap above the terminals' own (600 s) is not an error: the send waits the terminals'
+// cap at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_cap_past_the_terminals_own_still_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
+    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
+    let session = sessions.create(&ws).await.expect("session");
+    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::DangerFullAccess);
+    config.bash = BashMode::Persistent;
+    config.shell.timeout_ms = 1_200_000;
+    config.shell.max_timeout_ms = 1_800_000;
+    let world = WorldBuilder::new()
+        .preset(Preset::Local, &config, sessions)
+        .and_then(WorldBuilder::build)
+        .expect("world");
+    for args in [
+        json!({"command": "echo hi", "description": "t"}),
+        json!({"command": "echo hi", "description": "t", "timeout_ms": 1_500_000}),
+    ] {
+        let r = world
+            .call(Some(&session), call("bash", args), CancelToken::new())
+            .await;
+        assert_eq!(r.text, "hi\n", "{r:?}");
+    }
+}

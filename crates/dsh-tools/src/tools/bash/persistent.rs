@@ -65,8 +65,9 @@ impl Default for PersistentBashTool {
 
 impl PersistentBashTool {
     /// The tool under `shell`'s configuration, as one-shot `bash` takes it: `timeout_ms`
-    /// when a call names none, `max_timeout_ms` as the cap, and `max_output_bytes` as the
-    /// most characters of output a result shows (the terminal merges both streams).
+    /// when a call names none, `max_timeout_ms` as the cap (and never past the terminals'
+    /// own, 600 s by default), and `max_output_bytes` as the most characters of output a
+    /// result shows (the terminal merges both streams).
     pub fn new(shell: &ShellConfig) -> PersistentBashTool {
         PersistentBashTool {
             shells: Mutex::default(),
@@ -418,6 +419,8 @@ impl Tool for PersistentBashTool {
             .world
             .terminals()
             .ok_or_else(|| HarnessError::internal("no terminals"))?;
+        // The shell is a terminal: no send waits past the terminals' own cap.
+        let timeout = timeout.min(t.config().max_timeout);
         let owner = ctx.world.owner(ctx.session.map(|s| s.id()));
         // The shell's policy: what the command makes is checked after this call, also
         // when it fails or is cut (the shell may be reset before then).
@@ -481,7 +484,7 @@ impl Tool for PersistentBashTool {
                         if !text.is_empty() && !text.ends_with('\n') {
                             text.push('\n');
                         }
-                        text.push_str(&format!("[exit code: {status}]"));
+                        text.push_str(&dsh_shell::render::exit_code_marker(i64::from(status)));
                     }
                     if text.is_empty() {
                         text = "(no output)".into();
