@@ -41,9 +41,10 @@ impl World {
     ///
     /// # Cancel safety
     /// Not cancel safe: dropped mid-call, the log keeps the `tool/call` without a
-    /// `tool/result`, the body stops where it stands (see
-    /// [`Tool::call`](crate::Tool::call)), and the check after the call does not run.
-    /// Cancel `cancel` instead: the call then ends checked and logged.
+    /// `tool/result` and the body stops where it stands (see
+    /// [`Tool::call`](crate::Tool::call)); the check after the call still runs, in a
+    /// task of its own, and is logged. Cancel `cancel` instead: the call then ends checked
+    /// and logged, with its result.
     pub async fn call(
         &self,
         session: Option<&Arc<Session>>,

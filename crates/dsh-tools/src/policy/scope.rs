@@ -36,6 +36,8 @@ pub(crate) struct WriteScope {
     temp: Vec<std::path::PathBuf>,
     session: Option<Arc<Session>>,
     call_id: CallId,
+    /// Its close has begun (the check itself runs to its end on a blocking thread).
+    closed: bool,
 }
 
 impl WriteScope {
@@ -57,6 +59,7 @@ impl WriteScope {
                 .collect(),
             session: session.cloned(),
             call_id: call_id.clone(),
+            closed: false,
         })
     }
 
@@ -66,7 +69,8 @@ impl WriteScope {
     ///
     /// # Errors
     /// The session log's.
-    pub(crate) async fn close(self) -> Result<Option<Found>, HarnessError> {
+    pub(crate) async fn close(mut self) -> Result<Option<Found>, HarnessError> {
+        self.closed = true;
         let after = self.service.check(&self.policy, &self.temp).await;
         self.report(after).await
     }
@@ -168,6 +172,32 @@ impl WriteScope {
             session.append(record).await?;
         }
         Ok(Some((line, paths)))
+    }
+}
+
+impl Drop for WriteScope {
+    /// A scope nobody closed (the future of its call, or of what took it over, was
+    /// dropped) still gets its check: in a task of its own, logged as the pipeline would
+    /// log it. Outside a runtime there is nothing to run it on, and it is skipped.
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let orphan = WriteScope {
+            service: self.service.clone(),
+            policy: self.policy.clone(),
+            temp: std::mem::take(&mut self.temp),
+            session: self.session.take(),
+            call_id: self.call_id.clone(),
+            closed: false,
+        };
+        runtime.spawn(async move {
+            let _ = orphan.close().await;
+        });
     }
 }
 

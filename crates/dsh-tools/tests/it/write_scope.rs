@@ -36,6 +36,10 @@ impl Tool for Plants {
         request.workdir = Some(policy.workspace_root.clone());
         let shell = ctx.world.shell();
         let result = shell.run(shell.spec_for(request)?).await?;
+        if args["hang"] == json!(true) {
+            // A body that never ends: its caller gives up on the call.
+            std::future::pending::<()>().await;
+        }
         if args["fail"] == json!(true) {
             return Err(HarnessError::new(
                 ErrorCode::Internal,
@@ -124,4 +128,44 @@ async fn a_tool_that_fails_after_its_command_ran_still_gets_the_check() {
         "the error does not say what the check found: {r:?}"
     );
     assert!(!armed, "the planted hook is still where git would run it");
+}
+
+// A call whose future is dropped after its command ran (its caller gave up, without
+// cancelling it) still gets the check: the hook is set aside and the check is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_still_gets_the_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session) = world_with_plants(&ws).await;
+    let hook = ws.join("sub/.git/hooks/pre-commit");
+    let mut running = Box::pin(world.call(
+        Some(&session),
+        call("plants", json!({"command": PLANT, "hang": true})),
+        CancelToken::new(),
+    ));
+    let planted = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !hook.exists() {
+        assert!(std::time::Instant::now() < planted, "the command never ran");
+        tokio::select! {
+            r = &mut running => panic!("the call ended: {r:?}"),
+            () = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+        }
+    }
+    drop(running);
+    let checked = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let events = session.events().await.expect("events");
+        let logged = events
+            .iter()
+            .any(|e| e.kind == dsh_core::journal::EventKind::SandboxChecked);
+        if logged && !hook.exists() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < checked,
+            "no check after the dropped call (hook still armed: {})",
+            hook.exists()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
