@@ -12,11 +12,21 @@ use serde_json::json;
 use crate::support::call;
 
 async fn world(ws: &std::path::Path) -> (World, Arc<dsh_store::session::Session>, Arc<SessionLog>) {
+    world_with(ws, |_| {}).await
+}
+
+/// An unconfined World with persistent bash, its config changed by `configure` first, a
+/// session in it, and its session log.
+async fn world_with(
+    ws: &std::path::Path,
+    configure: impl FnOnce(&mut WorldConfig),
+) -> (World, Arc<dsh_store::session::Session>, Arc<SessionLog>) {
     let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
     let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
     let session = sessions.create(ws).await.expect("session");
     let mut config = WorldConfig::new(ws).with_mode(SandboxMode::DangerFullAccess);
     config.bash = BashMode::Persistent;
+    configure(&mut config);
     let world = WorldBuilder::new()
         .preset(Preset::Local, &config, sessions.clone())
         .and_then(WorldBuilder::build)
@@ -204,18 +214,12 @@ async fn what_a_background_job_of_a_terminal_made_is_checked_when_it_closes() {
 async fn the_configured_timeouts_and_output_budget_apply() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
-    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
-    let session = sessions.create(&ws).await.expect("session");
-    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::DangerFullAccess);
-    config.bash = BashMode::Persistent;
-    config.shell.timeout_ms = 1_000;
-    config.shell.max_timeout_ms = 2_000;
-    config.shell.max_output_bytes = 100;
-    let world = WorldBuilder::new()
-        .preset(Preset::Local, &config, sessions)
-        .and_then(WorldBuilder::build)
-        .expect("world");
+    let (world, session, _log) = world_with(&ws, |config| {
+        config.shell.timeout_ms = 1_000;
+        config.shell.max_timeout_ms = 2_000;
+        config.shell.max_output_bytes = 100;
+    })
+    .await;
     let run = |args: serde_json::Value| {
         let (w, s) = (&world, session.clone());
         async move {
@@ -311,17 +315,11 @@ async fn every_shell_sees_the_same_managed_variables() {
 async fn a_configured_cap_past_the_terminals_own_still_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let storage = Arc::new(SqliteStorage::open(ws.join("state/dsh.db")).expect("sqlite"));
-    let sessions = Arc::new(SessionLog::new(storage).await.expect("log"));
-    let session = sessions.create(&ws).await.expect("session");
-    let mut config = WorldConfig::new(&ws).with_mode(SandboxMode::DangerFullAccess);
-    config.bash = BashMode::Persistent;
-    config.shell.timeout_ms = 1_200_000;
-    config.shell.max_timeout_ms = 1_800_000;
-    let world = WorldBuilder::new()
-        .preset(Preset::Local, &config, sessions)
-        .and_then(WorldBuilder::build)
-        .expect("world");
+    let (world, session, _log) = world_with(&ws, |config| {
+        config.shell.timeout_ms = 1_200_000;
+        config.shell.max_timeout_ms = 1_800_000;
+    })
+    .await;
     for args in [
         json!({"command": "echo hi", "description": "t"}),
         json!({"command": "echo hi", "description": "t", "timeout_ms": 1_500_000}),
