@@ -31,7 +31,7 @@ pub const DEFAULT_DIFF_MAX_BYTES: u64 = 10 << 20;
 pub struct LocalFs {
     cwd: PathBuf,
     diff_max: u64,
-    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Arc<LockMap>,
 }
 
 impl std::fmt::Debug for LocalFs {
@@ -48,7 +48,7 @@ impl LocalFs {
         LocalFs {
             cwd: cwd.into(),
             diff_max: DEFAULT_DIFF_MAX_BYTES,
-            locks: Mutex::new(HashMap::new()),
+            locks: Arc::default(),
         }
     }
 
@@ -65,27 +65,23 @@ impl LocalFs {
 
     /// Runs the blocking `f` off the async workers, holding the lock of `key` until `f`
     /// has finished: a caller that stops waiting (its future dropped) does not let another
-    /// write of `key` start while `f` still runs. The lock entry goes once nobody holds it.
+    /// write of `key` start while `f` still runs. The lock entry goes once nobody holds
+    /// it, whichever side lets go last.
     pub(crate) async fn locked<T: Send + 'static>(
         &self,
         key: &Path,
         f: impl FnOnce() -> Result<T, HarnessError> + Send + 'static,
     ) -> Result<T, HarnessError> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-            locks.entry(key.to_path_buf()).or_default().clone()
-        };
-        let held = lock.clone().lock_owned().await;
-        let out = blocking(move || {
-            let _held = held;
-            f()
+        let mine = LockUse::take(&self.locks, key);
+        let held = mine.lock.clone().lock_owned().await;
+        let theirs = LockUse::take(&self.locks, key);
+        blocking(move || {
+            let out = f();
+            drop(held);
+            drop(theirs);
+            out
         })
-        .await;
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if Arc::strong_count(&lock) <= 2 {
-            locks.remove(key);
-        }
-        out
+        .await
     }
 
     /// The number of targets with a lock entry (for tests: zero once everything drained).
@@ -95,6 +91,44 @@ impl LocalFs {
 
     pub(crate) fn diff_max(&self) -> u64 {
         self.diff_max
+    }
+}
+
+/// The per-target write locks, by key.
+type LockMap = Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>;
+
+/// One use of a target's lock entry; the entry is forgotten when the last use ends (only
+/// the map holds it then).
+struct LockUse {
+    locks: Arc<LockMap>,
+    key: PathBuf,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl LockUse {
+    /// A use of `key`'s entry in `locks`, made if missing.
+    fn take(locks: &Arc<LockMap>, key: &Path) -> LockUse {
+        let lock = locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_path_buf())
+            .or_default()
+            .clone();
+        LockUse {
+            locks: locks.clone(),
+            key: key.to_path_buf(),
+            lock,
+        }
+    }
+}
+
+impl Drop for LockUse {
+    fn drop(&mut self) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's and this one: nobody else uses or waits for the lock.
+        if Arc::strong_count(&self.lock) <= 2 {
+            locks.remove(&self.key);
+        }
     }
 }
 

@@ -803,3 +803,33 @@ async fn a_confined_policy_is_refused_and_nothing_is_written() {
         "old"
     );
 }
+
+// A write whose caller stops waiting runs to its end and lands whole, holding the
+// target's lock meanwhile; its lock entry is forgotten once its work ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_write_lands_whole_and_leaves_no_lock_entry() {
+    let (_d, root, fs) = setup();
+    let t = fs.target_of("big.txt", None).await.expect("target");
+    let content = "x".repeat(64 << 20);
+    let policy = full();
+    let write = fs.write_text(&t, &content, None, &policy);
+    // Dropped while its blocking work runs (64 MiB and an fsync take longer than this).
+    let r = tokio::time::timeout(std::time::Duration::from_millis(1), write).await;
+    assert!(r.is_err(), "the write finished before it could be dropped");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fs.lock_entries() != 0 {
+        assert!(std::time::Instant::now() < deadline, "the lock entry stays");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        std::fs::metadata(root.join("big.txt"))
+            .expect("written")
+            .len(),
+        64 << 20
+    );
+    // The target takes the next write at once.
+    fs.write_text(&t, "small\n", None, &full())
+        .await
+        .expect("write");
+    assert_eq!(fs.lock_entries(), 0);
+}
