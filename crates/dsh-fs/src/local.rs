@@ -73,7 +73,7 @@ impl LocalFs {
         f: impl FnOnce() -> Result<T, HarnessError> + Send + 'static,
     ) -> Result<T, HarnessError> {
         let mine = LockUse::take(&self.locks, key);
-        let held = mine.lock.clone().lock_owned().await;
+        let held = mine.lock().lock_owned().await;
         let theirs = LockUse::take(&self.locks, key);
         blocking(move || {
             let out = f();
@@ -102,7 +102,9 @@ type LockMap = Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>;
 struct LockUse {
     locks: Arc<LockMap>,
     key: PathBuf,
-    lock: Arc<tokio::sync::Mutex<()>>,
+    /// Let go of under the map's lock (so two uses ending at once cannot both see the
+    /// other and leave the entry behind).
+    lock: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl LockUse {
@@ -117,16 +119,28 @@ impl LockUse {
         LockUse {
             locks: locks.clone(),
             key: key.to_path_buf(),
-            lock,
+            lock: Some(lock),
         }
+    }
+
+    /// The lock this use holds an entry of.
+    fn lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        // Some until the use is dropped.
+        self.lock
+            .clone()
+            .expect("a lock use holds its lock until dropped")
     }
 }
 
 impl Drop for LockUse {
     fn drop(&mut self) {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        // The map's and this one: nobody else uses or waits for the lock.
-        if Arc::strong_count(&self.lock) <= 2 {
+        drop(self.lock.take());
+        // Only the map's is left: nobody else uses or waits for the lock.
+        if locks
+            .get(&self.key)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
             locks.remove(&self.key);
         }
     }

@@ -190,8 +190,8 @@ impl World {
     /// # Cancel safety
     /// Not cancel safe: dropped while the terminals close, as
     /// [`end_terminals`](Self::end_terminals), and nothing is checked; dropped during the
-    /// checks, the remaining ones do not run, and one already on its blocking thread still
-    /// sets aside what it finds, unlogged and unreported.
+    /// checks, the one under way runs to its end in a task of its own (set aside and
+    /// logged) and the remaining ones do not run.
     pub async fn end_terminals_checked(
         &self,
         session: Option<&Arc<Session>>,

@@ -68,9 +68,29 @@ impl WriteScope {
     /// which the user is told of directly), and returns what it found, if anything.
     ///
     /// # Errors
-    /// The session log's.
+    /// The session log's; `INTERNAL` when the check panicked or dsh is shutting down.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the check runs in a task of its own, which a dropped close does not
+    /// stop; it is set aside and logged all the same.
     pub(crate) async fn close(mut self) -> Result<Option<Found>, HarnessError> {
         self.closed = true;
+        tokio::spawn(async move { self.checked().await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(match e.try_into_panic() {
+                    Ok(payload) => {
+                        HarnessError::panicked("the check after a call", payload.as_ref())
+                    }
+                    Err(_) => HarnessError::internal(
+                        "the check after a call was stopped: dsh is shutting down",
+                    ),
+                })
+            })
+    }
+
+    /// The check and its report (see [`close`](Self::close)), once: the scope is closed.
+    async fn checked(&self) -> Result<Option<Found>, HarnessError> {
         let after = self.service.check(&self.policy, &self.temp).await;
         self.report(after).await
     }
@@ -187,16 +207,18 @@ impl Drop for WriteScope {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        // Closed already: a copy dropped unrun (a runtime shutting down drops new tasks)
+        // starts nothing more.
         let orphan = WriteScope {
             service: self.service.clone(),
             policy: self.policy.clone(),
             temp: std::mem::take(&mut self.temp),
             session: self.session.take(),
             call_id: self.call_id.clone(),
-            closed: false,
+            closed: true,
         };
         runtime.spawn(async move {
-            let _ = orphan.close().await;
+            let _ = orphan.checked().await;
         });
     }
 }
@@ -243,7 +265,11 @@ impl CallScopes {
                 .as_ref()
                 .is_some_and(|o| o.policy == scope.policy)
         });
-        if !open {
+        if open {
+            // The same policy's scope is open already and checks for both.
+            let mut duplicate = scope;
+            duplicate.closed = true;
+        } else {
             slots.push(Arc::new(Mutex::new(Some(scope))));
         }
     }

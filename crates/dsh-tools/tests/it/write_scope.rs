@@ -169,3 +169,36 @@ async fn a_dropped_call_still_gets_the_check() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+// A runtime shut down while a call's command runs (its scope unclosed, dropped with the
+// call's task) ends: the scope's check is handed to one task, never again and again.
+#[test]
+fn a_runtime_shut_down_mid_call_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (world, session) = runtime.block_on(world_with_plants(&ws));
+    let world = Arc::new(world);
+    let (w, s) = (world.clone(), session.clone());
+    runtime.spawn(async move {
+        w.call(
+            Some(&s),
+            call("plants", json!({"command": PLANT, "hang": true})),
+            CancelToken::new(),
+        )
+        .await
+    });
+    let hook = ws.join("sub/.git/hooks/pre-commit");
+    runtime.block_on(async {
+        let planted = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !hook.exists() {
+            assert!(std::time::Instant::now() < planted, "the command never ran");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+}
