@@ -17,7 +17,9 @@ mod logged;
 mod record;
 
 pub use logged::Logged;
-pub use record::{ErrorRecord, ImageRecord, Quarantined, Record, ToolResultRecord, TurnEndReason};
+pub use record::{
+    ErrorRecord, ImageRecord, Quarantined, Record, SeenRecord, ToolResultRecord, TurnEndReason,
+};
 
 /// The kinds of events the execution layer writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

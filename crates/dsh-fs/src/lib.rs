@@ -33,12 +33,23 @@
 //! // An edit guarded by the version last seen: a file changed meanwhile is refused.
 //! let edit = EditRequest { old: "beta".into(), new: "gamma".into(), replace_all: false };
 //! fs.edit_text(&notes, &edit, Some(&written.version), &policy).await?;
-//! let (text, _) = fs.read_text(&notes, 1 << 20).await?;
+//! let (text, _) = fs.read_text(&notes, 1 << 20, &policy).await?;
 //! assert_eq!(text, "alpha\ngamma\n");
 //! let stale = fs.edit_text(&notes, &edit, Some(&written.version), &policy).await;
 //! assert_eq!(stale.unwrap_err().code(), dsh_core::ErrorCode::FsStaleVersion);
 //! # Ok(()) }
 //! ```
+//!
+//! # Reads
+//! Every read of content ([`read_bytes`](FileSystem::read_bytes),
+//! [`read_text`](FileSystem::read_text), [`read_lines`](FileSystem::read_lines),
+//! [`glob`](FileSystem::glob), [`grep`](FileSystem::grep)) takes the call's
+//! [`SandboxPolicy`], as writes do: read denial travels with the policy.
+//! [`SandboxedFs`] refuses (`FS_SANDBOX_DENIED`) what the policy's
+//! [read fence](SandboxPolicy::read_fence) denies, in every mode, and `/proc` and `/dev`;
+//! a search never opens such a file nor lists it. [`LocalFs`] fences nothing, so it
+//! refuses a confined policy (`SANDBOX_UNAVAILABLE`). Metadata (`stat`, `lstat`,
+//! `list_dir`) takes no policy.
 //!
 //! # Guarantees
 //! - A write or an edit either lands whole or leaves the file as it was, with no staging
@@ -302,10 +313,11 @@ pub trait FileSystem: Send + Sync {
     /// and its answer is discarded.
     async fn lstat(&self, path: &str, cwd: Option<&Path>) -> Result<Option<FsInfo>, HarnessError>;
 
-    /// The whole file as bytes, at most `max_bytes` (inclusive).
+    /// The whole file as bytes, at most `max_bytes` (inclusive), if the call's `policy`
+    /// lets it be read (see [Reads](crate#reads)).
     ///
     /// # Errors
-    /// `FS_NOT_FOUND`, `FS_NOT_REGULAR_FILE` (directories, FIFOs, devices: never
+    /// `FS_SANDBOX_DENIED`, `SANDBOX_UNAVAILABLE` (see [Reads](crate#reads)), `FS_NOT_FOUND`, `FS_NOT_REGULAR_FILE` (directories, FIFOs, devices: never
     /// opened, so nothing blocks), `FS_TOO_LARGE` (also when the file grows past the limit
     /// while read), `FS_PERMISSION_DENIED`, `FS_IO_ERROR`.
     ///
@@ -316,9 +328,10 @@ pub trait FileSystem: Send + Sync {
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(Vec<u8>, FsVersion), HarnessError>;
 
-    /// The whole file as UTF-8 text, at most `max_bytes`.
+    /// The whole file as UTF-8 text, at most `max_bytes`, if `policy` lets it be read.
     ///
     /// # Errors
     /// As [`read_bytes`](Self::read_bytes), and `FS_NOT_TEXT` for a NUL in the first
@@ -331,6 +344,7 @@ pub trait FileSystem: Send + Sync {
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(String, FsVersion), HarnessError>;
 
     /// A window of lines of a text file, streamed: memory follows the window, not the
@@ -352,6 +366,7 @@ pub trait FileSystem: Send + Sync {
         &self,
         target: &FsTarget,
         limits: LineLimits,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<LinesWindow, HarnessError>;
 
@@ -367,10 +382,12 @@ pub trait FileSystem: Send + Sync {
 
     /// The files beneath `root` (a directory, or a file) whose path matches `query`, as
     /// [`search`] finds them: ignore files honoured, hidden files included, VCS
-    /// directories never entered, oldest first. Reads only, never confined.
+    /// directories never entered, oldest first; none that `policy` keeps from being read
+    /// (see [Reads](crate#reads)).
     ///
     /// # Errors
-    /// `SEARCH_INVALID_PATTERN`, `SEARCH_ABORTED` once `cancel` fires,
+    /// `FS_SANDBOX_DENIED` for a root `policy` keeps from being read,
+    /// `SANDBOX_UNAVAILABLE`, `SEARCH_INVALID_PATTERN`, `SEARCH_ABORTED` once `cancel` fires,
     /// `SEARCH_RAW_OUTPUT_OVERFLOW`.
     ///
     /// # Cancel safety
@@ -380,11 +397,12 @@ pub trait FileSystem: Send + Sync {
         &self,
         root: &FsTarget,
         query: &GlobQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GlobFound, HarnessError>;
 
     /// The lines beneath `root` matching `query`, as [`search`] finds them: hidden and
-    /// binary files skipped, and every file this provider refuses to read never opened.
+    /// binary files skipped, and every file `policy` keeps from being read never opened.
     ///
     /// # Errors
     /// As [`glob`](Self::glob).
@@ -396,6 +414,7 @@ pub trait FileSystem: Send + Sync {
         &self,
         root: &FsTarget,
         query: &GrepQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GrepFound, HarnessError>;
 

@@ -350,8 +350,54 @@ fn open_parent(key: &Path, display: &Path) -> Result<(OwnedFd, std::ffi::OsStrin
     Ok((fd, name.to_os_string()))
 }
 
+/// The reads themselves, with no policy: what the local provider does once a policy lets
+/// it, and what the sandboxed one does once its read fence has.
+impl LocalFs {
+    pub(crate) async fn unfenced_bytes(
+        &self,
+        target: &FsTarget,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, FsVersion), HarnessError> {
+        let t = target.clone();
+        blocking(move || read_file(&t.key, &t.display, max_bytes)).await
+    }
+
+    pub(crate) async fn unfenced_text(
+        &self,
+        target: &FsTarget,
+        max_bytes: u64,
+    ) -> Result<(String, FsVersion), HarnessError> {
+        let t = target.clone();
+        blocking(move || {
+            let (bytes, v) = read_file(&t.key, &t.display, max_bytes)?;
+            Ok((to_text(bytes, &t.display)?, v))
+        })
+        .await
+    }
+
+    pub(crate) async fn unfenced_lines(
+        &self,
+        target: &FsTarget,
+        limits: crate::LineLimits,
+        cancel: &dsh_core::CancelToken,
+    ) -> Result<crate::LinesWindow, HarnessError> {
+        let (t, cancel) = (target.clone(), cancel.clone());
+        blocking(move || crate::lines::read_lines(&t.key, &t.display, limits, &cancel)).await
+    }
+
+    pub(crate) async fn unfenced_glob(
+        &self,
+        root: &FsTarget,
+        query: &GlobQuery,
+        cancel: &CancelToken,
+    ) -> Result<GlobFound, HarnessError> {
+        let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
+        blocking(move || crate::search::glob(&root, &query, &cancel)).await
+    }
+}
+
 /// `SANDBOX_UNAVAILABLE` for a confined `policy`: the local provider fences nothing, so it
-/// never writes where a confined call asked (fail closed, never unconfined).
+/// never reads or writes where a confined call asked (fail closed, never unconfined).
 fn refuse_confined(
     policy: &SandboxPolicy,
     verb: &str,
@@ -396,42 +442,42 @@ impl FileSystem for LocalFs {
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(Vec<u8>, FsVersion), HarnessError> {
-        let t = target.clone();
-        blocking(move || read_file(&t.key, &t.display, max_bytes)).await
+        refuse_confined(policy, "read", target)?;
+        self.unfenced_bytes(target, max_bytes).await
     }
 
     async fn read_text(
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(String, FsVersion), HarnessError> {
-        let t = target.clone();
-        blocking(move || {
-            let (bytes, v) = read_file(&t.key, &t.display, max_bytes)?;
-            Ok((to_text(bytes, &t.display)?, v))
-        })
-        .await
+        refuse_confined(policy, "read", target)?;
+        self.unfenced_text(target, max_bytes).await
     }
 
     async fn read_lines(
         &self,
         target: &FsTarget,
         limits: crate::LineLimits,
+        policy: &SandboxPolicy,
         cancel: &dsh_core::CancelToken,
     ) -> Result<crate::LinesWindow, HarnessError> {
-        let (t, cancel) = (target.clone(), cancel.clone());
-        blocking(move || crate::lines::read_lines(&t.key, &t.display, limits, &cancel)).await
+        refuse_confined(policy, "read", target)?;
+        self.unfenced_lines(target, limits, cancel).await
     }
 
     async fn glob(
         &self,
         root: &FsTarget,
         query: &GlobQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GlobFound, HarnessError> {
-        let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
-        blocking(move || crate::search::glob(&root, &query, &cancel)).await
+        refuse_confined(policy, "search", root)?;
+        self.unfenced_glob(root, query, cancel).await
     }
 
     /// Every file is searched: this provider fences nothing.
@@ -439,8 +485,10 @@ impl FileSystem for LocalFs {
         &self,
         root: &FsTarget,
         query: &GrepQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GrepFound, HarnessError> {
+        refuse_confined(policy, "search", root)?;
         let (root, query, cancel) = (root.key.clone(), query.clone(), cancel.clone());
         blocking(move || crate::search::grep(&root, &query, &Default::default(), &cancel)).await
     }

@@ -5,17 +5,16 @@
 //! It is bounded: past [`OBSERVATIONS_MAX`] entries the oldest is forgotten (its file must
 //! be read again before it is changed, which the error says), so a session of 100 000
 //! calls over as many files costs what one of 10 000 does. A session the World has not
-//! seen before is seeded once from its log (its last successful `read`, `write` and
-//! `edit` results), so a resumed session, or one `dsh tool` call after another, keeps its
-//! reads.
+//! seen before is seeded once from its log (the typed `seen` record of each tool result,
+//! the newest of a file winning), so a resumed session, or one `dsh tool` call after
+//! another, keeps its reads.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use crate::FsVersion;
-use dsh_core::journal::{Event, EventKind, Record};
+use dsh_core::journal::{Event, EventKind, Record, SeenRecord};
 use dsh_core::SessionId;
-use serde_json::Value;
 
 /// How many (session, file) entries are remembered.
 pub const OBSERVATIONS_MAX: usize = 10_000;
@@ -29,9 +28,9 @@ pub enum Observation {
     Absent,
 }
 
-/// What a file tool saw of a file, as its result's facts say it (`key`, `version`): the
-/// one form the tools write and the log is read back from, so a session resumed from its
-/// log knows what it read.
+/// What a file tool saw of a file: its key and its version then. The one form the
+/// memory is fed from, live and from the log's typed record ([`SeenRecord`]) when a
+/// session is resumed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
     /// The file's stable key.
@@ -41,23 +40,20 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Adds `key` and `version` to a result's `facts` (a JSON object; anything else is
-    /// left as it is).
-    pub fn add_to(&self, facts: &mut Value) {
-        if let Value::Object(map) = facts {
-            map.insert(
-                "key".into(),
-                Value::from(self.key.to_string_lossy().into_owned()),
-            );
-            map.insert("version".into(), Value::from(self.version.as_str()));
+    /// The log's record of it. A key that is not UTF-8 is logged lossily, so it seeds
+    /// nothing (that file must be read again after a resume).
+    pub fn to_record(&self) -> SeenRecord {
+        SeenRecord {
+            key: self.key.to_string_lossy().into_owned().into(),
+            version: self.version.as_str().into(),
         }
     }
 
-    /// What a result's `facts` say was seen, when they say it.
-    pub fn of(facts: &Value) -> Option<Seen> {
+    /// What a logged record says was seen, when the log kept it whole.
+    pub fn from_record(r: &SeenRecord) -> Option<Seen> {
         Some(Seen {
-            key: PathBuf::from(facts.get("key")?.as_str()?),
-            version: FsVersion::from_token(facts.get("version")?.as_str()?),
+            key: PathBuf::from(r.key.whole()?),
+            version: FsVersion::from_token(r.version.whole()?),
         })
     }
 }
@@ -113,9 +109,9 @@ impl Observations {
         !self.seeded.contains(session)
     }
 
-    /// Seeds `session` from its log's `events` (oldest first): each successful result that
-    /// names a file's key and version. Entries this World recorded meanwhile are newer and
-    /// stay.
+    /// Seeds `session` from its log's `events` (oldest first): the file each result saw
+    /// ([`SeenRecord`]), the newest record of a file winning. Entries this World recorded
+    /// meanwhile are newer and stay.
     pub fn seed(&mut self, session: &SessionId, events: &[Event]) {
         if !self.seeded.insert(session.clone()) {
             return;
@@ -137,8 +133,8 @@ impl Observations {
             let Ok(Record::ToolResult(r)) = e.record() else {
                 continue;
             };
-            let failed = r.failed();
-            let Some(seen) = r.meta.filter(|_| !failed).as_ref().and_then(Seen::of) else {
+            // Whatever the call's outcome: what it saw is what the live memory recorded.
+            let Some(seen) = r.seen.as_deref().and_then(Seen::from_record) else {
                 continue;
             };
             let Seen { key, version } = seen;
@@ -187,20 +183,52 @@ mod tests {
             .is_some());
     }
 
-    // What the tools write is what seeding reads: one form, both ways.
+    /// A logged `tool/result` event that saw `seen` (`failed`: an error result).
+    fn result(seq: u64, seen: Option<SeenRecord>, failed: bool) -> Event {
+        let r = Record::ToolResult(dsh_core::journal::ToolResultRecord {
+            is_error: failed,
+            seen: seen.map(Box::new),
+            ..Default::default()
+        });
+        Event {
+            session: SessionId::new("s"),
+            seq,
+            time_ms: 0,
+            kind: EventKind::ToolResult,
+            data: r.data(),
+        }
+    }
+
+    // What the tools record is what seeding reads back, the newest record of a file
+    // winning, whatever the call's outcome; a key the log cut seeds nothing.
     #[test]
-    fn what_a_result_says_it_saw_reads_back() {
-        let seen = Seen {
+    fn seeding_reads_the_typed_record_newest_first() {
+        let seen = |v: &str| Seen {
             key: PathBuf::from("/w/a.txt"),
-            version: FsVersion::from_token("1:2:3:4:5"),
+            version: FsVersion::from_token(v),
         };
-        let mut facts = serde_json::json!({"path": "a.txt", "lines": 3});
-        seen.add_to(&mut facts);
-        assert_eq!(Seen::of(&facts), Some(seen.clone()));
-        assert_eq!(facts["path"], "a.txt");
-        let mut text = Value::from("not facts");
-        seen.add_to(&mut text);
-        assert_eq!(Seen::of(&text), None);
-        assert_eq!(Seen::of(&serde_json::json!({"key": "/w/a.txt"})), None);
+        assert_eq!(Seen::from_record(&seen("1").to_record()), Some(seen("1")));
+        let cut = SeenRecord {
+            key: dsh_core::journal::Logged::Cut {
+                head: "/w/".into(),
+                bytes: 9000,
+                sha256: "0".repeat(64),
+            },
+            version: "3".into(),
+        };
+        let events = [
+            result(1, Some(seen("1").to_record()), false),
+            result(2, None, false),
+            result(3, Some(seen("2").to_record()), true),
+            result(4, Some(cut), false),
+        ];
+        let s = SessionId::new("s");
+        let mut o = Observations::default();
+        o.seed(&s, &events);
+        assert_eq!(
+            o.observed(&s, Path::new("/w/a.txt")),
+            Some(Observation::Present(FsVersion::from_token("2")))
+        );
+        assert_eq!(o.map.len(), 1, "the cut key seeds nothing");
     }
 }

@@ -16,15 +16,15 @@ use crate::{
     GlobFound, GlobQuery, GrepFound, GrepQuery, WriteIntent, WriteOutcome,
 };
 
-/// The host filesystem with a fence on writes and edits, and on reads of what confined
-/// commands may not read (see [`dsh_sandbox::deny_read`]).
+/// The host filesystem with a fence on reads, writes and edits, each by its call's policy.
 ///
-/// Reads of a path [`with_deny_read`](SandboxedFs::with_deny_read) names (as written,
-/// where its links lead, or beneath it), and of a path in a home outside the allow-list
-/// ([`with_read_allow`](SandboxedFs::with_read_allow), the workspace, the writable roots,
-/// the temp directory), are `FS_SANDBOX_DENIED`, whatever the call's mode; `grep` never
-/// opens them and `glob` does not list them. The file is opened at its resolved path with
-/// no symlink allowed on the way, so what was checked is what is read.
+/// Reads of a path the policy's [read fence](SandboxPolicy::read_fence) denies (its denied
+/// paths as written, where their links lead, or beneath them; a path in a closed home
+/// outside `read_allow`, the policy's roots and the temp directory), and of `/proc` and
+/// `/dev` (`FILE_TOOLS_DENY`), are `FS_SANDBOX_DENIED`, whatever the call's mode: what a
+/// confined command under that policy could not read, the file tools do not read either.
+/// `grep` never opens them and `glob` does not list them. The file is opened at its
+/// resolved path with no symlink allowed on the way, so what was checked is what is read.
 ///
 /// For each write or edit, the call's policy (required; no default) decides:
 /// danger-full-access writes anywhere; read-only refuses (`FS_SANDBOX_DENIED`); under
@@ -53,18 +53,12 @@ use crate::{
 pub struct SandboxedFs {
     local: LocalFs,
     temp: Option<PathBuf>,
-    deny_read: Vec<PathBuf>,
-    /// The closed homes, what stays readable in them, and the roots readable besides.
-    homes: Vec<PathBuf>,
-    read_allow: Vec<PathBuf>,
-    roots: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for SandboxedFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxedFs")
-            .field("deny_read", &self.deny_read)
-            .field("read_allow", &self.read_allow)
+            .field("temp", &self.temp)
             .finish_non_exhaustive()
     }
 }
@@ -74,76 +68,38 @@ impl std::fmt::Debug for SandboxedFs {
 pub const FILE_TOOLS_DENY: [&str; 2] = ["/proc", "/dev"];
 
 impl SandboxedFs {
-    /// A fenced provider over `local`: each write and edit under its call's policy, reads
-    /// refused where [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) say and in
-    /// the homes but for [`read_allow_defaults`](dsh_sandbox::deny_read::read_allow_defaults)
-    /// and `local`'s directory.
+    /// A fenced provider over `local`: each read, write and edit under its call's
+    /// policy.
     pub fn new(local: LocalFs) -> SandboxedFs {
-        let roots = vec![dsh_core::path::canonical_path(local.cwd())];
-        let mut deny_read = dsh_sandbox::deny_read::defaults();
+        SandboxedFs { local, temp: None }
+    }
+
+    /// The read fence of a call under `policy`, as the disk is now: the policy's, with
+    /// [`FILE_TOOLS_DENY`] and the default denials denied too (whatever the policy holds:
+    /// one with no lists, a bare or danger-full-access one, still closes the homes but for
+    /// the default allow-list), and the temp directory and this process's spill files
+    /// readable (the notice of a cut result names them to be read).
+    fn read_fence(&self, policy: &SandboxPolicy) -> dsh_sandbox::deny_read::Matcher {
+        use dsh_sandbox::deny_read;
         // The file tools run in dsh's own process, unconfined: `/proc` would show its
         // environment (the credentials the scrub keeps from commands) and its memory, and
         // `/dev` the raw disks to a root dsh. A command reads what it needs there itself.
-        deny_read.extend(FILE_TOOLS_DENY.iter().map(PathBuf::from));
-        SandboxedFs {
-            local,
-            temp: None,
-            deny_read,
-            homes: dsh_sandbox::deny_read::closed_dirs(),
-            read_allow: dsh_sandbox::deny_read::read_allow_defaults(),
-            roots,
+        let mut denied: Vec<PathBuf> = FILE_TOOLS_DENY.iter().map(PathBuf::from).collect();
+        denied.extend(deny_read::defaults());
+        let mut readable: Vec<PathBuf> = self.temp.iter().cloned().collect();
+        readable.extend(deny_read::own_private_dirs());
+        if policy.closed_dirs.is_empty() {
+            let closed = policy
+                .clone()
+                .with_homes_closed(deny_read::read_allow_defaults());
+            return closed.read_fence(&denied, &readable);
         }
+        policy.read_fence(&denied, &readable)
     }
 
-    /// Keeps `patterns` readable in the homes too (absolute; `*` and `?` in the last
-    /// component). Default: [`read_allow_defaults`](dsh_sandbox::deny_read::read_allow_defaults).
-    pub fn with_read_allow(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
-        for p in patterns {
-            if !self.read_allow.contains(&p) {
-                self.read_allow.push(p);
-            }
-        }
-        self
-    }
-
-    /// Keeps the directories `roots` readable (the writable roots besides the workspace).
-    pub fn with_readable_roots(mut self, roots: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
-        for r in roots {
-            let r = dsh_core::path::canonical_path(&r);
-            if !self.roots.contains(&r) {
-                self.roots.push(r);
-            }
-        }
-        self
-    }
-
-    /// The read fence of one call, as the disk is now.
-    fn read_fence(&self) -> dsh_sandbox::deny_read::Matcher {
-        let mut roots = self.roots.clone();
-        roots.extend(self.temp.iter().cloned());
-        // This process's spill files: the notice of a cut result names them to be read.
-        roots.extend(dsh_sandbox::deny_read::own_private_dirs());
-        dsh_sandbox::deny_read::Matcher::new(&self.deny_read).with_homes(
-            &self.homes,
-            &self.read_allow,
-            &roots,
-        )
-    }
-
-    /// Refuses reads of `patterns` too (absolute; `*` and `?` in the last component).
-    /// Default: [`deny_read::defaults`](dsh_sandbox::deny_read::defaults) only.
-    pub fn with_deny_read(mut self, patterns: impl IntoIterator<Item = PathBuf>) -> SandboxedFs {
-        for p in patterns {
-            if !self.deny_read.contains(&p) {
-                self.deny_read.push(p);
-            }
-        }
-        self
-    }
-
-    /// `FS_SANDBOX_DENIED` when `target` is a path whose reads are refused.
-    fn check_read(&self, target: &FsTarget) -> Result<(), HarnessError> {
-        refuse_read(&self.read_fence(), target.display(), target.key())
+    /// `FS_SANDBOX_DENIED` when `policy` keeps `target` from being read.
+    fn check_read(&self, policy: &SandboxPolicy, target: &FsTarget) -> Result<(), HarnessError> {
+        refuse_read(&self.read_fence(policy), target.display(), target.key())
     }
 
     /// Also allows writes beneath `dir` under workspace-write (the sandbox's private temp
@@ -457,28 +413,31 @@ impl FileSystem for SandboxedFs {
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(Vec<u8>, FsVersion), HarnessError> {
-        self.check_read(target)?;
-        self.local.read_bytes(target, max_bytes).await
+        self.check_read(policy, target)?;
+        self.local.unfenced_bytes(target, max_bytes).await
     }
 
     async fn read_text(
         &self,
         target: &FsTarget,
         max_bytes: u64,
+        policy: &SandboxPolicy,
     ) -> Result<(String, FsVersion), HarnessError> {
-        self.check_read(target)?;
-        self.local.read_text(target, max_bytes).await
+        self.check_read(policy, target)?;
+        self.local.unfenced_text(target, max_bytes).await
     }
 
     async fn read_lines(
         &self,
         target: &FsTarget,
         limits: crate::LineLimits,
+        policy: &SandboxPolicy,
         cancel: &dsh_core::CancelToken,
     ) -> Result<crate::LinesWindow, HarnessError> {
-        self.check_read(target)?;
-        self.local.read_lines(target, limits, cancel).await
+        self.check_read(policy, target)?;
+        self.local.unfenced_lines(target, limits, cancel).await
     }
 
     async fn list_dir(&self, target: &FsTarget) -> Result<Vec<DirEntry>, HarnessError> {
@@ -491,11 +450,12 @@ impl FileSystem for SandboxedFs {
         &self,
         root: &FsTarget,
         query: &GlobQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GlobFound, HarnessError> {
-        let fence = self.read_fence();
+        let fence = self.read_fence(policy);
         refuse_search(&fence, root.display(), root.key())?;
-        let mut found = self.local.glob(root, query, cancel).await?;
+        let mut found = self.local.unfenced_glob(root, query, cancel).await?;
         let before = found.paths.len();
         found
             .paths
@@ -510,9 +470,10 @@ impl FileSystem for SandboxedFs {
         &self,
         root: &FsTarget,
         query: &GrepQuery,
+        policy: &SandboxPolicy,
         cancel: &CancelToken,
     ) -> Result<GrepFound, HarnessError> {
-        let fence = self.read_fence();
+        let fence = self.read_fence(policy);
         refuse_search(&fence, root.display(), root.key())?;
         let (root, query, cancel) = (root.key().to_path_buf(), query.clone(), cancel.clone());
         blocking(move || crate::search::grep(&root, &query, &fence, &cancel)).await

@@ -39,6 +39,7 @@ async fn a_hundred_lines_of_two_gib_stay_small() {
                 max_line_chars: 2000,
                 max_bytes: 51_200,
             },
+            &dsh_sandbox::SandboxPolicy::danger_full_access(dir.path()),
             &CancelToken::new(),
         )
         .await

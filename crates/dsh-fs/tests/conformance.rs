@@ -76,25 +76,28 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
     assert_eq!(link.kind, FsKind::Symlink);
 
     // Reads.
-    let (text, version) = fs.read_text(&a, 1 << 20).await.expect("read");
+    let (text, version) = fs.read_text(&a, 1 << 20, policy).await.expect("read");
     assert_eq!(text, "alpha\nbeta\nalpha beta\n");
     assert_eq!(version, info.version);
-    assert_eq!(code(fs.read_text(&a, 4).await), ErrorCode::FsTooLarge);
     assert_eq!(
-        code(fs.read_text(&missing, 1 << 20).await),
+        code(fs.read_text(&a, 4, policy).await),
+        ErrorCode::FsTooLarge
+    );
+    assert_eq!(
+        code(fs.read_text(&missing, 1 << 20, policy).await),
         ErrorCode::FsNotFound
     );
     let src = fs.target_of("src", Some(ws)).await.expect("resolve");
     assert_eq!(
-        code(fs.read_text(&src, 1 << 20).await),
+        code(fs.read_text(&src, 1 << 20, policy).await),
         ErrorCode::FsNotRegularFile
     );
     let blob = fs.target_of("blob.bin", Some(ws)).await.expect("resolve");
     assert_eq!(
-        code(fs.read_text(&blob, 1 << 20).await),
+        code(fs.read_text(&blob, 1 << 20, policy).await),
         ErrorCode::FsNotText
     );
-    let (bytes, _) = fs.read_bytes(&blob, 1 << 20).await.expect("bytes");
+    let (bytes, _) = fs.read_bytes(&blob, 1 << 20, policy).await.expect("bytes");
     assert_eq!(bytes, b"alpha\0binary\n");
     let limits = LineLimits {
         offset: 2,
@@ -102,7 +105,10 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         max_line_chars: 2000,
         max_bytes: 1 << 20,
     };
-    let window = fs.read_lines(&a, limits, &cancel).await.expect("lines");
+    let window = fs
+        .read_lines(&a, limits, policy, &cancel)
+        .await
+        .expect("lines");
     assert_eq!(window.lines, vec![(2, "beta".to_owned())]);
     assert_eq!(window.total_lines.count(), 3);
 
@@ -146,7 +152,7 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         .await
         .expect("edit");
     assert_eq!(e.replaced, 1);
-    let (text, version) = fs.read_text(&new, 1 << 20).await.expect("read");
+    let (text, version) = fs.read_text(&new, 1 << 20, policy).await.expect("read");
     assert_eq!((text.as_str(), &version), ("one\nthree\n", &e.version));
     assert_eq!(
         code(fs.edit_text(&new, &edit, Some(&w.version), policy).await),
@@ -192,23 +198,23 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         limit,
     };
     let found = fs
-        .glob(&root, &q("*.txt", 10), &cancel)
+        .glob(&root, &q("*.txt", 10), policy, &cancel)
         .await
         .expect("glob");
     assert_eq!(found.paths, [ws.join("a.txt"), ws.join(".hidden.txt")]);
     assert_eq!(found.total, 2);
     let found = fs
-        .glob(&root, &q("src/*.rs", 1), &cancel)
+        .glob(&root, &q("src/*.rs", 1), policy, &cancel)
         .await
         .expect("glob");
     assert_eq!((found.paths, found.total), (vec![ws.join("src/lib.rs")], 2));
     let config = fs
-        .glob(&root, &q("config", 10), &cancel)
+        .glob(&root, &q("config", 10), policy, &cancel)
         .await
         .expect("glob");
     assert_eq!(config.total, 0, "{:?}", config.paths);
     assert_eq!(
-        code(fs.glob(&root, &q("[", 10), &cancel).await),
+        code(fs.glob(&root, &q("[", 10), policy, &cancel).await),
         ErrorCode::SearchInvalidPattern
     );
 
@@ -221,7 +227,7 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         max_line_bytes: 2000,
     };
     let found = fs
-        .grep(&root, &g("alpha", None, 10), &cancel)
+        .grep(&root, &g("alpha", None, 10), policy, &cancel)
         .await
         .expect("grep");
     let hits: Vec<(PathBuf, u64)> = found
@@ -241,7 +247,7 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
     assert_eq!(found.total, 4);
     assert_eq!(found.matches[1].text, "alpha beta");
     let found = fs
-        .grep(&root, &g("alpha", Some("*.rs"), 1), &cancel)
+        .grep(&root, &g("alpha", Some("*.rs"), 1), policy, &cancel)
         .await
         .expect("grep");
     assert_eq!(found.matches.len(), 1);
@@ -253,28 +259,34 @@ async fn conforms(fs: &dyn FileSystem, ws: &Path, policy: &SandboxPolicy) {
         max_line_bytes: 3,
         ..g("alpha beta", None, 10)
     };
-    let found = fs.grep(&root, &cut, &cancel).await.expect("grep");
+    let found = fs.grep(&root, &cut, policy, &cancel).await.expect("grep");
     assert_eq!(found.matches[0].text, "alp (line truncated)");
     assert_eq!(
-        code(fs.grep(&root, &g("(", None, 10), &cancel).await),
+        code(fs.grep(&root, &g("(", None, 10), policy, &cancel).await),
         ErrorCode::SearchInvalidPattern
     );
     // A file as the root: that file is searched (regression: it found nothing).
     let found = fs
-        .grep(&a, &g("beta", None, 10), &cancel)
+        .grep(&a, &g("beta", None, 10), policy, &cancel)
         .await
         .expect("grep");
     assert_eq!(found.total, 2, "{:?}", found.matches);
-    let found = fs.glob(&a, &q("*.txt", 10), &cancel).await.expect("glob");
+    let found = fs
+        .glob(&a, &q("*.txt", 10), policy, &cancel)
+        .await
+        .expect("glob");
     assert_eq!(found.paths, [ws.join("a.txt")]);
     let stopped = CancelToken::new();
     stopped.cancel("test");
     assert_eq!(
-        code(fs.grep(&root, &g("alpha", None, 10), &stopped).await),
+        code(
+            fs.grep(&root, &g("alpha", None, 10), policy, &stopped)
+                .await
+        ),
         ErrorCode::SearchAborted
     );
     assert_eq!(
-        code(fs.glob(&root, &q("*", 10), &stopped).await),
+        code(fs.glob(&root, &q("*", 10), policy, &stopped).await),
         ErrorCode::SearchAborted
     );
 }
@@ -298,7 +310,8 @@ async fn the_sandboxed_provider_conforms() {
 async fn a_fenced_grep_never_opens_a_denied_file() {
     let (_dir, ws) = workspace();
     std::fs::write(ws.join("secret.pem"), "alpha key\n").expect("secret");
-    let fenced = SandboxedFs::new(LocalFs::new(&ws)).with_deny_read([ws.join("*.pem")]);
+    let fenced = SandboxedFs::new(LocalFs::new(&ws));
+    let pem = SandboxPolicy::new(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join("*.pem")]);
     let root = fenced.target_of(".", Some(&ws)).await.expect("root");
     let q = GrepQuery {
         pattern: "alpha key".into(),
@@ -307,7 +320,7 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         max_line_bytes: 2000,
     };
     let found = fenced
-        .grep(&root, &q, &CancelToken::new())
+        .grep(&root, &q, &pem, &CancelToken::new())
         .await
         .expect("grep");
     assert_eq!(found.total, 0, "{:?}", found.matches);
@@ -317,16 +330,18 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
     std::fs::create_dir_all(ws.join("dots/gnupg")).expect("dots");
     std::fs::write(ws.join("dots/gnupg/key"), "alpha key\n").expect("key");
     std::os::unix::fs::symlink("dots/gnupg", ws.join(".gnupg")).expect("link");
-    let gpg = SandboxedFs::new(LocalFs::new(&ws)).with_deny_read([ws.join(".gnupg")]);
+    let gpg = SandboxedFs::new(LocalFs::new(&ws));
+    let gnupg_denied =
+        SandboxPolicy::new(SandboxMode::ReadOnly, &ws).with_deny_read([ws.join(".gnupg")]);
     let found = gpg
-        .grep(&root, &q, &CancelToken::new())
+        .grep(&root, &q, &gnupg_denied, &CancelToken::new())
         .await
         .expect("grep");
     let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
     assert!(!paths.contains(&ws.join("dots/gnupg/key")), "{paths:?}");
     let gnupg = gpg.target_of(".gnupg", Some(&ws)).await.expect("resolve");
     let e = gpg
-        .grep(&gnupg, &q, &CancelToken::new())
+        .grep(&gnupg, &q, &gnupg_denied, &CancelToken::new())
         .await
         .expect_err("a denied root");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
@@ -334,7 +349,10 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .target_of("dots/gnupg/key", Some(&ws))
         .await
         .expect("resolve");
-    let e = gpg.read_text(&key, 1 << 20).await.expect_err("its target");
+    let e = gpg
+        .read_text(&key, 1 << 20, &gnupg_denied)
+        .await
+        .expect_err("its target");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
     // And a hard link elsewhere to a file inside a denied directory.
     std::fs::hard_link(ws.join("dots/gnupg/key"), ws.join("notes.txt")).expect("hard link");
@@ -343,12 +361,12 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
         .await
         .expect("resolve");
     let e = gpg
-        .read_text(&other, 1 << 20)
+        .read_text(&other, 1 << 20, &gnupg_denied)
         .await
         .expect_err("another name");
     assert_eq!(e.code(), ErrorCode::FsSandboxDenied);
     let found = gpg
-        .grep(&root, &q, &CancelToken::new())
+        .grep(&root, &q, &gnupg_denied, &CancelToken::new())
         .await
         .expect("grep");
     let paths: Vec<_> = found.matches.iter().map(|m| m.path.clone()).collect();
@@ -357,7 +375,12 @@ async fn a_fenced_grep_never_opens_a_denied_file() {
     std::fs::remove_file(ws.join("dots/gnupg/key")).expect("clean");
     let local = LocalFs::new(&ws);
     let found = local
-        .grep(&root, &q, &CancelToken::new())
+        .grep(
+            &root,
+            &q,
+            &SandboxPolicy::danger_full_access(&ws),
+            &CancelToken::new(),
+        )
         .await
         .expect("grep");
     assert_eq!(found.total, 1);

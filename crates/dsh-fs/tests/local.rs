@@ -15,7 +15,8 @@ fn setup() -> (tempfile::TempDir, PathBuf, LocalFs) {
     (dir, root, fs)
 }
 
-/// The policy every write and edit of the local provider passes: it confines nothing.
+/// The policy every read, write and edit of the local provider passes: it confines
+/// nothing.
 fn full() -> dsh_sandbox::SandboxPolicy {
     dsh_sandbox::SandboxPolicy::danger_full_access(Path::new("/"))
 }
@@ -88,34 +89,40 @@ async fn reads_are_bounded_and_refuse_what_is_not_text() {
     };
     std::fs::write(root.join("h"), "hello").expect("write");
     assert_eq!(
-        fs.read_bytes(&t("h").await, 5).await.expect("exact").0,
+        fs.read_bytes(&t("h").await, 5, &full())
+            .await
+            .expect("exact")
+            .0,
         b"hello"
     );
     assert_eq!(
-        code(fs.read_bytes(&t("h").await, 4).await),
+        code(fs.read_bytes(&t("h").await, 4, &full()).await),
         ErrorCode::FsTooLarge
     );
     std::fs::write(root.join("nul"), b"h\0i").expect("write");
     assert_eq!(
-        code(fs.read_text(&t("nul").await, 100).await),
+        code(fs.read_text(&t("nul").await, 100, &full()).await),
         ErrorCode::FsNotText
     );
     assert_eq!(
-        fs.read_bytes(&t("nul").await, 100).await.expect("raw").0,
+        fs.read_bytes(&t("nul").await, 100, &full())
+            .await
+            .expect("raw")
+            .0,
         b"h\0i"
     );
     std::fs::write(root.join("bad"), b"h\xffi").expect("write");
     assert_eq!(
-        code(fs.read_text(&t("bad").await, 100).await),
+        code(fs.read_text(&t("bad").await, 100, &full()).await),
         ErrorCode::FsNotText
     );
     std::fs::create_dir(root.join("dir")).expect("dir");
     assert_eq!(
-        code(fs.read_text(&t("dir").await, 100).await),
+        code(fs.read_text(&t("dir").await, 100, &full()).await),
         ErrorCode::FsNotRegularFile
     );
     assert_eq!(
-        code(fs.read_text(&t("nope").await, 100).await),
+        code(fs.read_text(&t("nope").await, 100, &full()).await),
         ErrorCode::FsNotFound
     );
     // A FIFO must not block the read.
@@ -130,12 +137,12 @@ async fn reads_are_bounded_and_refuse_what_is_not_text() {
     .expect("mkfifo");
     let r = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        fs.read_text(&t("fifo").await, 100),
+        fs.read_text(&t("fifo").await, 100, &full()),
     )
     .await;
     assert_eq!(code(r.expect("did not block")), ErrorCode::FsNotRegularFile);
     let mem = fs.target_of("/proc/self/mem", None).await.expect("resolve");
-    let c = code(fs.read_text(&mem, 4096).await);
+    let c = code(fs.read_text(&mem, 4096, &full()).await);
     assert!(c.as_str().starts_with("FS_"), "{c:?}");
 }
 
@@ -468,7 +475,10 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
     )
     .expect("write");
     let t = fs.target_of("w", None).await.expect("resolve");
-    let w = fs.read_lines(&t, limits(1, 10), &go).await.expect("window");
+    let w = fs
+        .read_lines(&t, limits(1, 10), &full(), &go)
+        .await
+        .expect("window");
     assert_eq!(
         w.total_lines,
         TotalLines::Exact(4),
@@ -483,21 +493,27 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
         w.lines[2],
         (3, "three-is-m... (line truncated to 10 chars)".to_owned())
     );
-    let w = fs.read_lines(&t, limits(2, 1), &go).await.expect("window");
+    let w = fs
+        .read_lines(&t, limits(2, 1), &full(), &go)
+        .await
+        .expect("window");
     assert_eq!(w.lines, [(2, "two".to_owned())]);
     std::fs::write(root.join("many"), "0123456789\n".repeat(20)).expect("write");
     let m = fs.target_of("many", None).await.expect("resolve");
-    let w = fs.read_lines(&m, limits(1, 20), &go).await.expect("window");
+    let w = fs
+        .read_lines(&m, limits(1, 20), &full(), &go)
+        .await
+        .expect("window");
     assert!(w.truncated_by_bytes);
     assert_eq!((w.lines.len(), w.total_lines), (5, TotalLines::Exact(20)));
     assert_eq!(
-        code(fs.read_lines(&m, limits(21, 1), &go).await),
+        code(fs.read_lines(&m, limits(21, 1), &full(), &go).await),
         ErrorCode::FsNotFound
     );
     std::fs::write(root.join("empty"), "").expect("write");
     let e = fs.target_of("empty", None).await.expect("resolve");
     assert_eq!(
-        fs.read_lines(&e, limits(1, 5), &go)
+        fs.read_lines(&e, limits(1, 5), &full(), &go)
             .await
             .expect("empty")
             .total_lines,
@@ -510,7 +526,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
     .expect("write");
     let b = fs.target_of("late-bad", None).await.expect("resolve");
     assert_eq!(
-        code(fs.read_lines(&b, limits(1, 1), &go).await),
+        code(fs.read_lines(&b, limits(1, 1), &full(), &go).await),
         ErrorCode::FsNotText
     );
     // A multi-byte character split across read chunks is decoded whole.
@@ -526,6 +542,7 @@ async fn line_windows_cut_long_lines_stop_at_the_byte_cap_and_count_every_line()
                 max_line_chars: 100_000,
                 max_bytes: 1 << 20,
             },
+            &full(),
             &go,
         )
         .await
@@ -557,7 +574,10 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
     // 10 KB of text, then an 8 GiB line: reading it all would take many seconds.
     sparse(&root.join("huge"), 640, 8 << 30);
     let t = fs.target_of("huge", None).await.expect("resolve");
-    let w = fs.read_lines(&t, wide(1, 1), &go).await.expect("window");
+    let w = fs
+        .read_lines(&t, wide(1, 1), &full(), &go)
+        .await
+        .expect("window");
     assert_eq!(w.lines, [(1, "a line of text".to_owned())]);
     assert_eq!(
         w.total_lines,
@@ -569,7 +589,7 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
     let cut = format!("{}... (line truncated to 2000 chars)", "\0".repeat(2000));
     for limit in [1, 5] {
         let w = fs
-            .read_lines(&t, wide(641, limit), &go)
+            .read_lines(&t, wide(641, limit), &full(), &go)
             .await
             .expect("window");
         assert_eq!(w.lines, [(641, cut.clone())], "limit {limit}");
@@ -580,11 +600,17 @@ async fn a_window_reads_its_lines_and_a_bounded_rest_never_the_whole_file() {
     let lines = usize::try_from(COUNT_AHEAD / 15).expect("fits");
     std::fs::write(root.join("fits"), "a line of text\n".repeat(lines)).expect("write");
     let f = fs.target_of("fits", None).await.expect("resolve");
-    let w = fs.read_lines(&f, wide(1, 1), &go).await.expect("window");
+    let w = fs
+        .read_lines(&f, wide(1, 1), &full(), &go)
+        .await
+        .expect("window");
     assert_eq!(w.total_lines, TotalLines::Exact(lines as u64));
     std::fs::write(root.join("long"), "a line of text\n".repeat(lines * 2)).expect("write");
     let l = fs.target_of("long", None).await.expect("resolve");
-    let w = fs.read_lines(&l, wide(1, 1), &go).await.expect("window");
+    let w = fs
+        .read_lines(&l, wide(1, 1), &full(), &go)
+        .await
+        .expect("window");
     assert!(
         matches!(w.total_lines, TotalLines::AtLeast(n) if n >= lines as u64 && n < 2 * lines as u64),
         "{:?}",
@@ -600,7 +626,7 @@ async fn a_cancelled_window_stops_reading() {
     let cancelled = CancelToken::new();
     cancelled.cancel("test");
     assert_eq!(
-        code(fs.read_lines(&t, limits(1, 1), &cancelled).await),
+        code(fs.read_lines(&t, limits(1, 1), &full(), &cancelled).await),
         ErrorCode::FsAborted
     );
     // Line 642 lies past 8 GiB of line 641, which must be read through: a cancel stops
@@ -612,7 +638,7 @@ async fn a_cancelled_window_stops_reading() {
         later.cancel("test");
     });
     assert_eq!(
-        code(fs.read_lines(&t, limits(642, 1), &cancel).await),
+        code(fs.read_lines(&t, limits(642, 1), &full(), &cancel).await),
         ErrorCode::FsAborted
     );
 }

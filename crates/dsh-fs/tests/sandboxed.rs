@@ -92,7 +92,10 @@ async fn read_only_refuses_every_write_and_edit_but_reads() {
         ErrorCode::FsSandboxDenied
     );
     assert_eq!(
-        fs.read_text(&secret, 100).await.expect("reads are free").0,
+        fs.read_text(&secret, 100, &fs.policy)
+            .await
+            .expect("reads are free")
+            .0,
         "outside\n"
     );
 }
@@ -461,4 +464,63 @@ async fn an_undecided_workspace_write_policy_writes_nothing() {
     fs.write_text(&t, "x", None, &decided)
         .await
         .expect("a decided policy writes");
+}
+
+// Read denial travels with the policy: the provider holds no list of its own, so one
+// provider reads a file under one call's policy and refuses it under another's.
+#[tokio::test]
+async fn a_read_is_fenced_by_its_calls_policy() {
+    let s = setup();
+    let fs = SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp);
+    std::fs::write(s.ws.join("id.pem"), "key\n").expect("write");
+    let t = fs.target_of("id.pem", None).await.expect("resolve");
+    let open = SandboxPolicy::new(SandboxMode::ReadOnly, &s.ws);
+    let denying = open.clone().with_deny_read([s.ws.join("*.pem")]);
+    assert_eq!(fs.read_text(&t, 100, &open).await.expect("read").0, "key\n");
+    let e = fs.read_text(&t, 100, &denying).await.expect_err("denied");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied, "{}", e.message());
+    let root = fs.target_of(".", None).await.expect("root");
+    let q = dsh_fs::GlobQuery {
+        pattern: "*.pem".into(),
+        limit: 10,
+    };
+    let cancel = dsh_core::CancelToken::new();
+    let found = fs.glob(&root, &q, &open, &cancel).await.expect("glob");
+    assert_eq!(found.paths, [s.ws.join("id.pem")]);
+    let found = fs.glob(&root, &q, &denying, &cancel).await.expect("glob");
+    assert!(found.paths.is_empty(), "{:?}", found.paths);
+    // What the file tools never read, whatever the policy says.
+    let own = fs
+        .target_of("/proc/self/environ", None)
+        .await
+        .expect("resolve");
+    let full = SandboxPolicy::danger_full_access(&s.ws);
+    let e = fs
+        .read_bytes(&own, 1 << 20, &full)
+        .await
+        .expect_err("/proc");
+    assert_eq!(e.code(), ErrorCode::FsSandboxDenied, "{}", e.message());
+}
+
+// The local provider fences nothing, so a confined call's read is refused, never done
+// unconfined.
+#[tokio::test]
+async fn the_local_provider_refuses_a_confined_read() {
+    let s = setup();
+    let fs = LocalFs::new(&s.ws);
+    let t = fs
+        .target_of(s.outside.join("secret").to_str().expect("utf-8"), None)
+        .await
+        .expect("resolve");
+    let confined = SandboxPolicy::new(SandboxMode::ReadOnly, &s.ws);
+    let e = fs
+        .read_text(&t, 100, &confined)
+        .await
+        .expect_err("confined");
+    assert_eq!(e.code(), ErrorCode::SandboxUnavailable, "{}", e.message());
+    let full = full_access(&s.ws);
+    assert_eq!(
+        fs.read_text(&t, 100, &full).await.expect("read").0,
+        "outside\n"
+    );
 }

@@ -360,6 +360,19 @@ impl SandboxPolicy {
         self.with_layout(dir, layout)
     }
 
+    /// The same policy with more writable directories (canonical) whose layouts it does not
+    /// hold: deciding it walks them ([`laid_out`](Self::laid_out) does not list them). A
+    /// policy given a root is no longer decided.
+    pub fn with_writable_roots(mut self, dirs: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
+        for dir in dirs {
+            if !self.writable_roots.contains(&dir) && dir != self.workspace_root {
+                self.writable_roots.push(dir);
+                self.unsettled = None;
+            }
+        }
+        self
+    }
+
     /// The same policy with more protected paths (absolute; only ever added).
     pub fn with_protected(mut self, paths: impl IntoIterator<Item = PathBuf>) -> SandboxPolicy {
         let mut seen: std::collections::HashSet<PathBuf> = self.protected.iter().cloned().collect();
@@ -433,11 +446,23 @@ impl SandboxPolicy {
     /// Whether a confined command under this policy may not read `path` (absolute): a
     /// denied path, or one a closed home hides.
     pub fn denies_read(&self, path: &Path) -> bool {
-        self.mode.is_confined()
-            && deny_read::Matcher::new(&self.deny_read)
-                .with_homes(&self.closed_dirs, &self.read_allow, &self.readable_roots())
-                .refusal(path)
-                .is_some()
+        self.mode.is_confined() && self.read_fence(&[], &[]).refusal(path).is_some()
+    }
+
+    /// This policy's read denial as the disk is now: its denied paths and `also_denied`,
+    /// and its closed homes but for `read_allow`, its [`readable_roots`](Self::readable_roots)
+    /// and `also_readable`. What confined commands may not read, and what the file tools
+    /// never read in any mode.
+    pub fn read_fence(
+        &self,
+        also_denied: &[PathBuf],
+        also_readable: &[PathBuf],
+    ) -> deny_read::Matcher {
+        let mut denied = self.deny_read.clone();
+        add_unique(&mut denied, also_denied.iter().cloned());
+        let mut roots = self.readable_roots();
+        add_unique(&mut roots, also_readable.iter().cloned());
+        deny_read::Matcher::new(&denied).with_homes(&self.closed_dirs, &self.read_allow, &roots)
     }
 }
 

@@ -641,6 +641,7 @@ impl Session {
                     code: "TOOL_OUTCOME_UNKNOWN".into(),
                 }),
                 source_event_seqs: vec![call_seq],
+                seen: None,
                 ..ToolResultRecord::default()
             });
             self.append_locked(&mut st, &result, time).await?;

@@ -139,13 +139,13 @@ impl TerminalBackend for BashBackend {
         }
         let (spec, confinement) = self.spawn_spec(&request, config)?;
         let process = self.subprocess.spawn(spec)?;
-        let session = Terminal::start(process, config.clone())?.holding(confinement);
-        match session.initialize(config.timeout, cancel).await {
-            Ok(motd) => Ok((session, motd)),
+        let terminal = Terminal::start(process, config.clone())?.holding(confinement);
+        match terminal.initialize(config.timeout, cancel).await {
+            Ok(motd) => Ok((terminal, motd)),
             Err(e) => {
                 // Rolled back: the shell and anything it started are gone before this
                 // returns.
-                let _ = session.close().await;
+                let _ = terminal.close().await;
                 Err(e)
             }
         }

@@ -19,7 +19,7 @@ use crate::{SendRequest, SendResult};
 pub struct OpenRequest {
     /// The backend type (`shell`).
     pub kind: String,
-    /// A name unique among the owner's sessions.
+    /// A name unique among the owner's terminals.
     pub name: Option<String>,
     /// The working directory; default the policy's workspace root.
     pub cwd: Option<PathBuf>,
@@ -110,14 +110,14 @@ struct Entry {
     owner: Owner,
     name: Option<String>,
     kind: String,
-    session: Arc<Terminal>,
+    terminal: Arc<Terminal>,
     policy: SandboxPolicy,
     closing: bool,
 }
 
 #[derive(Default)]
 struct Inner {
-    sessions: Vec<Entry>,
+    terminals: Vec<Entry>,
     /// Names of spawns not yet published: (owner key, name).
     reserved: Vec<(usize, String)>,
     /// Spawns not yet published: (owner key, their cancel token).
@@ -181,7 +181,7 @@ pub struct Terminals {
 impl std::fmt::Debug for Terminals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Terminals")
-            .field("sessions", &self.lock().sessions.len())
+            .field("terminals", &self.lock().terminals.len())
             .finish_non_exhaustive()
     }
 }
@@ -290,7 +290,7 @@ impl Terminals {
             &reservation,
         )
         .await;
-        let (session, motd) = match spawned {
+        let (terminal, motd) = match spawned {
             Ok(s) => s,
             Err(e) => return Err(self.abort_reason(cancel, &reservation).unwrap_or(e)),
         };
@@ -306,16 +306,16 @@ impl Terminals {
         });
         if let Some(e) = refused {
             drop(reserved);
-            let _ = session.close().await;
+            let _ = terminal.close().await;
             return Err(e);
         }
-        let session = Arc::new(session);
+        let terminal = Arc::new(terminal);
         let snapshot = Snapshot {
             id: id.clone(),
             name: request.name.clone(),
             kind: request.kind.clone(),
-            pid: Some(session.pid()),
-            status: session.status(),
+            pid: Some(terminal.pid()),
+            status: terminal.status(),
         };
         let ended_meanwhile = {
             let mut inner = self.lock();
@@ -324,14 +324,14 @@ impl Terminals {
             // Asked again under the lock the owner's and the service's ends take: an end
             // that came after the check above gets no terminal that outlives it.
             if reservation.is_cancelled() || self.disposing.load(Ordering::SeqCst) {
-                Some(session)
+                Some(terminal)
             } else {
-                Self::publish(&mut inner, owner, id, request, session);
+                Self::publish(&mut inner, owner, id, request, terminal);
                 None
             }
         };
-        if let Some(session) = ended_meanwhile {
-            let _ = session.close().await;
+        if let Some(terminal) = ended_meanwhile {
+            let _ = terminal.close().await;
             return Err(self
                 .abort_reason(cancel, &reservation)
                 .unwrap_or_else(disposing));
@@ -339,14 +339,14 @@ impl Terminals {
         Ok(Opened { snapshot, motd })
     }
 
-    /// Lists `session` (its terminal, `id`) as `owner`'s, with its policy among those the
+    /// Lists `terminal` (`id`) as `owner`'s, with its policy among those the
     /// owner's terminals ran under.
     fn publish(
         inner: &mut Inner,
         owner: &Owner,
         id: TerminalId,
         request: OpenRequest,
-        session: Arc<Terminal>,
+        terminal: Arc<Terminal>,
     ) {
         let key = owner.key();
         if !inner
@@ -356,12 +356,12 @@ impl Terminals {
         {
             inner.policies.push((key, request.policy.clone()));
         }
-        inner.sessions.push(Entry {
+        inner.terminals.push(Entry {
             id,
             owner: owner.clone(),
             name: request.name,
             kind: request.kind,
-            session,
+            terminal,
             policy: request.policy,
             closing: false,
         });
@@ -404,7 +404,7 @@ impl Terminals {
         let key = owner.key();
         if let Some(name) = name {
             let taken = inner
-                .sessions
+                .terminals
                 .iter()
                 .any(|e| e.owner.key() == key && e.name.as_ref() == Some(name))
                 || inner.reserved.iter().any(|(k, n)| *k == key && n == name);
@@ -420,7 +420,7 @@ impl Terminals {
             }
         }
         let open = inner
-            .sessions
+            .terminals
             .iter()
             .filter(|e| e.owner.key() == key)
             .count()
@@ -491,10 +491,10 @@ impl Terminals {
     }
 
     /// The terminal `id` if `owner` owns it.
-    fn session(&self, owner: &Owner, id: &str) -> Result<Arc<Terminal>, HarnessError> {
+    fn terminal(&self, owner: &Owner, id: &str) -> Result<Arc<Terminal>, HarnessError> {
         let inner = self.lock();
         let entry = inner
-            .sessions
+            .terminals
             .iter()
             .find(|e| e.id.as_str() == id)
             .ok_or_else(|| {
@@ -516,7 +516,7 @@ impl Terminals {
                 ),
             ));
         }
-        Ok(entry.session.clone())
+        Ok(entry.terminal.clone())
     }
 
     /// The sandbox policy terminal `id` runs under (resolved when it opened).
@@ -524,10 +524,10 @@ impl Terminals {
     /// # Errors
     /// `NO_SESSION`, `FOREIGN_SESSION`.
     pub fn policy(&self, owner: &Owner, id: &str) -> Result<SandboxPolicy, HarnessError> {
-        self.session(owner, id)?;
+        self.terminal(owner, id)?;
         let inner = self.lock();
         inner
-            .sessions
+            .terminals
             .iter()
             .find(|e| e.id.as_str() == id)
             .map(|e| e.policy.clone())
@@ -550,14 +550,14 @@ impl Terminals {
         request: SendRequest,
         cancel: &CancelToken,
     ) -> Result<SendResult, HarnessError> {
-        let session = self.session(owner, id)?;
+        let terminal = self.terminal(owner, id)?;
         if request.timeout > self.config.max_timeout {
             return Err(HarnessError::invalid_argument(format!(
                 "timeout_ms must be at most {}",
                 self.config.max_timeout.as_millis()
             )));
         }
-        session.send(request, cancel, false).await
+        terminal.send(request, cancel, false).await
     }
 
     /// [`send`](Self::send) for a background send: the checks (`NO_SESSION`,
@@ -575,14 +575,14 @@ impl Terminals {
         request: SendRequest,
         cancel: CancelToken,
     ) -> Result<BackgroundSend, HarnessError> {
-        let session = self.session(owner, id)?;
+        let terminal = self.terminal(owner, id)?;
         if request.timeout > self.config.max_timeout {
             return Err(HarnessError::invalid_argument(format!(
                 "timeout_ms must be at most {}",
                 self.config.max_timeout.as_millis()
             )));
         }
-        session.start_send(request, cancel)
+        terminal.start_send(request, cancel)
     }
 
     /// A page of terminal `id`'s scrollback (see [`Scrollback::page`](crate::Scrollback::page)).
@@ -596,11 +596,11 @@ impl Terminals {
         offset: u64,
         count: u64,
     ) -> Result<ReadPage, HarnessError> {
-        let session = self.session(owner, id)?;
+        let terminal = self.terminal(owner, id)?;
         if count == 0 {
             return Err(HarnessError::invalid_argument("count must be at least 1"));
         }
-        Ok(session.read(offset, count))
+        Ok(terminal.read(offset, count))
     }
 
     /// Sends `signal` to terminal `id`'s foreground group; returns the group.
@@ -613,7 +613,7 @@ impl Terminals {
         id: &str,
         signal: TerminalSignal,
     ) -> Result<u32, HarnessError> {
-        self.session(owner, id)?.signal(signal.number())
+        self.terminal(owner, id)?.signal(signal.number())
     }
 
     /// Closes terminal `id` and forgets it once its tree is gone.
@@ -627,19 +627,19 @@ impl Terminals {
     /// its tree got the hangup and SIGTERM (SIGKILL follows after the grace), but it stays
     /// listed until a later close, which reports `AlreadyClosing`.
     pub async fn close(&self, owner: &Owner, id: &str) -> Result<CloseOutcome, HarnessError> {
-        let session = self.session(owner, id)?;
+        let terminal = self.terminal(owner, id)?;
         let already = {
             let mut inner = self.lock();
-            match inner.sessions.iter_mut().find(|e| e.id.as_str() == id) {
+            match inner.terminals.iter_mut().find(|e| e.id.as_str() == id) {
                 Some(e) => std::mem::replace(&mut e.closing, true),
                 None => true,
             }
         };
-        let result = session.close().await;
+        let result = terminal.close().await;
         let mut inner = self.lock();
         match result {
             Ok(()) => {
-                inner.sessions.retain(|e| e.id.as_str() != id);
+                inner.terminals.retain(|e| e.id.as_str() != id);
                 Ok(if already {
                     CloseOutcome::AlreadyClosing
                 } else {
@@ -647,7 +647,7 @@ impl Terminals {
                 })
             }
             Err(e) => {
-                if let Some(entry) = inner.sessions.iter_mut().find(|e| e.id.as_str() == id) {
+                if let Some(entry) = inner.terminals.iter_mut().find(|e| e.id.as_str() == id) {
                     entry.closing = false;
                 }
                 Err(e)
@@ -658,15 +658,15 @@ impl Terminals {
     /// `owner`'s terminals, oldest first.
     pub fn list(&self, owner: &Owner) -> Vec<Snapshot> {
         self.lock()
-            .sessions
+            .terminals
             .iter()
             .filter(|e| e.owner.key() == owner.key())
             .map(|e| Snapshot {
                 id: e.id.clone(),
                 name: e.name.clone(),
                 kind: e.kind.clone(),
-                pid: Some(e.session.pid()),
-                status: e.session.status(),
+                pid: Some(e.terminal.pid()),
+                status: e.terminal.status(),
             })
             .collect()
     }
@@ -686,7 +686,7 @@ impl Terminals {
     pub fn has_owner_activity(&self, owner: &Owner) -> bool {
         let inner = self.lock();
         let key = owner.key();
-        inner.sessions.iter().any(|e| e.owner.key() == key)
+        inner.terminals.iter().any(|e| e.owner.key() == key)
             || inner.pending.iter().any(|(k, _, _)| *k == key)
     }
 
@@ -722,7 +722,7 @@ impl Terminals {
     }
 
     async fn end(&self, whose: impl Fn(usize) -> bool, reason: &str) -> Result<(), HarnessError> {
-        let sessions: Vec<(TerminalId, Arc<Terminal>)> = {
+        let terminals: Vec<(TerminalId, Arc<Terminal>)> = {
             let mut inner = self.lock();
             for (k, _, token) in &inner.pending {
                 if whose(*k) {
@@ -730,23 +730,23 @@ impl Terminals {
                 }
             }
             inner
-                .sessions
+                .terminals
                 .iter_mut()
                 .filter(|e| whose(e.owner.key()))
                 .map(|e| {
                     e.closing = true;
-                    (e.id.clone(), e.session.clone())
+                    (e.id.clone(), e.terminal.clone())
                 })
                 .collect()
         };
         // All at once: each close waits out its own grace.
         let mut closing = tokio::task::JoinSet::new();
-        for (i, (_, s)) in sessions.iter().enumerate() {
+        for (i, (_, s)) in terminals.iter().enumerate() {
             let s = s.clone();
             closing.spawn(async move { (i, s.close().await) });
         }
         // A close that panicked stays a failure.
-        let mut results: Vec<Result<(), HarnessError>> = sessions
+        let mut results: Vec<Result<(), HarnessError>> = terminals
             .iter()
             .map(|_| Err(HarnessError::internal("closing the session did not finish")))
             .collect();
@@ -757,9 +757,9 @@ impl Terminals {
         }
         let mut failed = 0;
         let mut inner = self.lock();
-        for ((id, _), r) in sessions.iter().zip(results) {
+        for ((id, _), r) in terminals.iter().zip(results) {
             match r {
-                Ok(()) => inner.sessions.retain(|e| &e.id != id),
+                Ok(()) => inner.terminals.retain(|e| &e.id != id),
                 Err(_) => failed += 1,
             }
         }

@@ -54,7 +54,7 @@ const FIRST_STEP: Duration = Duration::from_millis(2);
 const INSPECT_LIMIT: Duration = Duration::from_millis(500);
 
 /// How often a killed background send looks again at what it started (each look walks
-/// the terminal's whole process session).
+/// every process on the terminal).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// How long what a killed background send started may run after each signal (SIGINT,
@@ -142,7 +142,7 @@ impl OpOutput {
 /// unless a program that ran before the send holds the terminal, and SIGTERM to what the
 /// send started; then SIGKILL to that, again at each look while any is left.
 ///
-/// What the send started: a process that was not in the terminal's process session just before
+/// What the send started: a process that was not on the terminal just before
 /// the write and whose parent is what read the text (the shell, or the program holding
 /// the terminal then: a REPL, a nested shell) or something the send started. An orphan
 /// (its parent gone, or re-parented to the shell's own parent, a PID namespace's init)
@@ -182,7 +182,7 @@ impl Kill {
     }
 }
 
-/// A terminal's process session just before a background send's write: a complete look, with
+/// A terminal's processes just before a background send's write: a complete look, with
 /// the shell in it.
 struct Before {
     /// Its processes, by pid and start (a pid reused since is another process).
@@ -387,7 +387,7 @@ impl Terminal {
         self
     }
 
-    /// The session leader's pid (as dsh sees it).
+    /// The pid of the program that leads the terminal (as dsh sees it).
     pub fn pid(&self) -> u32 {
         self.control.pid()
     }
@@ -477,12 +477,12 @@ impl Terminal {
             _guard: slot,
             background: Some((self.state.clone(), send)),
         };
-        let session = self.clone();
+        let terminal = self.clone();
         let output: std::sync::Weak<dyn SendOutput> =
             Arc::downgrade(self) as std::sync::Weak<Terminal>;
         let reader = SendReader { output, send };
         Ok(BackgroundSend::new(
-            async move { session.send_holding(slot, request, &cancel, false).await },
+            async move { terminal.send_holding(slot, request, &cancel, false).await },
             reader,
         ))
     }
@@ -555,7 +555,13 @@ impl Terminal {
                 }
             }
         }
-        let mut left_wait = initial.is_none_or(|f| !f.input_waiting);
+        let mut watch = Watch {
+            start,
+            startup,
+            initial,
+            left_wait: initial.is_none_or(|f| !f.input_waiting),
+            kill,
+        };
         // The first looks come quickly (2, 4, 8, … ms), then every poll interval: a
         // command that answers at once is seen at once.
         let poll = self.config.poll_interval;
@@ -567,7 +573,7 @@ impl Terminal {
                 _ = cancel.cancelled(), if !interrupted => {
                     interrupted = true;
                     if let Some((k, until)) = self.begin_interrupt(before.as_ref())? {
-                        (kill, deadline) = (Some(k), until);
+                        (watch.kill, deadline) = (Some(k), until);
                     }
                 }
             }
@@ -581,47 +587,56 @@ impl Terminal {
             let quiet = step;
             step = (step * 2).min(poll);
             next = now + step;
-            if self.is_closing() || self.control.outcome().is_some() {
-                return Ok(self.settle(WaitReason::SessionExit));
-            }
-            let (marker, tail_is_prompt, idle, any) = self.output_view(now);
-            // The prompt tier needs only the foreground group (one ioctl).
-            let holder = self.pty.foreground_group();
-            let shell = self.shell_group(holder, marker);
-            if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
-                return Ok(self.settle(WaitReason::StdinRead));
-            }
-            // While what a killed send started still runs, only the prompt (above), the
-            // terminal's end or the kill's deadline settles it.
-            let mut holding = false;
-            if let Some(k) = kill.as_mut() {
-                self.advance_kill(k, shell, holder).await;
-                holding = k.left;
-            }
-            let fg = if holding { None } else { self.inspect().await };
-            if let Some(f) = fg {
-                let probed = now - start >= self.config.exact_probe_after;
-                if reads_new_input(f, initial, &mut left_wait) && probed && (!startup || any) {
-                    return Ok(self.settle(WaitReason::StdinRead));
-                }
-            }
-            let silence = self.silence_for(marker);
-            // A killed send is not settled by silence before its first step: a quiet
-            // moment (the shell between two commands) is not the end of what it runs.
-            let first_grace = kill.as_ref().is_some_and(|k| k.steps == 0);
-            if idle >= silence && (!startup || any) && !holding && !first_grace {
-                return Ok(self.settle(WaitReason::InferredIdle));
+            if let Some(reason) = self.look(&mut watch, now, quiet).await {
+                return Ok(self.settle(reason));
             }
         }
     }
 
-    /// A complete look at the terminal's process session before a background send's
+    /// One look after a send's write: why the send settles now, if it does (the tiers of
+    /// the module docs, in order); `quiet`: how long output must have been still.
+    async fn look(&self, w: &mut Watch, now: Instant, quiet: Duration) -> Option<WaitReason> {
+        if self.is_closing() || self.control.outcome().is_some() {
+            return Some(WaitReason::SessionExit);
+        }
+        let (marker, tail_is_prompt, idle, any) = self.output_view(now);
+        // The prompt tier needs only the foreground group (one ioctl).
+        let holder = self.pty.foreground_group();
+        let shell = self.shell_group(holder, marker);
+        if marker && tail_is_prompt && idle >= quiet && holder.is_some() && holder == shell {
+            return Some(WaitReason::StdinRead);
+        }
+        // While what a killed send started still runs, only the prompt (above), the
+        // terminal's end or the kill's deadline settles it.
+        let mut holding = false;
+        if let Some(k) = w.kill.as_mut() {
+            self.advance_kill(k, shell, holder).await;
+            holding = k.left;
+        }
+        let fg = if holding { None } else { self.inspect().await };
+        if let Some(f) = fg {
+            let probed = now - w.start >= self.config.exact_probe_after;
+            if reads_new_input(f, w.initial, &mut w.left_wait) && probed && (!w.startup || any) {
+                return Some(WaitReason::StdinRead);
+            }
+        }
+        let silence = self.silence_for(marker);
+        // A killed send is not settled by silence before its first step: a quiet
+        // moment (the shell between two commands) is not the end of what it runs.
+        let first_grace = w.kill.as_ref().is_some_and(|k| k.steps == 0);
+        if idle >= silence && (!w.startup || any) && !holding && !first_grace {
+            return Some(WaitReason::InferredIdle);
+        }
+        None
+    }
+
+    /// A complete look at the terminal's processes before a background send's
     /// write, with the shell in it; `None` without one (a kill is then the interrupt
     /// alone).
     async fn look_before(&self) -> Option<Arc<Before>> {
         let shell = (*self.shell_pgid.lock().unwrap_or_else(|p| p.into_inner()))?;
         let holder = self.pty.foreground_group();
-        self.session_now()
+        self.members_now()
             .await
             .and_then(|m| Before::new(&m, shell, holder))
             .map(Arc::new)
@@ -745,14 +760,14 @@ impl Terminal {
 
     /// Every process of the terminal now, looked up off the async threads within
     /// [`INSPECT_LIMIT`]; `None` when the look failed or was incomplete.
-    async fn session_now(&self) -> Option<Vec<Member>> {
+    async fn members_now(&self) -> Option<Vec<Member>> {
         let pty = self.pty.clone();
         let look = tokio::task::spawn_blocking(move || pty.members());
         tokio::time::timeout(INSPECT_LIMIT, look).await.ok()?.ok()?
     }
 
     /// Takes the kill's next step if its time has come (see [`Kill`]), and learns whether
-    /// anything the send started is left. A look walks the whole process session, off the async
+    /// anything the send started is left. A look walks every process on the terminal, off the async
     /// threads: a due step looks at once, counting and repeated SIGKILLs every
     /// [`LOOK_EVERY`]; a look that takes longer than [`INSPECT_LIMIT`] counts as "left".
     async fn advance_kill(&self, k: &mut Kill, shell: Option<u32>, holder: Option<u32>) {
@@ -1079,6 +1094,20 @@ fn aborted_before_write() -> HarnessError {
         ErrorCode::Aborted,
         "terminal send aborted before write: nothing was typed",
     )
+}
+
+/// What a send's looks after its write carry from one to the next.
+struct Watch {
+    /// When the send began.
+    start: Instant,
+    /// The terminal's first send (its startup), which counts output from before the write.
+    startup: bool,
+    /// The foreground as the send found it, before its write.
+    initial: Option<Foreground>,
+    /// Whether the foreground has left the read it was waiting in before the write.
+    left_wait: bool,
+    /// The kill of a cancelled background send, once begun.
+    kill: Option<Kill>,
 }
 
 /// Whether the foreground group `f` waits for input the send caused (the exact tier):

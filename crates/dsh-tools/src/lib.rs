@@ -216,6 +216,9 @@ pub struct CallContext<'a> {
     pub world: &'a World,
     /// The call's write scopes: the pipeline closes them (see [`CallContext::policy`]).
     pub(crate) scopes: &'a policy::scope::CallScopes,
+    /// The file the call last saw ([`saw`](CallContext::saw)): the pipeline logs it with
+    /// the call's result.
+    pub(crate) seen: &'a std::sync::Mutex<Option<dsh_fs::observations::Seen>>,
 }
 
 impl CallContext<'_> {
@@ -229,17 +232,49 @@ impl CallContext<'_> {
     /// Cancel safe for the call: dropped before it returns, it arms no check; work
     /// [`PolicyService::policy_for`] put on a blocking thread still finishes there.
     pub async fn policy(&self) -> dsh_sandbox::SandboxPolicy {
-        let standing = match self.session {
-            Some(s) => {
-                let cwd = s.header().cwd.clone();
-                self.world
-                    .policy()
-                    .policy_for(Some((&**s as &dyn dsh_core::journal::Journal, &cwd)), None)
-                    .await
-            }
-            None => self.world.policy().policy_for(None, None).await,
-        };
+        let standing = self.unarmed_policy(None).await;
         self.armed(standing)
+    }
+
+    /// The directory this call's relative paths and commands resolve in: its session's
+    /// working directory as a root, else the World's fallback root
+    /// ([`PolicyService::workspace_root`], the one rule). Every policy of the call has this
+    /// root.
+    pub fn workspace_root(&self) -> std::path::PathBuf {
+        self.world
+            .policy()
+            .workspace_root(self.session.map(|s| s.header().cwd.as_path()))
+    }
+
+    /// The policy this call's reads are fenced by
+    /// ([`PolicyService::read_policy`]): what a command of the call could not read, the
+    /// file tools do not read. No check is armed; nothing is walked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn read_policy(&self) -> dsh_sandbox::SandboxPolicy {
+        let session = self.session.map(|s| {
+            (
+                &**s as &dyn dsh_core::journal::Journal,
+                s.header().cwd.as_path(),
+            )
+        });
+        self.world.policy().read_policy(session).await
+    }
+
+    /// The call's policy in `explicit` mode (else the session's or the default), the check
+    /// not armed: for deciding, before [`armed`](Self::armed) arms what runs.
+    pub(crate) async fn unarmed_policy(
+        &self,
+        explicit: Option<dsh_sandbox::SandboxMode>,
+    ) -> dsh_sandbox::SandboxPolicy {
+        let session = self.session.map(|s| {
+            (
+                &**s as &dyn dsh_core::journal::Journal,
+                s.header().cwd.as_path(),
+            )
+        });
+        self.world.policy().policy_for(session, explicit).await
     }
 
     /// dsh's managed variables (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`, …) for a command
@@ -254,6 +289,25 @@ impl CallContext<'_> {
             .collect(&dsh_shell::shell_env::ExecContext {
                 session_id: self.session.map(|s| s.id().clone()),
             })
+    }
+
+    /// Records that the call saw `target` at `version`: the session's read-before-edit
+    /// memory has it now, and the call's logged result carries it (the newest of the call
+    /// wins), so a session resumed from its log has it too.
+    pub(crate) fn saw(&self, target: &dsh_fs::FsTarget, version: &dsh_fs::FsVersion) {
+        self.world.observe(
+            self.session.map(|s| s.id()),
+            target.key(),
+            dsh_fs::observations::Observation::Present(version.clone()),
+        );
+        *self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(dsh_fs::observations::Seen {
+                key: target.key().to_path_buf(),
+                version: version.clone(),
+            });
     }
 
     /// `policy`, with the check after the call armed for it when it can write (see

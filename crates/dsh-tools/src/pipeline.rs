@@ -75,7 +75,10 @@ impl World {
             name: call.name.clone(),
             arguments: Arc::new(call.arguments),
         };
-        let stage = self.run_stages(session, &view, &cancel).await;
+        // What the call saw of a file, logged with its result whatever the outcome: the
+        // read-before-edit memory already has it.
+        let seen = std::sync::Mutex::new(None);
+        let stage = self.run_stages(session, &view, &cancel, &seen).await;
         let mut result = match stage {
             Stage::Final(r) => r,
             Stage::Post(r) => self.post_execute(&view, r, &cancel).await,
@@ -107,6 +110,10 @@ impl World {
                     bytes: img.data.len() as u64,
                 }),
                 source_event_seqs: Vec::new(),
+                seen: seen
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .map(|s| Box::new(s.to_record())),
             });
             if let Err(e) = s.append(logged).await {
                 return ToolResult::from_error(&e);
@@ -121,6 +128,7 @@ impl World {
         session: Option<&Arc<Session>>,
         view: &CallView,
         cancel: &CancelToken,
+        seen: &std::sync::Mutex<Option<dsh_fs::observations::Seen>>,
     ) -> Stage {
         if cancel.is_cancelled() {
             return Stage::Final(ToolResult::from_error(&aborted_before_dispatch()));
@@ -169,6 +177,7 @@ impl World {
             cancel,
             world: self,
             scopes: &scopes,
+            seen,
         };
         // A body that started is awaited to its end, cancelled or not. A panic in it ends
         // this call alone.

@@ -10,7 +10,6 @@ use crate::policy::escalation::{
     approve_escalation, validate_escalation_args, ApprovalQuestion, EscalationRequest, Subject,
 };
 use dsh_approval::{Action, ApprovalOutcome, ApprovalRequest};
-use dsh_core::journal::Journal;
 use dsh_core::{ErrorCode, HarnessError};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
@@ -44,16 +43,7 @@ pub(crate) async fn policy_for_call(
     let (Some(wanted), Some(why)) = (requested, justification) else {
         return Ok(ctx.policy().await);
     };
-    let standing = match ctx.session {
-        Some(s) => {
-            let cwd = s.header().cwd.clone();
-            world
-                .policy()
-                .policy_for(Some((&**s as &dyn Journal, &cwd)), None)
-                .await
-        }
-        None => world.policy().policy_for(None, None).await,
-    };
+    let standing = ctx.unarmed_policy(None).await;
     if !world.confines() {
         let what = match subject {
             Subject::Command => "executor",
@@ -99,16 +89,7 @@ pub(crate) async fn policy_for_call(
     };
     let granted = approve_escalation(&request, Some(approver)).await?;
     // Resolved again in the granted mode: a wider mode has its own protected paths.
-    let widened = match ctx.session {
-        Some(s) => {
-            let cwd = s.header().cwd.clone();
-            world
-                .policy()
-                .policy_for(Some((&**s as &dyn Journal, &cwd)), Some(granted))
-                .await
-        }
-        None => world.policy().policy_for(None, Some(granted)).await,
-    };
+    let widened = ctx.unarmed_policy(Some(granted)).await;
     Ok(ctx.armed(widened))
 }
 

@@ -179,6 +179,10 @@ pub struct ToolResultRecord {
     /// The image the result carried, as its type and size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRecord>,
+    /// The file the call last saw, as it was then: what the read-before-edit memory of a
+    /// session resumed from its log is seeded from (the newest wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Box<SeenRecord>>,
     /// The events this result was derived from: the call a crash interrupted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_event_seqs: Vec<u64>,
@@ -200,6 +204,19 @@ pub struct ErrorRecord {
     /// Its stable code (`INVALID_ARGUMENT`, …).
     #[serde(default, skip_serializing_if = "Logged::is_dropped")]
     pub code: Logged,
+}
+
+/// A file a call saw, logged as `{key, version}`: its stable key (the canonical path) and
+/// its version token then. A key the log cut (longer than the log keeps whole) seeds
+/// nothing: that file must be read again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeenRecord {
+    /// The file's stable key.
+    #[serde(default, skip_serializing_if = "Logged::is_dropped")]
+    pub key: Logged,
+    /// Its version token (opaque; compare, never parse).
+    #[serde(default, skip_serializing_if = "Logged::is_dropped")]
+    pub version: Logged,
 }
 
 /// An image in a result, logged as `{mimeType, bytes}`, never its data.

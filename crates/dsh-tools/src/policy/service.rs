@@ -186,8 +186,44 @@ impl PolicyService {
         }
     }
 
-    /// The policy of a call: `explicit` mode, else the session's, else the default; the
-    /// root from `session` = (journal, its cwd), else the fallback root.
+    /// The workspace root of a call whose session works in `cwd`, or of a call without a
+    /// session (`None`): the one rule every tool and every policy uses. `cwd` made a root
+    /// ([`root_of`](dsh_core::path::root_of): absolute, through its links), else the
+    /// service's fallback root.
+    pub fn workspace_root(&self, cwd: Option<&Path>) -> PathBuf {
+        cwd.map_or_else(|| self.fallback_root.clone(), dsh_core::path::root_of)
+    }
+
+    /// The policy a call's reads are fenced by: the session's mode (else the default), its
+    /// workspace root ([`workspace_root`](Self::workspace_root) of `session` = (journal,
+    /// its cwd)), the read denials, and under workspace-write the writable roots. Never
+    /// decided (nothing is walked): it confines no command and lets the file tools write
+    /// nothing under workspace-write (fail closed); it is for reading.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn read_policy(&self, session: Option<(&dyn Journal, &Path)>) -> SandboxPolicy {
+        let session_mode = match session {
+            Some((j, _)) => self.override_of(j).await,
+            None => None,
+        };
+        let mode = session_mode.unwrap_or(self.default_mode);
+        let root = self.workspace_root(session.map(|(_, cwd)| cwd));
+        let policy = SandboxPolicy::bare(mode, &root)
+            .with_deny_read(self.deny_read.iter().cloned())
+            .with_homes_closed(self.read_allow.iter().cloned())
+            .with_on_partial(self.on_partial)
+            .with_network(self.network);
+        if mode == SandboxMode::WorkspaceWrite {
+            policy.with_writable_roots(self.writable_roots.iter().cloned())
+        } else {
+            policy
+        }
+    }
+
+    /// The policy of a call: `explicit` mode, else the session's, else the default; its
+    /// workspace root is [`workspace_root`](Self::workspace_root) of `session` = (journal,
+    /// its cwd).
     ///
     /// # Cancel safety
     /// Cancel safe: it logs nothing. A walk of a root, or the recheck of what earlier
@@ -203,10 +239,7 @@ impl PolicyService {
             None => None,
         };
         let mode = explicit.or(session_mode).unwrap_or(self.default_mode);
-        let root = session.map_or_else(
-            || self.fallback_root.clone(),
-            |(_, cwd)| dsh_core::path::root_of(cwd),
-        );
+        let root = self.workspace_root(session.map(|(_, cwd)| cwd));
         // Protected paths matter only where something is writable.
         if mode != SandboxMode::WorkspaceWrite {
             let layout = WorkspaceLayout {

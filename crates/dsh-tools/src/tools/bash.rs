@@ -239,7 +239,6 @@ impl Tool for BashTool {
     async fn call(&self, args: &Value, ctx: &CallContext<'_>) -> Result<ToolOutput, HarnessError> {
         let a = parse(args)?;
         let world = ctx.world;
-        let journal_cwd = ctx.session.map(|s| s.header().cwd.clone());
         let policy = crate::policy::policy_for_call(
             ctx,
             a.sandbox_permissions.map(Escalation::mode),
@@ -249,18 +248,12 @@ impl Tool for BashTool {
             self.action(args),
         )
         .await?;
-        // A confined call resolves in its workspace; an unconfined world's, in the
-        // session's working directory.
-        let base: Option<PathBuf> = if world.confines() {
-            Some(policy.workspace_root.clone())
-        } else {
-            journal_cwd.as_deref().map(dsh_core::path::root_of)
-        };
-        let workdir = match (a.workdir.as_deref(), &base) {
-            (Some(w), Some(b)) if !w.starts_with('/') => Some(b.join(w)),
-            (Some(w), _) => Some(PathBuf::from(w)),
-            (None, b) => b.clone(),
-        };
+        let root = ctx.workspace_root();
+        let workdir = Some(match a.workdir.as_deref() {
+            Some(w) if !w.starts_with('/') => root.join(w),
+            Some(w) => PathBuf::from(w),
+            None => root,
+        });
         let dsh_env = ctx.managed_env()?;
         let label = a.command.clone();
         let mut request = ShellRequest::new(a.command, policy.clone());

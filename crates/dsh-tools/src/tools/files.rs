@@ -8,11 +8,11 @@
 //! and `justification` for one approved escalation, exactly like `bash`; a refusal shows
 //! the pinned denial marker and the escalation hint.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dsh_approval::Action;
 use dsh_core::{ErrorCode, HarnessError};
-use dsh_fs::observations::{Observation, Seen};
+use dsh_fs::observations::Observation;
 use dsh_fs::{FileSystem, FsTarget};
 use dsh_sandbox::{SandboxMode, SandboxPolicy};
 use schemars::JsonSchema;
@@ -60,34 +60,16 @@ pub(super) fn check_path(path: &str) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// The workspace root relative paths resolve against: the policy's for a mutation in a world that
-/// confines (`confined_by`), else the session's working directory (canonicalised when
-/// `..` is involved).
-pub(super) fn root_for(
-    ctx: &CallContext<'_>,
-    confined_by: Option<&SandboxPolicy>,
-    path: &str,
-) -> Option<PathBuf> {
-    if let Some(p) = confined_by {
-        return Some(p.workspace_root.clone());
-    }
-    let cwd = ctx.session.map(|s| s.header().cwd.clone())?;
-    let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
-    Some(if dotdot(&cwd) || dotdot(Path::new(path)) {
-        dsh_core::path::canonical_path(&cwd)
-    } else {
-        cwd
-    })
-}
-
 /// A file tool's result `facts` with what it saw of `target` (its key and `version`), in
 /// the one form the read-before-edit memory is seeded from.
 pub(super) fn with_seen(mut facts: Value, target: &FsTarget, version: &dsh_fs::FsVersion) -> Value {
-    Seen {
-        key: target.key().to_path_buf(),
-        version: version.clone(),
+    if let Value::Object(map) = &mut facts {
+        map.insert(
+            "key".into(),
+            Value::from(target.key().to_string_lossy().into_owned()),
+        );
+        map.insert("version".into(), Value::from(version.as_str()));
     }
-    .add_to(&mut facts);
     facts
 }
 
@@ -184,7 +166,6 @@ pub(super) async fn target_and_policy(
         action,
     )
     .await?;
-    let base = root_for(ctx, ctx.world.confines().then_some(&policy), path);
-    let target = fs.target_of(path, base.as_deref()).await?;
+    let target = fs.target_of(path, Some(&ctx.workspace_root())).await?;
     Ok((target, policy))
 }

@@ -122,9 +122,12 @@ impl Tool for ReadImageTool {
                 "this World has no filesystem provider; read_image needs one",
             )
         })?;
-        let cwd = ctx.session.map(|s| s.header().cwd.clone());
-        let target = fs.target_of(&a.file_path, cwd.as_deref()).await?;
-        let (bytes, _) = fs.read_bytes(&target, IMAGE_MAX_BYTES).await?;
+        let target = fs
+            .target_of(&a.file_path, Some(&ctx.workspace_root()))
+            .await?;
+        let (bytes, _) = fs
+            .read_bytes(&target, IMAGE_MAX_BYTES, &ctx.read_policy().await)
+            .await?;
         let d = target.display().display();
         let actual = by_signature(&bytes).ok_or_else(|| {
             HarnessError::new(

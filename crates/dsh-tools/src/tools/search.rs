@@ -36,12 +36,7 @@ async fn roots(
     path: Option<&str>,
 ) -> Result<(PathBuf, FsTarget), HarnessError> {
     let fs = crate::tools::files::fs_of(ctx.world)?;
-    let cwd = ctx
-        .session
-        .map(|s| s.header().cwd.clone())
-        .or_else(|| std::env::current_dir().ok())
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let cwd = dsh_core::path::root_of(&cwd);
+    let cwd = ctx.workspace_root();
     let path = match path {
         Some(p) if p.trim().is_empty() => {
             return Err(invalid_args("path must be a non-empty string when given"))
@@ -168,7 +163,7 @@ impl Tool for GlobTool {
             limit: GLOB_MAX_RESULTS,
         };
         let found = crate::tools::files::fs_of(ctx.world)?
-            .glob(&root, &query, ctx.cancel)
+            .glob(&root, &query, &ctx.read_policy().await, ctx.cancel)
             .await?;
         Ok(glob_output(&cwd, &root, found))
     }
@@ -332,7 +327,7 @@ impl Tool for GrepTool {
             max_line_bytes: GREP_MAX_LINE_BYTES,
         };
         let found = crate::tools::files::fs_of(ctx.world)?
-            .grep(&root, &query, ctx.cancel)
+            .grep(&root, &query, &ctx.read_policy().await, ctx.cancel)
             .await?;
         Ok(grep_output(&cwd, found))
     }

@@ -14,7 +14,6 @@
 mod render;
 mod send_job;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -187,14 +186,7 @@ impl Tool for TerminalOpenTool {
             self.action(args),
         )
         .await?;
-        let cwd = a.cwd.as_deref().map(|c| {
-            let p = PathBuf::from(c);
-            if p.is_absolute() {
-                p
-            } else {
-                policy.workspace_root.join(p)
-            }
-        });
+        let cwd = a.cwd.as_deref().map(|c| ctx.workspace_root().join(c));
         let opened = t
             .open(
                 &owner,
@@ -272,7 +264,7 @@ impl Bounded for SendArgs {
 }
 
 /// Starts `request` as a `pty-send-<n>` job of the call's session and acknowledges it;
-/// the session's checks (`SEND_ACTIVE`, …) come before the job exists.
+/// the terminal's checks (`SEND_ACTIVE`, …) come before the job exists.
 fn send_in_background(
     ctx: &CallContext<'_>,
     t: &std::sync::Arc<Terminals>,

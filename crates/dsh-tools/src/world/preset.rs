@@ -262,10 +262,7 @@ impl WorldBuilder {
             let fs: Arc<dyn FileSystem> = match &sandbox {
                 None => Arc::new(local),
                 Some(s) => {
-                    let mut fenced = SandboxedFs::new(local)
-                        .with_deny_read(config.every_deny_read())
-                        .with_read_allow(config.read_allow.iter().cloned())
-                        .with_readable_roots(config.writable_roots.iter().cloned());
+                    let mut fenced = SandboxedFs::new(local);
                     if let Some(temp) = s.temp_dir() {
                         fenced = fenced.with_temp_dir(temp);
                     }

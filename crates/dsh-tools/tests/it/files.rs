@@ -401,3 +401,78 @@ async fn two_concurrent_edits_from_one_read_one_wins_one_is_stale() {
     let now = std::fs::read_to_string(ws.join("c.txt")).expect("read");
     assert!(now == "A\n" || now == "B\n", "{now}");
 }
+
+/// One rule for a call's workspace root: a session whose working directory is spelled
+/// through a link gets the same root from `read`, `bash` and `glob`: the directory the
+/// link leads to.
+#[tokio::test]
+async fn every_tool_resolves_in_the_same_workspace_root() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    let real = ws.join("real");
+    std::fs::create_dir_all(real.join("sub")).expect("mkdir");
+    std::fs::write(real.join("a.txt"), "alpha\n").expect("write");
+    std::os::unix::fs::symlink(&real, ws.join("link")).expect("symlink");
+    let spelled = ws.join("link");
+    let session = f.world.sessions().create(&spelled).await.expect("session");
+    session.begin_turn().await.expect("turn");
+    let s = Some(&session);
+    let run =
+        |name: &str, args: serde_json::Value| f.world.call(s, call(name, args), CancelToken::new());
+    let r = run("read", json!({"file_path": "a.txt"})).await;
+    assert!(
+        r.text
+            .starts_with(&format!("<path>{}</path>", real.join("a.txt").display())),
+        "{}",
+        r.text
+    );
+    let r = run("bash", json!({"command": "pwd -P", "description": "where"})).await;
+    assert!(
+        r.text.starts_with(&real.display().to_string()),
+        "{}",
+        r.text
+    );
+    let r = run("glob", json!({"pattern": "*.txt"})).await;
+    assert_eq!(r.text.lines().next(), Some("a.txt"), "{}", r.text);
+    assert_eq!(f.world.policy().workspace_root(Some(&spelled)), real);
+}
+
+/// What a file tool saw is logged typed with its result (`seen`), the record a resumed
+/// session's read-before-edit memory is seeded from; a result that saw no file has none.
+#[tokio::test]
+async fn a_file_tools_result_logs_what_it_saw() {
+    use dsh_core::journal::{EventKind, Record};
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    std::fs::write(ws.join("f.txt"), "a\n").expect("write");
+    f.session.begin_turn().await.expect("turn");
+    let s = Some(&f.session);
+    for args in [
+        json!({"file_path": "f.txt"}),
+        json!({"file_path": "none.txt"}),
+    ] {
+        f.world
+            .call(s, call("read", args), CancelToken::new())
+            .await;
+    }
+    let seen: Vec<_> = f
+        .session
+        .events()
+        .await
+        .expect("events")
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .map(|e| match e.record().expect("typed") {
+            Record::ToolResult(r) => r.seen,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(seen.len(), 2);
+    let first = seen[0].as_ref().expect("the read saw f.txt");
+    assert_eq!(
+        first.key.whole(),
+        Some(ws.join("f.txt").to_str().expect("utf-8"))
+    );
+    assert!(first.version.whole().is_some_and(|v| !v.is_empty()));
+    assert_eq!(seen[1], None, "a missing file is not logged as seen");
+}

@@ -100,3 +100,34 @@ fn the_context_text_is_per_mode_and_byte_stable() {
         "{full}"
     );
 }
+
+// The policy reads are fenced by is never decided: it walks nothing, and under
+// workspace-write it confines no command and lets the file tools write nothing.
+#[tokio::test]
+async fn a_read_policy_is_never_decided() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let extra = ws.join("extra");
+    std::fs::create_dir(&extra).expect("mkdir");
+    let svc = PolicyService::new(SandboxMode::WorkspaceWrite, Network::Deny, &ws)
+        .with_writable_roots([extra.clone()])
+        .with_deny_read([ws.join("*.pem")]);
+    let p = svc.read_policy(None).await;
+    assert_eq!(p.mode, SandboxMode::WorkspaceWrite);
+    assert_eq!(p.unsettled, None, "undecided");
+    assert!(p.laid_out.is_empty(), "{:?}", p.laid_out);
+    assert_eq!(
+        p.writable_roots,
+        vec![extra.clone()],
+        "its roots stay readable"
+    );
+    assert!(p.denies_read(&ws.join("id.pem")));
+    let sandbox = dsh_sandbox::LocalSandbox::new();
+    let e = dsh_sandbox::Sandbox::confine(&sandbox, &["true".into()], &p)
+        .expect_err("an undecided policy confines nothing");
+    assert_eq!(e.code(), dsh_core::ErrorCode::Internal, "{}", e.message());
+    // Under read-only the extra roots are not the policy's.
+    let ro =
+        PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws).with_writable_roots([extra]);
+    assert!(ro.read_policy(None).await.writable_roots.is_empty());
+}

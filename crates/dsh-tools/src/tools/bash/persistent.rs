@@ -1,7 +1,7 @@
 //! The persistent `bash` tool (`bash = "persistent"`): one shell per session on a
 //! terminal, so `cd`, `export`, functions and aliases carry from one call to the next.
 //!
-//! The shell is a terminal session named `bash` (it shows in `terminal_list`), opened at
+//! The shell is a terminal named `bash` (it shows in `terminal_list`), opened at
 //! the session's first call under the session's sandbox policy and kept for its life.
 //! Calls are serialised per session. Each command runs as one line,
 //! `eval -- $'COMMAND'`, between a start marker and an end marker that carries its exit

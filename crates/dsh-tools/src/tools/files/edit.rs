@@ -126,7 +126,6 @@ impl Tool for EditTool {
         )
         .await?;
         let can_ask = ctx.world.can_ask(ctx.session.map(|s| &**s)).await;
-        let session = ctx.session.map(|s| s.id());
         let d = target.display().display().to_string();
         let expected = match observation(ctx, target.key()).await {
             Some(Observation::Present(v)) => v,
@@ -158,11 +157,7 @@ impl Tool for EditTool {
             .edit_text(&target, &req, Some(&expected), &policy)
             .await
             .map_err(|e| remediate(e, policy.mode, can_ask))?;
-        ctx.world.observe(
-            session,
-            target.key(),
-            Observation::Present(out.version.clone()),
-        );
+        ctx.saw(&target, &out.version);
         let text = if all {
             format!("The file {d} has been updated. All occurrences were successfully replaced.")
         } else {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    check_path, envelope, fs_of, root_for, schema_of, with_seen, IMAGE_EXTENSIONS, READ_LIMIT,
+    check_path, envelope, fs_of, schema_of, with_seen, IMAGE_EXTENSIONS, READ_LIMIT,
     READ_MAX_BYTES, READ_MAX_LINE_CHARS,
 };
 use crate::schema::bounds::{self, Bound, Bounded};
@@ -92,8 +92,9 @@ impl Tool for ReadTool {
             )));
         }
         let fs = fs_of(ctx.world)?;
-        let base = root_for(ctx, None, &a.file_path);
-        let target = fs.target_of(&a.file_path, base.as_deref()).await?;
+        let target = fs
+            .target_of(&a.file_path, Some(&ctx.workspace_root()))
+            .await?;
         let session = ctx.session.map(|s| s.id());
         let d = target.display().display().to_string();
         let Some(info) = fs.stat(&target).await? else {
@@ -133,14 +134,11 @@ impl Tool for ReadTool {
                     max_line_chars: READ_MAX_LINE_CHARS,
                     max_bytes: READ_MAX_BYTES,
                 },
+                &ctx.read_policy().await,
                 ctx.cancel,
             )
             .await?;
-        ctx.world.observe(
-            session,
-            target.key(),
-            Observation::Present(w.version.clone()),
-        );
+        ctx.saw(&target, &w.version);
         let end = w.lines.last().map_or(offset - 1, |(n, _)| *n);
         let footer = if w.truncated_by_bytes {
             format!(

@@ -114,7 +114,6 @@ impl Tool for WriteTool {
         )
         .await?;
         let can_ask = ctx.world.can_ask(ctx.session.map(|s| &**s)).await;
-        let session = ctx.session.map(|s| s.id());
         let intent = match observation(ctx, target.key()).await {
             Some(Observation::Present(v)) => WriteIntent::ReplaceIfVersion(v),
             _ => WriteIntent::CreateIfAbsent,
@@ -124,11 +123,7 @@ impl Tool for WriteTool {
             .write_text(&target, &a.content, Some(intent), &policy)
             .await
             .map_err(|e| remediate(e, policy.mode, can_ask))?;
-        ctx.world.observe(
-            session,
-            target.key(),
-            Observation::Present(out.version.clone()),
-        );
+        ctx.saw(&target, &out.version);
         let what = if out.created {
             "Created file"
         } else {

@@ -25,7 +25,7 @@ const SEND_READ_MAX: usize = MAX_RESULT_BYTES - 1024;
 /// takes the complete lines shown since the last (the line being written waits for its
 /// end), and the first read after it settles takes the rest, as the foreground send would
 /// have shown it, with the closing lines; the status line says why it settled
-/// (`wait: stdin_read`) or that the session ended. A kill interrupts the foreground
+/// (`wait: stdin_read`) or that the terminal ended. A kill interrupts the foreground
 /// program (SIGINT), as cancelling a foreground send does, and what the send started
 /// that runs on anyway gets SIGTERM, then SIGKILL.
 pub(crate) struct PtySendJob {
