@@ -524,3 +524,24 @@ async fn the_local_provider_refuses_a_confined_read() {
         "outside\n"
     );
 }
+
+// The provider's own floor: a policy that carries no lists (a bare or danger-full-access
+// one) still gets the default denials and closed homes from the fenced provider, so no
+// caller's policy opens the credential stores to the file tools.
+#[tokio::test]
+async fn a_policy_without_lists_still_meets_the_default_denials() {
+    let s = setup();
+    let fs = SandboxedFs::new(LocalFs::new(&s.ws)).with_temp_dir(&s.temp);
+    let shadow = fs.target_of("/etc/shadow", None).await.expect("resolve");
+    for policy in [
+        SandboxPolicy::bare(SandboxMode::ReadOnly, &s.ws),
+        full_access(&s.ws),
+    ] {
+        assert!(policy.deny_read.is_empty() && policy.closed_dirs.is_empty());
+        let e = fs
+            .read_bytes(&shadow, 1 << 20, &policy)
+            .await
+            .expect_err("a default denial");
+        assert_eq!(e.code(), ErrorCode::FsSandboxDenied, "{}", e.message());
+    }
+}

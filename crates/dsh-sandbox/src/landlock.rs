@@ -215,8 +215,15 @@ impl Ruleset {
             (access::READ_FILE | access::WRITE_FILE | access::TRUNCATE | access::IOCTL_DEV)
                 & handled,
         )?;
+        // The writable roots are canonical: a link on the way to one now was put there
+        // since its policy was made (a command of the session moving the workspace and
+        // linking its name elsewhere) and would carry the grant elsewhere. Opened without
+        // following one, the grant lands where the policy says or the command does not
+        // run.
         for dir in &spec.writable {
-            ruleset.allow(dir, handled)?;
+            let file = crate::nofollow::open_path_no_symlinks(dir)?;
+            let st = crate::nofollow::fstat(file.as_raw_fd())?;
+            ruleset.add_rule_fd(&file, &st, handled, dir)?;
         }
         Ok(ruleset)
     }

@@ -58,6 +58,22 @@ pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     )
 }
 
+/// `path` (absolute), a file or a directory, opened `O_PATH` with no symlink anywhere on
+/// the way (`RESOLVE_NO_SYMLINKS`): what a canonical path names now, or an error (`ELOOP`)
+/// where a link has been put on its way since.
+pub fn open_path_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstring(path.as_os_str())?;
+    openat2(libc::AT_FDCWD, &c, libc::O_PATH, RESOLVE_NO_SYMLINKS).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot open {} without following a link: {e}",
+                path.display()
+            ),
+        )
+    })
+}
+
 /// The directory `dir`, which lies beneath `root` (or is it), opened with `flags` without
 /// a symlink on the way and without leaving `root`.
 pub fn open_beneath(root: &Path, dir: &Path, flags: i32) -> io::Result<OwnedFd> {

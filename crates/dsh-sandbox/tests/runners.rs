@@ -315,3 +315,41 @@ fn an_undecided_workspace_write_policy_is_refused() {
         .with_mode(SandboxMode::WorkspaceWrite);
     assert_eq!(widened.unsettled, None);
 }
+
+// Landlock grants the writable roots where the policy found them: one reached through a
+// link now (the workspace moved and its name linked elsewhere by a command of the
+// session, between the check before a call and the sandbox's setup) is refused, never
+// granted where the link leads.
+#[test]
+fn landlock_refuses_a_writable_root_reached_through_a_link() {
+    let sandbox = LocalSandbox::new().force_runner(Runner::Landlock);
+    let status = sandbox
+        .runners()
+        .into_iter()
+        .find(|s| s.runner == Runner::Landlock)
+        .expect("Landlock is a Linux runner");
+    if let Err(why) = status.available {
+        dsh_testkit::skip(dsh_testkit::Need::Landlock, &why);
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = canonical_path(dir.path());
+    let real = root.join("real");
+    std::fs::create_dir(&real).expect("mkdir");
+    std::os::unix::fs::symlink(&real, root.join("link")).expect("link");
+    let accept = |p: SandboxPolicy| p.with_on_partial(dsh_sandbox::OnPartial::Accept);
+    sandbox
+        .confine(&["true".into()], &accept(decided_write(&real)))
+        .expect("the real root confines");
+    let mut moved = accept(decided_write(&real));
+    moved.workspace_root = root.join("link");
+    let e = sandbox
+        .confine(&["true".into()], &moved)
+        .expect_err("a link on the way");
+    assert_eq!(e.code(), ErrorCode::SandboxUnavailable, "{}", e.message());
+    assert!(
+        e.message().contains("without following a link"),
+        "{}",
+        e.message()
+    );
+}

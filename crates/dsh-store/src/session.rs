@@ -212,7 +212,9 @@ impl SessionLog {
         self.create_with_id(SessionId::new(id), cwd).await
     }
 
-    /// A new session with `id`, created in `cwd`.
+    /// A new session with `id`, created in `cwd`, which its header records resolved
+    /// through its links ([`root_of`](dsh_core::path::root_of)): the session's workspace
+    /// root, which a link swapped later does not move.
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` for an id that is not one (ASCII letters, digits, `-`, `_`, `.`;
@@ -236,7 +238,9 @@ impl SessionLog {
         }
         let header = SessionHeader {
             id: id.clone(),
-            cwd: cwd.to_path_buf(),
+            // Resolved once, here: the workspace root every later call checks it still
+            // leads to (a link swapped later does not move the session).
+            cwd: dsh_core::path::root_of(cwd),
             created_ms: now_ms(),
         };
         let unit = self.storage.open(unit_spec(&id)).await?;

@@ -133,6 +133,13 @@ impl World {
         if cancel.is_cancelled() {
             return Stage::Final(ToolResult::from_error(&aborted_before_dispatch()));
         }
+        // A session whose working directory now leads elsewhere runs nothing: its root,
+        // and with it what its calls may read and write, stays where it was pinned.
+        if let Some(s) = session {
+            if let Err(e) = self.policy().check_root(&s.header().cwd) {
+                return Stage::Final(ToolResult::from_error(&e));
+            }
+        }
         let mut decision = PreDecision::Allow;
         for hook in &self.pre {
             match hook.pre_execute(view).await {

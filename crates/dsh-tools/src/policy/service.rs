@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use dsh_core::journal::{EventKind, Journal, Record};
-use dsh_core::HarnessError;
+use dsh_core::{ErrorCode, HarnessError};
 use serde_json::Value;
 
 use dsh_protect::protected;
@@ -187,11 +187,39 @@ impl PolicyService {
     }
 
     /// The workspace root of a call whose session works in `cwd`, or of a call without a
-    /// session (`None`): the one rule every tool and every policy uses. `cwd` made a root
-    /// ([`root_of`](dsh_core::path::root_of): absolute, through its links), else the
-    /// service's fallback root.
+    /// session (`None`): the one rule every tool and every policy uses. A session's `cwd`
+    /// as its log recorded it (resolved through its links when the session was created),
+    /// taken as it is and never through a link again: [`check_root`](Self::check_root)
+    /// refuses a call once it leads elsewhere, and a link swapped in later (while the call
+    /// waits for an approval, say) moves neither the policy nor the tools' paths. Else
+    /// the service's fallback root.
     pub fn workspace_root(&self, cwd: Option<&Path>) -> PathBuf {
-        cwd.map_or_else(|| self.fallback_root.clone(), dsh_core::path::root_of)
+        cwd.map_or_else(|| self.fallback_root.clone(), dsh_core::path::fold_dots)
+    }
+
+    /// `SANDBOX_UNAVAILABLE` when a session's recorded working directory `cwd` (resolved
+    /// through its links when the session was created) no longer leads to itself: the
+    /// directory was moved, or a link on its path replaced (by a command of the session,
+    /// say), and following it would move what the session's commands and file tools may
+    /// read and write. It holds across processes: the record is the session log's.
+    ///
+    /// # Errors
+    /// As above; nothing of the call runs.
+    pub fn check_root(&self, cwd: &Path) -> Result<(), HarnessError> {
+        let now = dsh_core::path::root_of(cwd);
+        if now == cwd {
+            return Ok(());
+        }
+        Err(HarnessError::new(
+            ErrorCode::SandboxUnavailable,
+            format!(
+                "the session's workspace root {} now leads to {}: the directory was moved, \
+                 or a link on its path replaced. dsh will not follow it, so nothing ran. Put \
+                 the directory back, or start dsh again in the directory you mean.",
+                cwd.display(),
+                now.display()
+            ),
+        ))
     }
 
     /// The policy a call's reads are fenced by: the session's mode (else the default), its

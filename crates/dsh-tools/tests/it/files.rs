@@ -1,6 +1,8 @@
 //! `read`, `write` and `edit` through the whole pipeline, in a read-only session over
 //! the sandboxed filesystem.
 
+use std::sync::Arc;
+
 use dsh_approval::ApprovalOutcome;
 use dsh_core::CancelToken;
 use serde_json::json;
@@ -434,7 +436,10 @@ async fn every_tool_resolves_in_the_same_workspace_root() {
     );
     let r = run("glob", json!({"pattern": "*.txt"})).await;
     assert_eq!(r.text.lines().next(), Some("a.txt"), "{}", r.text);
-    assert_eq!(f.world.policy().workspace_root(Some(&spelled)), real);
+    assert_eq!(
+        f.world.policy().workspace_root(Some(&session.header().cwd)),
+        real
+    );
 }
 
 /// What a file tool saw is logged typed with its result (`seen`), the record a resumed
@@ -475,4 +480,107 @@ async fn a_file_tools_result_logs_what_it_saw() {
     );
     assert!(first.version.whole().is_some_and(|v| !v.is_empty()));
     assert_eq!(seen[1], None, "a missing file is not logged as seen");
+}
+
+/// A session's workspace root is pinned where it first led: once its directory is moved
+/// and a link put in its place (what a command that can write the parent could do), the
+/// session's calls are refused, not run in the directory the link leads to.
+#[tokio::test]
+async fn a_session_whose_root_was_moved_runs_nothing() {
+    let f = fixture(|b| b, vec![]).await;
+    let ws = f.session.header().cwd.clone();
+    let (app, elsewhere) = (ws.join("app"), ws.join("elsewhere"));
+    std::fs::create_dir_all(&app).expect("mkdir");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    std::fs::write(app.join("mine.txt"), "mine\n").expect("write");
+    std::fs::write(elsewhere.join("secret.txt"), "secret\n").expect("write");
+    let session = f.world.sessions().create(&app).await.expect("session");
+    session.begin_turn().await.expect("turn");
+    let s = Some(&session);
+    let r = f
+        .world
+        .call(
+            s,
+            call("read", json!({"file_path": "mine.txt"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(r.text.contains("1: mine"), "{}", r.text);
+    std::fs::rename(&app, ws.join("app.old")).expect("move");
+    std::os::unix::fs::symlink(&elsewhere, &app).expect("link");
+    for (name, args) in [
+        ("read", json!({"file_path": "secret.txt"})),
+        (
+            "bash",
+            json!({"command": "cat secret.txt", "description": "x"}),
+        ),
+    ] {
+        let r = f.world.call(s, call(name, args), CancelToken::new()).await;
+        assert_eq!(code(&r), Some("SANDBOX_UNAVAILABLE"), "{name}: {}", r.text);
+        assert!(!r.text.contains("secret\n"), "{name}: {}", r.text);
+        assert!(r.text.contains("will not follow it"), "{name}: {}", r.text);
+    }
+    // The record is the session log's, not this process's: a new service refuses too.
+    let fresh = dsh_tools::PolicyService::new(
+        dsh_sandbox::SandboxMode::ReadOnly,
+        dsh_sandbox::Network::Deny,
+        &ws,
+    );
+    let e = fresh.check_root(&session.header().cwd).expect_err("moved");
+    assert_eq!(e.code(), dsh_core::ErrorCode::SandboxUnavailable);
+}
+
+/// Moves `from` aside and links its name to `to` when a call passes through it: a swap
+/// timed after the check before a call (as a background job of the session could time
+/// it, while the call waits for an approval).
+struct SwapOnCall {
+    from: std::path::PathBuf,
+    to: std::path::PathBuf,
+}
+
+#[async_trait::async_trait]
+impl dsh_tools::PreExecute for SwapOnCall {
+    async fn pre_execute(
+        &self,
+        _call: &dsh_tools::CallView,
+    ) -> Result<dsh_tools::PreDecision, dsh_core::HarnessError> {
+        if !self.from.is_symlink() {
+            std::fs::rename(&self.from, self.from.with_extension("old")).expect("move");
+            std::os::unix::fs::symlink(&self.to, &self.from).expect("link");
+        }
+        Ok(dsh_tools::PreDecision::Allow)
+    }
+}
+
+/// A swap after the check moves nothing: the call's policy and paths keep the recorded
+/// root, so a write lands nowhere but there (here: refused, as the name now leads
+/// outside the root).
+#[tokio::test]
+async fn a_swap_after_the_check_moves_no_policy() {
+    let holder = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(holder.path()).expect("canonical");
+    let (app, elsewhere) = (base.join("app"), base.join("elsewhere"));
+    std::fs::create_dir_all(&app).expect("mkdir");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let swap = Arc::new(SwapOnCall {
+        from: app.clone(),
+        to: elsewhere.clone(),
+    });
+    let f = fixture(move |b| b.pre_execute(swap), vec![]).await;
+    let session = f.world.sessions().create(&app).await.expect("session");
+    f.world
+        .set_mode(&session, dsh_sandbox::SandboxMode::WorkspaceWrite)
+        .await
+        .expect("mode");
+    session.begin_turn().await.expect("turn");
+    let r = f
+        .world
+        .call(
+            Some(&session),
+            call("write", json!({"file_path": "planted.txt", "content": "x"})),
+            CancelToken::new(),
+        )
+        .await;
+    assert!(!elsewhere.join("planted.txt").exists(), "{}", r.text);
+    assert_eq!(code(&r), Some("FS_SANDBOX_DENIED"), "{}", r.text);
 }
