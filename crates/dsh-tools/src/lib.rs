@@ -87,7 +87,7 @@ pub mod schema;
 pub mod tools;
 pub mod world;
 
-pub use policy::service::{CheckOutcome, PolicyService};
+pub use policy::service::{ArmedPolicy, CheckOutcome, PolicyService};
 pub use schema::structured::structured_schema;
 pub use world::preset::{BashMode, Preset, WorldConfig};
 pub use world::{World, WorldBuilder};

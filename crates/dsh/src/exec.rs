@@ -15,7 +15,7 @@ use dsh_sandbox::{
     classify_denial, classify_runner_failure, sandbox_unavailable, Confinement, LocalSandbox,
     Network, Quarantined, Runner, Sandbox, SandboxMode, SandboxPolicy,
 };
-use dsh_tools::{CheckOutcome, PolicyService, WorldConfig};
+use dsh_tools::{ArmedPolicy, CheckOutcome, PolicyService, WorldConfig};
 
 use crate::config::Flags;
 
@@ -86,7 +86,8 @@ pub struct ExecArgs {
 /// A confined command: the provider (which owns the private temp directory, so it must
 /// outlive the command) and the confinement.
 struct Confined {
-    sandbox: LocalSandbox,
+    /// Held, never read: dropping it removes the temp directory.
+    _sandbox: LocalSandbox,
     confinement: Confinement,
 }
 
@@ -110,11 +111,11 @@ impl ExecArgs {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for `--writable` outside workspace-write; `SANDBOX_UNAVAILABLE`.
-async fn confine(
+async fn confine<'s>(
     args: &ExecArgs,
     config: &WorldConfig,
-    service: &PolicyService,
-) -> Result<(SandboxPolicy, Option<Confined>), HarnessError> {
+    service: &'s PolicyService,
+) -> Result<(ArmedPolicy<'s>, Option<Confined>), HarnessError> {
     if !args.writable.is_empty() && config.mode != SandboxMode::WorkspaceWrite {
         return Err(HarnessError::invalid_argument(format!(
             "--writable needs --mode workspace-write (the mode is {})",
@@ -123,16 +124,19 @@ async fn confine(
     }
     // Under workspace-write each root is walked once and watched while the command runs,
     // so the check after it reads what changed instead of walking again.
-    let policy = service.policy_for(None, None).await;
-    if !policy.mode.is_confined() {
+    // The check after the command is armed here: it runs when `policy` is closed, or on
+    // any way out of `run` that drops it.
+    let mut policy = service.armed_policy(None, None).await;
+    if !policy.policy().mode.is_confined() {
         return Ok((policy, None));
     }
     let sandbox = config.sandbox();
-    let confinement = sandbox.confine(&args.argv, &policy)?;
+    policy.also_check(sandbox.temp_dir());
+    let confinement = sandbox.confine(&args.argv, policy.policy())?;
     Ok((
         policy,
         Some(Confined {
-            sandbox,
+            _sandbox: sandbox,
             confinement,
         }),
     ))
@@ -181,10 +185,11 @@ async fn run(args: &ExecArgs) -> u8 {
     }
     let spared = crate::orphans::become_subreaper();
     let service = config.policy_service();
-    let (policy, confined) = match confine(args, &config, &service).await {
+    let (armed, confined) = match confine(args, &config, &service).await {
         Ok(c) => c,
         Err(e) => return fail(args, &e),
     };
+    let policy = armed.policy().clone();
     let mode = policy.mode;
     let confinement = confined.as_ref().map(|c| &c.confinement);
     if let Some(c) = confinement {
@@ -215,23 +220,14 @@ async fn run(args: &ExecArgs) -> u8 {
     // Anything still our child now was adopted from the command's tree after it killed
     // its own reaper.
     crate::orphans::sweep(&spared);
-    if let (Some(line), true) = (runner_failed, args.json) {
-        return fail(args, &sandbox_unavailable(mode, "", Some(&line)));
-    }
     // Checked once the whole tree is gone, so nothing it left running adds to it later.
     let CheckOutcome {
         found: appeared,
         quarantined,
-    } = match confined
-        .as_ref()
-        .filter(|_| policy.mode == SandboxMode::WorkspaceWrite)
-    {
-        Some(c) => {
-            let temp = Vec::from_iter(c.sandbox.temp_dir());
-            service.check(&policy, &temp).await
-        }
-        None => CheckOutcome::default(),
-    };
+    } = armed.close().await;
+    if let (Some(line), true) = (runner_failed, args.json) {
+        return fail(args, &sandbox_unavailable(mode, "", Some(&line)));
+    }
     if !appeared.is_empty() && !args.json {
         eprintln!("{}", found_line(&appeared, &quarantined));
     }

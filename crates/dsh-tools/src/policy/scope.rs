@@ -14,7 +14,7 @@
 //!
 //! Closing runs the check where the files are: what the command made that the host's
 //! tools would run or read (a repository, a hook, a tool setting) is set aside and
-//! protected ([`PolicyService::check`](crate::PolicyService::check)).
+//! protected (the policy service's check).
 
 use std::sync::{Arc, Mutex};
 

@@ -9,7 +9,7 @@
 //!
 //! The protected paths come from a walk of the root for nested repositories, made once
 //! per root and then kept current with inotify (a [`TreeWatch`]), so a call costs the
-//! walk only the first time. After a confined command, [`PolicyService::check`]
+//! walk only the first time. After a confined command, the check
 //! says what it made that the host's tools would run or read (a new git dir, a hooks
 //! folder, a tool's settings), sets aside the programs in it, and the next policy protects
 //! it.
@@ -249,15 +249,37 @@ impl PolicyService {
         }
     }
 
+    /// The policy of a command run outside the tools' pipeline (`dsh exec`), with the check
+    /// after it armed: `explicit` mode, else the session's, else the default, decided as
+    /// for a call ([`policy_for`](Self::policy_for)). The check runs when the
+    /// [`ArmedPolicy`] is closed, or when it is dropped unclosed, so a caller cannot
+    /// forget it.
+    ///
+    /// # Cancel safety
+    /// As [`policy_for`](Self::policy_for).
+    pub async fn armed_policy(
+        &self,
+        session: Option<(&dyn Journal, &Path)>,
+        explicit: Option<SandboxMode>,
+    ) -> ArmedPolicy<'_> {
+        ArmedPolicy {
+            service: self,
+            policy: self.policy_for(session, explicit).await,
+            extra_roots: Vec::new(),
+            closed: false,
+        }
+    }
+
     /// The policy of a call: `explicit` mode, else the session's, else the default; its
     /// workspace root is [`workspace_root`](Self::workspace_root) of `session` = (journal,
-    /// its cwd).
+    /// its cwd). Unarmed: the caller arms the check after the call (the tools' write
+    /// scope, [`ArmedPolicy`]).
     ///
     /// # Cancel safety
     /// Cancel safe: it logs nothing. A walk of a root, or the recheck of what earlier
     /// checks left, already on a blocking thread runs to its end (the recheck may still set
     /// files aside).
-    pub async fn policy_for(
+    pub(crate) async fn policy_for(
         &self,
         session: Option<(&dyn Journal, &Path)>,
         explicit: Option<SandboxMode>,
@@ -318,14 +340,13 @@ impl PolicyService {
     /// Not cancel safe: once the check is on its blocking thread it runs to its end,
     /// setting aside what it finds, but the outcome is lost with the future; dropped before
     /// that (while the roots' layouts are taken), nothing is checked.
-    pub async fn check(&self, policy: &SandboxPolicy, extra_roots: &[PathBuf]) -> CheckOutcome {
+    pub(crate) async fn check(
+        &self,
+        policy: &SandboxPolicy,
+        extra_roots: &[PathBuf],
+    ) -> CheckOutcome {
         let mut layouts = Vec::new();
-        let roots = std::iter::once(&policy.workspace_root).chain(
-            self.writable_roots
-                .iter()
-                .filter(|d| policy.writable_roots.contains(d)),
-        );
-        for root in roots {
+        for root in self.checked_roots(policy) {
             layouts.push((root.clone(), self.layout_of(root).await));
         }
         let work = {
@@ -336,6 +357,26 @@ impl PolicyService {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
             Err(_) => work(),
         }
+    }
+
+    /// [`check`](Self::check) on this thread, for a check that cannot wait for a runtime
+    /// (an [`ArmedPolicy`] dropped unclosed).
+    fn check_here(&self, policy: &SandboxPolicy, extra_roots: &[PathBuf]) -> CheckOutcome {
+        let layouts = self
+            .checked_roots(policy)
+            .map(|root| (root.clone(), self.layout_now(root)))
+            .collect();
+        dsh_protect::quarantine::check(policy, layouts, extra_roots)
+    }
+
+    /// The roots the check after a command under `policy` looks at: its workspace root
+    /// and the configured writable roots the policy holds.
+    fn checked_roots<'p>(&'p self, policy: &'p SandboxPolicy) -> impl Iterator<Item = &'p PathBuf> {
+        std::iter::once(&policy.workspace_root).chain(
+            self.writable_roots
+                .iter()
+                .filter(|d| policy.writable_roots.contains(d)),
+        )
     }
 
     /// The policy of `mode` for `root` (canonical) with `layout`.
@@ -358,15 +399,7 @@ impl PolicyService {
     /// one walks the whole root).
     async fn layout_of(&self, root: &Path) -> WorkspaceLayout {
         let (watches, root) = (self.watches.clone(), root.to_path_buf());
-        let work = move || {
-            let mut map = watches
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let watch = map
-                .entry(root.clone())
-                .or_insert_with(|| TreeWatch::new(&root));
-            protected::for_root(&root, watch.walk())
-        };
+        let work = move || layout_in(&watches, &root);
         match tokio::runtime::Handle::try_current() {
             Ok(_) => match tokio::task::spawn_blocking(work).await {
                 Ok(layout) => layout,
@@ -377,6 +410,11 @@ impl PolicyService {
             },
             Err(_) => work(),
         }
+    }
+
+    /// The layout of `root` on this thread (see [`layout_of`](Self::layout_of)).
+    fn layout_now(&self, root: &Path) -> WorkspaceLayout {
+        layout_in(&self.watches, root)
     }
 
     /// Sets the session's mode: appends one `sandbox/mode {mode}` event.
@@ -473,6 +511,69 @@ impl PolicyService {
             SandboxMode::DangerFullAccess => format!(
                 "Current DSH file policy: {mode}. The file sandbox does not restrict modifications."
             ),
+        }
+    }
+}
+
+/// The layout of `root` from its watched walk in `watches` (the first one walks the whole
+/// root). Blocking.
+fn layout_in(watches: &Mutex<HashMap<PathBuf, TreeWatch>>, root: &Path) -> WorkspaceLayout {
+    let mut map = watches
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let watch = map
+        .entry(root.to_path_buf())
+        .or_insert_with(|| TreeWatch::new(root));
+    protected::for_root(root, watch.walk())
+}
+
+/// A command's policy with the check after it armed
+/// ([`PolicyService::armed_policy`]): [`close`](Self::close) runs the check once the
+/// command's whole tree is gone; dropped unclosed, it runs the check as it drops (blocking
+/// that thread), so no path out of the caller leaves a command's writes unchecked. Under
+/// a mode that cannot write there is nothing to check.
+#[must_use = "the check after the command runs when the armed policy is closed or dropped"]
+#[derive(Debug)]
+pub struct ArmedPolicy<'s> {
+    service: &'s PolicyService,
+    policy: SandboxPolicy,
+    extra_roots: Vec<PathBuf>,
+    closed: bool,
+}
+
+impl ArmedPolicy<'_> {
+    /// The policy the command runs under.
+    pub fn policy(&self) -> &SandboxPolicy {
+        &self.policy
+    }
+
+    /// Adds `roots`, other directories the command could write (the sandbox's temp dir),
+    /// to what the check looks at.
+    pub fn also_check(&mut self, roots: impl IntoIterator<Item = PathBuf>) {
+        self.extra_roots.extend(roots);
+    }
+
+    /// Runs the check after the command: what it made that the host's tools would run or
+    /// read, with the programs in it set aside ([`CheckOutcome`]); empty when the policy
+    /// cannot write.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: once on its blocking thread the check
+    /// runs to its end, and its outcome is lost with the future.
+    pub async fn close(mut self) -> CheckOutcome {
+        self.closed = true;
+        if self.policy.mode != SandboxMode::WorkspaceWrite {
+            return CheckOutcome::default();
+        }
+        self.service.check(&self.policy, &self.extra_roots).await
+    }
+}
+
+impl Drop for ArmedPolicy<'_> {
+    fn drop(&mut self) {
+        if !self.closed && self.policy.mode == SandboxMode::WorkspaceWrite {
+            self.closed = true;
+            let _ = self.service.check_here(&self.policy, &self.extra_roots);
         }
     }
 }

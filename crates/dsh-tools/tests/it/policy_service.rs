@@ -18,7 +18,11 @@ async fn precedence_is_explicit_then_session_then_default() {
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let s = log.create(&ws).await.expect("session");
     let svc = PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws);
-    let p = svc.policy_for(Some((&*s, &ws)), None).await;
+    let p = svc
+        .armed_policy(Some((&*s, &ws)), None)
+        .await
+        .policy()
+        .clone();
     assert_eq!((p.mode, p.network), (SandboxMode::ReadOnly, Network::Deny));
     assert_eq!(svc.override_of(&*s).await, None);
     svc.set_mode(&*s, SandboxMode::WorkspaceWrite)
@@ -36,20 +40,26 @@ async fn precedence_is_explicit_then_session_then_default() {
         .count();
     assert_eq!(modes, 2, "one event per set");
     assert_eq!(
-        svc.policy_for(Some((&*s, &ws)), None).await.mode,
+        svc.armed_policy(Some((&*s, &ws)), None)
+            .await
+            .policy()
+            .clone()
+            .mode,
         SandboxMode::DangerFullAccess
     );
     svc.set_mode(&*s, SandboxMode::ReadOnly).await.expect("set");
     let p = svc
-        .policy_for(Some((&*s, &ws)), Some(SandboxMode::WorkspaceWrite))
-        .await;
+        .armed_policy(Some((&*s, &ws)), Some(SandboxMode::WorkspaceWrite))
+        .await
+        .policy()
+        .clone();
     assert_eq!(
         p.mode,
         SandboxMode::WorkspaceWrite,
         "an explicit mode beats the session"
     );
     assert_eq!(p.workspace_root, ws);
-    let agentless = svc.policy_for(None, None).await;
+    let agentless = svc.armed_policy(None, None).await.policy().clone();
     assert_eq!(
         (agentless.mode, agentless.workspace_root),
         (SandboxMode::ReadOnly, ws.clone())
@@ -70,7 +80,11 @@ async fn the_root_is_canonicalised_before_dot_dot_is_folded() {
     let s = log.create(&cwd).await.expect("session");
     // The session log resolves the directory once, when the session is created; a call
     // passes the directory as recorded.
-    let p = svc.policy_for(Some((&*s, &s.header().cwd)), None).await;
+    let p = svc
+        .armed_policy(Some((&*s, &s.header().cwd)), None)
+        .await
+        .policy()
+        .clone();
     assert_eq!(p.workspace_root, physical, "link/.. follows the link first");
 }
 
@@ -132,4 +146,37 @@ async fn a_read_policy_is_never_decided() {
     let ro =
         PolicyService::new(SandboxMode::ReadOnly, Network::Deny, &ws).with_writable_roots([extra]);
     assert!(ro.read_policy(None).await.writable_roots.is_empty());
+}
+
+/// An armed policy runs the check after the command whether it is closed or dropped: a
+/// hook planted while it is armed is set aside either way.
+#[tokio::test]
+async fn an_armed_policy_checks_when_closed_and_when_dropped() {
+    for close in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+        let svc = PolicyService::new(SandboxMode::WorkspaceWrite, Network::Deny, &ws);
+        let armed = svc.armed_policy(None, None).await;
+        assert_eq!(armed.policy().mode, SandboxMode::WorkspaceWrite);
+        // What a command under it would plant: a repository with a hook git runs.
+        let git = std::process::Command::new("git")
+            .args(["init", "-q", "sub"])
+            .current_dir(&ws)
+            .status()
+            .expect("git");
+        assert!(git.success());
+        let hook = ws.join("sub/.git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\necho pwned\n").expect("hook");
+        if close {
+            let found = armed.close().await;
+            assert!(
+                found.found.iter().any(|p| p.starts_with(ws.join("sub"))),
+                "{:?}",
+                found.found
+            );
+        } else {
+            drop(armed);
+        }
+        assert!(!hook.exists(), "closed: {close}: the hook was set aside");
+    }
 }
