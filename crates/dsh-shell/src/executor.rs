@@ -76,6 +76,51 @@ impl Default for ShellConfig {
 }
 
 impl ShellConfig {
+    /// The spec `request` runs as under this configuration, for the shell named `shell`
+    /// (in messages): the timeout defaulted and capped, the stdout budget defaulted, the
+    /// working directory defaulted to `cwd`, else the host's current directory. Every
+    /// provider of the seam fills its specs here, so the defaults and caps are one rule.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a non-positive or non-finite timeout or a zero budget;
+    /// `PROCESS_CWD_INVALID` when no workdir is given and the host's current directory is
+    /// unusable.
+    pub fn spec_for(&self, shell: &str, request: ShellRequest) -> Result<ShellSpec, HarnessError> {
+        let timeout_ms = clamp_timeout(
+            request.timeout_ms,
+            self.timeout_ms,
+            self.max_timeout_ms,
+            &format!("{shell}: request.timeout_ms"),
+        )?;
+        let stdout_max_bytes = request.stdout_max_bytes.unwrap_or(self.max_output_bytes);
+        if stdout_max_bytes == 0 {
+            return Err(HarnessError::invalid_argument(format!(
+                "{shell}: request.stdout_max_bytes must be a positive finite number"
+            )));
+        }
+        let workdir = match request.workdir.or_else(|| self.cwd.clone()) {
+            Some(w) => w,
+            None => std::env::current_dir().map_err(|e| {
+                HarnessError::new(
+                    dsh_core::ErrorCode::ProcessCwdInvalid,
+                    "the host's current directory is unusable; pass a workdir",
+                )
+                .with_source(e)
+            })?,
+        };
+        Ok(ShellSpec {
+            command: request.command,
+            workdir,
+            timeout_ms,
+            stdout_max_bytes,
+            cancel: request.cancel,
+            stdin: request.stdin,
+            env: request.env,
+            dsh_env: request.dsh_env,
+            sandbox: request.sandbox,
+        })
+    }
+
     /// Checks every field; `shell` (`bash`, `pwsh`) prefixes the messages.
     ///
     /// # Errors
@@ -338,42 +383,7 @@ fn layered_env(overrides: &[(&str, &str)], spec: &ShellSpec) -> EnvOverlay {
 #[async_trait]
 impl<D: Dialect> Shell for ShellExecutor<D> {
     fn spec_for(&self, request: ShellRequest) -> Result<ShellSpec, HarnessError> {
-        let cfg = self.config();
-        let timeout_ms = clamp_timeout(
-            request.timeout_ms,
-            cfg.timeout_ms,
-            cfg.max_timeout_ms,
-            &format!("{}: request.timeout_ms", self.dialect.name()),
-        )?;
-        let stdout_max_bytes = request.stdout_max_bytes.unwrap_or(cfg.max_output_bytes);
-        if stdout_max_bytes == 0 {
-            return Err(HarnessError::invalid_argument(format!(
-                "{}: request.stdout_max_bytes must be a positive finite number",
-                self.dialect.name()
-            )));
-        }
-        let workdir = match request.workdir.or_else(|| cfg.cwd.clone()) {
-            Some(w) => w,
-            None => std::env::current_dir().map_err(|e| {
-                HarnessError::new(
-                    dsh_core::ErrorCode::ProcessCwdInvalid,
-                    "the host's current directory is unusable; pass a workdir",
-                )
-                .with_source(e)
-            })?,
-        };
-        let sandbox = request.sandbox;
-        Ok(ShellSpec {
-            command: request.command,
-            workdir,
-            timeout_ms,
-            stdout_max_bytes,
-            cancel: request.cancel,
-            stdin: request.stdin,
-            env: request.env,
-            dsh_env: request.dsh_env,
-            sandbox,
-        })
+        self.config().spec_for(self.dialect.name(), request)
     }
 
     async fn run(&self, spec: ShellSpec) -> Result<RunResult, HarnessError> {
@@ -426,6 +436,7 @@ impl<D: Dialect> Shell for ShellExecutor<D> {
             stdout,
             stderr,
             sandbox,
+            persistent: None,
         })
         // `wrapped` drops here: its placeholders go once no other command uses them.
     }

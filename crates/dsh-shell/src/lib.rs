@@ -169,6 +169,72 @@ pub struct RunResult {
     pub stderr: CollectedOutput,
     /// How the sandbox treated the run; `None` when the call had no policy.
     pub sandbox: Option<SandboxFacts>,
+    /// What a run in a persistent shell adds; `None` for a fresh shell per run.
+    pub persistent: Option<PersistentRun>,
+}
+
+impl RunResult {
+    /// The result of a command run in a persistent shell: `output` is what the command
+    /// printed (both streams, as the shell's terminal merged them), already within the
+    /// caller's budget ([`render::clipped_tail`]); `exit_code` is the command's status
+    /// when it finished; `run.reset` says why the shell was reset when it did not.
+    pub fn in_persistent_shell(
+        output: String,
+        exit_code: Option<i32>,
+        timeout_ms: u64,
+        sandbox: Option<SandboxFacts>,
+        run: PersistentRun,
+    ) -> RunResult {
+        let total_bytes = output.len() as u64;
+        RunResult {
+            exit_code,
+            signal: None,
+            timed_out: run.reset == Some(ShellReset::TimedOut),
+            aborted: run.reset == Some(ShellReset::Aborted),
+            timeout_ms,
+            stdout: CollectedOutput {
+                text: output,
+                truncated: false,
+                total_bytes,
+                spill: None,
+            },
+            stderr: CollectedOutput::default(),
+            sandbox,
+            persistent: Some(run),
+        }
+    }
+}
+
+/// What a run in a persistent shell adds to its [`RunResult`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistentRun {
+    /// The id of the shell the command ran in (its terminal's).
+    pub shell_id: String,
+    /// Why the shell was reset (closed; the next run starts a fresh one), if it was.
+    pub reset: Option<ShellReset>,
+    /// The run replaced a shell that was still running, because the run's sandbox policy
+    /// differs from the one that shell was opened under: its working directory and
+    /// variables were lost.
+    pub fresh: bool,
+}
+
+/// Why a persistent shell was reset after a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShellReset {
+    /// The command ran past its timeout.
+    TimedOut,
+    /// The caller cancelled the run.
+    Aborted,
+    /// The shell itself ended (`exit`, a signal).
+    Exited {
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal's name, when one killed it.
+        signal: Option<String>,
+    },
+    /// A program waited for input the shell cannot give (what the next run typed would
+    /// go to it).
+    WaitsForInput,
 }
 
 /// The state of a background process; it leaves `Running` once.

@@ -153,7 +153,15 @@ pub fn render_result(result: &RunResult) -> String {
 ///
 /// Differs from the reference: a result with neither an exit code nor a signal gets
 /// `[exit code: unknown]` where the reference would print `[exit code: null]`.
+///
+/// A run in a persistent shell ([`RunResult::persistent`]) renders as spec §13 pins it:
+/// its output (clipped by its provider, [`clipped_tail`]), then `[exit code: N]` for a
+/// non-zero status (the marker alone when there is no output); a reset shell gets its
+/// cause and [`SHELL_RESET_NOTE`] instead, a line each, with empty parts dropped.
 pub fn render_result_with(result: &RunResult, leading_markers: &[String]) -> String {
+    if let Some(run) = &result.persistent {
+        return render_persistent(result, run, leading_markers);
+    }
     let stdout = stream_text(&result.stdout);
     let stderr = stream_text(&result.stderr);
     let mut text = truncation_notice(&result.stdout, &result.stderr).unwrap_or_default();
@@ -180,6 +188,124 @@ pub fn render_result_with(result: &RunResult, leading_markers: &[String]) -> Str
         text.push_str(&markers.join("\n"));
     }
     text
+}
+
+/// Ends a persistent shell's result when the shell was reset (spec §13: tests grep
+/// `next bash call starts from the workspace`).
+pub const SHELL_RESET_NOTE: &str = "[the shell was reset: the next bash call starts from the \
+                                    workspace with a fresh working directory and environment]";
+
+/// Says a program waited for input a persistent shell cannot give.
+pub const WAITS_FOR_INPUT: &str = "[the command waits for input, which bash cannot give; use \
+                                   terminal_open for interactive programs]";
+
+/// Opens a persistent shell's result when the run replaced a shell whose sandbox policy
+/// was another.
+pub const FRESH_SHELL: &str = "[a fresh shell: the sandbox policy changed since the last \
+                               bash call, so the working directory and environment start \
+                               from the workspace]";
+
+/// Says a persistent shell's command was cancelled before it finished.
+pub const CANCELLED: &str = "[the command was cancelled]";
+
+/// Starts the clip notes of a persistent shell's output (spec §13).
+pub const RESPONSE_CLIPPED: &str = "<response clipped><NOTE>";
+
+/// `output` within `max_chars` characters (its end), with the notes spec §13 gives a
+/// persistent shell's output: the start dropped by the terminal's scrollback
+/// (`lost_start`), then the cut, which suggests `grep -n`.
+pub fn clipped_tail(output: &str, lost_start: bool, max_chars: usize) -> String {
+    let chars = output.chars().count();
+    let mut text = String::new();
+    if lost_start && !output.is_empty() {
+        text.push_str(RESPONSE_CLIPPED);
+        text.push_str(
+            "The start of this output was dropped by the terminal's scrollback limit.</NOTE>\n",
+        );
+    }
+    if chars > max_chars {
+        text.push_str(&format!(
+            "{RESPONSE_CLIPPED}The output had {chars} characters; only its last {max_chars} \
+             are shown. Redirect long output to a file and search it with `grep -n`.</NOTE>\n"
+        ));
+        text.extend(output.chars().skip(chars - max_chars));
+    } else {
+        text.push_str(output);
+    }
+    text
+}
+
+/// A persistent shell's result (see [`render_result_with`]).
+fn render_persistent(
+    result: &RunResult,
+    run: &crate::PersistentRun,
+    leading_markers: &[String],
+) -> String {
+    let output = result.stdout.text.as_str();
+    let fresh = run.fresh.then(|| FRESH_SHELL.to_owned());
+    let Some(reset) = &run.reset else {
+        let mut body = output.to_owned();
+        let markers: Vec<String> = leading_markers
+            .iter()
+            .cloned()
+            .chain(
+                result
+                    .exit_code
+                    .filter(|&c| c != 0)
+                    .map(|c| exit_code_marker(c.into())),
+            )
+            .collect();
+        if !markers.is_empty() {
+            if !body.is_empty() && !body.ends_with('\n') {
+                body.push('\n');
+            }
+            body.push_str(&markers.join("\n"));
+        }
+        if body.is_empty() {
+            body.push_str(NO_OUTPUT);
+        }
+        return match fresh {
+            Some(line) => format!("{line}\n{body}"),
+            None => body,
+        };
+    };
+    let mut parts: Vec<String> = fresh
+        .into_iter()
+        .chain(leading_markers.iter().cloned())
+        .collect();
+    match reset {
+        crate::ShellReset::Aborted => {
+            parts.push(output.to_owned());
+            parts.push(CANCELLED.to_owned());
+        }
+        crate::ShellReset::TimedOut => {
+            let secs = (result.timeout_ms as f64 / 1000.0).round();
+            parts.push(format!(
+                "Your command timed out after {secs} seconds or experienced an OOM error. \
+                 Below is partial output:"
+            ));
+            parts.push(output.to_owned());
+        }
+        crate::ShellReset::Exited { code, signal } => {
+            parts.push(output.to_owned());
+            parts.push(match (code, signal) {
+                (_, Some(s)) => format!("[shell killed by signal: {s}]"),
+                (Some(c), None) => format!("[shell exited: code {c}]"),
+                (None, None) => "[shell exited]".to_owned(),
+            });
+        }
+        crate::ShellReset::WaitsForInput => {
+            parts.push(output.to_owned());
+            parts.push(WAITS_FOR_INPUT.to_owned());
+        }
+    }
+    parts.push(SHELL_RESET_NOTE.to_owned());
+    let parts: Vec<&str> = parts
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.join("\n")
 }
 
 /// Starts the notice that opens a result with a cut stream: `[output truncated: …]`.
@@ -470,6 +596,7 @@ mod tests {
             stdout: output(stdout),
             stderr: output(stderr),
             sandbox: None,
+            persistent: None,
         }
     }
 
@@ -495,6 +622,94 @@ mod tests {
 
     fn parsed(body: &str, status: ExitMarker) -> ParsedExitStatus<'_> {
         ParsedExitStatus { body, status }
+    }
+
+    fn persistent(
+        output: &str,
+        exit_code: Option<i32>,
+        reset: Option<crate::ShellReset>,
+        fresh: bool,
+    ) -> RunResult {
+        RunResult::in_persistent_shell(
+            output.to_owned(),
+            exit_code,
+            10_000,
+            None,
+            crate::PersistentRun {
+                shell_id: "pty-1".into(),
+                reset,
+                fresh,
+            },
+        )
+    }
+
+    // --- a persistent shell's results (spec §13) -------------------------------------
+
+    #[test]
+    fn a_persistent_shells_status_is_the_marker_alone_without_output() {
+        assert_eq!(
+            render_result(&persistent("", Some(7), None, false)),
+            "[exit code: 7]"
+        );
+        assert_eq!(
+            render_result(&persistent("", Some(0), None, false)),
+            NO_OUTPUT
+        );
+        assert_eq!(
+            render_result(&persistent("hi", Some(1), None, false)),
+            "hi\n[exit code: 1]"
+        );
+        assert_eq!(
+            render_result(&persistent("hi\n", Some(0), None, true)),
+            format!("{FRESH_SHELL}\nhi\n")
+        );
+    }
+
+    #[test]
+    fn a_reset_persistent_shell_says_why_and_what_comes_next() {
+        use crate::ShellReset;
+        let exited = ShellReset::Exited {
+            code: Some(9),
+            signal: None,
+        };
+        assert_eq!(
+            render_result(&persistent("bye", None, Some(exited), false)),
+            format!("bye\n[shell exited: code 9]\n{SHELL_RESET_NOTE}")
+        );
+        let killed = ShellReset::Exited {
+            code: None,
+            signal: Some("SIGTERM".into()),
+        };
+        assert_eq!(
+            render_result(&persistent("", None, Some(killed), false)),
+            format!("[shell killed by signal: SIGTERM]\n{SHELL_RESET_NOTE}")
+        );
+        let r = persistent("partial", None, Some(ShellReset::TimedOut), false);
+        assert!(r.timed_out && !r.aborted);
+        assert_eq!(
+            render_result(&r),
+            format!(
+                "Your command timed out after 10 seconds or experienced an OOM error. Below \
+                 is partial output:\npartial\n{SHELL_RESET_NOTE}"
+            )
+        );
+        assert!(SHELL_RESET_NOTE.contains("next bash call starts from the workspace"));
+        let r = persistent("", None, Some(ShellReset::WaitsForInput), false);
+        assert_eq!(
+            render_result(&r),
+            format!("{WAITS_FOR_INPUT}\n{SHELL_RESET_NOTE}")
+        );
+    }
+
+    #[test]
+    fn a_persistent_shells_output_keeps_its_end_with_notes() {
+        let long = "x".repeat(16_005) + "END";
+        let r = clipped_tail(&long, false, 16_000);
+        assert!(r.starts_with(RESPONSE_CLIPPED), "{}", &r[..80]);
+        assert!(r.ends_with("END") && r.contains("grep -n"));
+        let lost = clipped_tail("tail", true, 100);
+        assert!(lost.starts_with(RESPONSE_CLIPPED) && lost.ends_with("</NOTE>\ntail"));
+        assert_eq!(clipped_tail("", true, 100), "");
     }
 
     // --- render_result -------------------------------------------------------------

@@ -39,6 +39,7 @@
 mod background_send;
 mod bash;
 mod config;
+pub mod persistent;
 mod registry;
 pub mod sanitizer;
 mod screen;
@@ -49,6 +50,7 @@ pub use background_send::{BackgroundSend, SendDelta, SendReader};
 pub use bash::BashBackend;
 pub use config::{TerminalConfig, MAX_SIDE};
 pub use dsh_core::Owner;
+pub use persistent::PersistentBash;
 pub use registry::{
     CloseOutcome, OpenRequest, Opened, Snapshot, SpawnRequest, TerminalBackend, Terminals,
 };

@@ -229,8 +229,8 @@ impl CallContext<'_> {
     /// never calls the check itself.
     ///
     /// # Cancel safety
-    /// Cancel safe for the call: dropped before it returns, it arms no check; work
-    /// [`PolicyService::policy_for`] put on a blocking thread still finishes there.
+    /// Cancel safe for the call: dropped before it returns, it arms no check; work the
+    /// policy service put on a blocking thread (a walk, a recheck) still finishes there.
     pub async fn policy(&self) -> dsh_sandbox::SandboxPolicy {
         let standing = self.unarmed_policy(None).await;
         self.armed(standing)

@@ -251,12 +251,14 @@ impl PolicyService {
 
     /// The policy of a command run outside the tools' pipeline (`dsh exec`), with the check
     /// after it armed: `explicit` mode, else the session's, else the default, decided as
-    /// for a call ([`policy_for`](Self::policy_for)). The check runs when the
-    /// [`ArmedPolicy`] is closed, or when it is dropped unclosed, so a caller cannot
-    /// forget it.
+    /// for a tool's call; its workspace root is [`workspace_root`](Self::workspace_root)
+    /// of `session` = (journal, its cwd). The check runs when the [`ArmedPolicy`] is
+    /// closed, or when it is dropped unclosed, so a caller cannot forget it.
     ///
     /// # Cancel safety
-    /// As [`policy_for`](Self::policy_for).
+    /// Cancel safe: nothing is armed until it returns. A walk of a root, or the recheck of
+    /// what earlier checks left, already on a blocking thread runs to its end (the recheck
+    /// may still set files aside).
     pub async fn armed_policy(
         &self,
         session: Option<(&dyn Journal, &Path)>,

@@ -161,6 +161,16 @@ async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
         r.text.contains(&format!("{}/nested/.git", ws.display())) && r.text.contains("protected"),
         "the check after a one-shot call runs after a persistent one too: {r:?}"
     );
+    // The next call runs under a policy that protects the new repository, so it gets a
+    // fresh shell: the one opened before could still write the repository's config.
+    let c = call(
+        "bash",
+        json!({"command": "git -C nested config core.fsmonitor 'touch pwned'", "description": "t"}),
+    );
+    let r = world.call(Some(&session), c, CancelToken::new()).await;
+    assert!(r.text.starts_with(dsh_shell::render::FRESH_SHELL), "{r:?}");
+    let config = std::fs::read_to_string(ws.join("nested/.git/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
     world.end_terminals().await.expect("end");
 }
 
