@@ -57,9 +57,46 @@ pub struct PersistentBash {
     config: ShellConfig,
     /// The shell, once open; locking it serialises runs in arrival order.
     shell: tokio::sync::Mutex<Option<Open>>,
-    /// The close of a shell whose run was dropped, which the next run waits for (the
-    /// fresh shell takes the same name).
-    closing: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The close of a shell whose run was dropped, and the policy it ran under, which
+    /// the next run (or [`settle`](PersistentBash::settle)) waits for: the fresh shell
+    /// takes the same name.
+    closing: std::sync::Mutex<Option<Closing>>,
+}
+
+/// A shell whose run was dropped: its close (until awaited) and the policy it ran under
+/// (until [`PersistentBash::settle`] hands it over).
+struct Closing {
+    close: Option<tokio::task::JoinHandle<()>>,
+    policy: SandboxPolicy,
+}
+
+/// Puts a [`Closing`] back when a wait for it is dropped.
+struct PutBack<'a> {
+    slot: &'a std::sync::Mutex<Option<Closing>>,
+    pending: Option<Closing>,
+}
+
+impl PutBack<'_> {
+    /// Waits for the close; the policy stays owed.
+    async fn closed(&mut self) {
+        if let Some(close) = self.pending.as_mut().and_then(|c| c.close.as_mut()) {
+            let _ = close.await;
+        }
+        if let Some(c) = self.pending.as_mut() {
+            c.close = None;
+        }
+    }
+}
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            *self
+                .slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pending);
+        }
+    }
 }
 
 /// An open shell: its terminal and the policy it runs under.
@@ -105,6 +142,40 @@ impl PersistentBash {
         &self.owner
     }
 
+    /// Waits until a shell whose run was dropped is gone, whole tree, and returns the
+    /// policy it ran under: what its commands made since it opened is for the caller to
+    /// check. `None` when no run was dropped since the last call.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the close goes on, and a later call waits for it again.
+    pub async fn settle(&self) -> Option<SandboxPolicy> {
+        let pending = self
+            .closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        let mut waiting = PutBack {
+            slot: &self.closing,
+            pending: Some(pending),
+        };
+        waiting.closed().await;
+        waiting.pending.take().map(|c| c.policy)
+    }
+
+    /// The policy of the open shell when a run under `wanted` would replace it (it is
+    /// running under another policy): what its commands made since it opened is for the
+    /// caller to check once it is gone. `None` when the run would keep it, or none is open.
+    pub async fn replaced_by(&self, wanted: &SandboxPolicy) -> Option<SandboxPolicy> {
+        let slot = self.shell.lock().await;
+        let open = slot.as_ref()?;
+        let running = self
+            .terminals
+            .list(&self.owner)
+            .iter()
+            .any(|s| s.id == open.id && s.status == TerminalStatus::Running);
+        (running && !same_sandbox(&open.policy, wanted)).then(|| open.policy.clone())
+    }
+
     /// The shell ready for `spec`: the open one when it is running under the same policy,
     /// else a fresh one (`true`: an older one was replaced).
     async fn ready(
@@ -113,13 +184,20 @@ impl PersistentBash {
         spec: &ShellSpec,
         cancel: &CancelToken,
     ) -> Result<(TerminalId, bool), HarnessError> {
-        let closing = self
+        // A dropped run's shell is gone before its name is taken again; its policy stays
+        // owed to the caller's next `settle`.
+        let pending = self
             .closing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(closing) = closing {
-            let _ = closing.await;
+        if pending.is_some() {
+            PutBack {
+                slot: &self.closing,
+                pending,
+            }
+            .closed()
+            .await;
         }
         let mut replaced = false;
         if let Some(open) = slot.take() {
@@ -267,20 +345,16 @@ impl PersistentBash {
     }
 }
 
-/// Whether a shell opened under `open` may run a command given `wanted`: every part of
-/// the policy that says what the command may touch is the same.
+/// Whether a shell opened under `open` may run a command given `wanted`: the policies
+/// are the same but for which roots' layouts they were handed (`laid_out`, how a policy
+/// was built, not what it allows). Every other field, including one added later, counts.
 fn same_sandbox(open: &SandboxPolicy, wanted: &SandboxPolicy) -> bool {
-    open.mode == wanted.mode
-        && open.network == wanted.network
-        && open.workspace_root == wanted.workspace_root
-        && open.writable_roots == wanted.writable_roots
-        && open.protected == wanted.protected
-        && open.git_dirs == wanted.git_dirs
-        && open.deny_read == wanted.deny_read
-        && open.closed_dirs == wanted.closed_dirs
-        && open.read_allow == wanted.read_allow
-        && open.on_partial == wanted.on_partial
-        && open.unsettled == wanted.unsettled
+    if open.laid_out == wanted.laid_out {
+        return open == wanted;
+    }
+    let mut open = open.clone();
+    open.laid_out.clone_from(&wanted.laid_out);
+    open == *wanted
 }
 
 /// How a command's exchange ended.
@@ -347,14 +421,18 @@ impl Drop for InProgress<'_> {
         let Some(open) = self.slot.take() else { return };
         let (terminals, owner) = (self.shell.terminals.clone(), self.shell.owner.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let id = open.id;
             let closing = runtime.spawn(async move {
-                let _ = terminals.close(&owner, open.id.as_str()).await;
+                let _ = terminals.close(&owner, id.as_str()).await;
             });
             *self
                 .shell
                 .closing
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(closing);
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Closing {
+                close: Some(closing),
+                policy: open.policy,
+            });
         }
     }
 }
@@ -552,6 +630,21 @@ mod tests {
         );
         let keys = m.line("a\tb\u{15}c\u{9b}");
         assert!(keys.contains(r"$'a\x09b\x15c\u009b'"), "{keys}");
+    }
+
+    #[test]
+    fn a_shell_is_kept_only_for_the_same_policy_however_it_was_built() {
+        let root = std::path::Path::new("/ws");
+        let policy = SandboxPolicy::danger_full_access(root);
+        let mut built_otherwise = policy.clone();
+        built_otherwise.laid_out.push(root.to_path_buf());
+        assert!(same_sandbox(&policy, &built_otherwise));
+        let mut gap = built_otherwise.clone();
+        gap.incomplete_roots.push(root.to_path_buf());
+        assert!(!same_sandbox(&built_otherwise, &gap));
+        assert!(!same_sandbox(&policy, &gap));
+        let protected = policy.clone().with_protected([root.join(".git")]);
+        assert!(!same_sandbox(&policy, &protected));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use dsh_shell::{RunResult, Shell, ShellConfig, ShellRequest};
 use dsh_terminal::{BashBackend, PersistentBash, TerminalConfig, TerminalStatus, Terminals};
 
 /// A persistent shell of a new owner, over terminals with the bash backend, unconfined.
-fn shell() -> (Arc<Terminals>, Owner, Arc<dyn Shell>) {
+fn shell() -> (Arc<Terminals>, Owner, Arc<PersistentBash>) {
     let terminals = Arc::new(Terminals::new(TerminalConfig::default()).expect("config"));
     terminals
         .register(Arc::new(BashBackend::new(
@@ -27,7 +27,7 @@ fn shell() -> (Arc<Terminals>, Owner, Arc<dyn Shell>) {
     (terminals, owner, Arc::new(shell))
 }
 
-async fn run(shell: &Arc<dyn Shell>, policy: &SandboxPolicy, command: &str) -> RunResult {
+async fn run(shell: &PersistentBash, policy: &SandboxPolicy, command: &str) -> RunResult {
     let request = ShellRequest::new(command, policy.clone());
     shell
         .run(shell.spec_for(request).expect("spec"))
@@ -72,6 +72,8 @@ async fn state_carries_over_and_another_policy_gets_a_fresh_shell() {
     );
     // Another protected path: the shell opened under the old policy must not run it.
     let other = policy.clone().with_protected([ws.join("sub")]);
+    assert_eq!(shell.replaced_by(&policy).await, None);
+    assert_eq!(shell.replaced_by(&other).await, Some(policy.clone()));
     let r = run(&shell, &other, "pwd; echo V=$V.").await;
     let fresh = r.persistent.clone().expect("persistent");
     assert!(fresh.fresh, "{fresh:?}");
@@ -108,6 +110,10 @@ async fn a_dropped_run_leaves_no_half_typed_command() {
     };
     assert!(dropped);
     drop(running_run);
+    // The dropped run's shell is gone, and its policy is owed a check.
+    assert_eq!(shell.settle().await, Some(policy.clone()));
+    assert_eq!(running(&terminals, &owner), 0);
+    assert_eq!(shell.settle().await, None, "owed once");
     let r = run(&shell, &policy, "echo V=$V.").await;
     assert_eq!(render_result(&r), "V=.\n", "a fresh shell: {r:?}");
     assert!(!r.persistent.expect("persistent").fresh);

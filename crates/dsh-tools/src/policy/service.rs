@@ -47,7 +47,14 @@ pub struct PolicyService {
     /// Who is told, besides the model, when the check after a call leaves something the
     /// host would run.
     unsettled: UnsettledListeners,
+    /// What checks of this service (and its clones) found already: a check under an
+    /// older policy (a shell's, a terminal's, a job's) finds it again, and it is not news.
+    reported: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
 }
+
+/// At most this many paths are remembered as reported; past it, repeats are reported
+/// again rather than memory growing.
+const MAX_REPORTED: usize = 10_000;
 
 /// A listener told the text of each unsettled finding ([`PolicyService::on_unsettled`]).
 pub type UnsettledListener = Arc<dyn Fn(&str) + Send + Sync>;
@@ -77,6 +84,7 @@ impl PolicyService {
             read_allow: deny_read::read_allow_defaults(),
             watches: Arc::new(Mutex::new(HashMap::new())),
             unsettled: UnsettledListeners::default(),
+            reported: Arc::default(),
         }
     }
 
@@ -355,10 +363,30 @@ impl PolicyService {
             let (policy, extra_roots) = (policy.clone(), extra_roots.to_vec());
             move || dsh_protect::quarantine::check(&policy, layouts, &extra_roots)
         };
-        match tokio::runtime::Handle::try_current() {
+        let outcome = match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work).await.unwrap_or_default(),
             Err(_) => work(),
-        }
+        };
+        self.news(outcome)
+    }
+
+    /// `outcome` less what an earlier check reported already, unless something in it
+    /// was set aside now (that is news whatever the path).
+    fn news(&self, mut outcome: CheckOutcome) -> CheckOutcome {
+        let mut reported = self
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let quarantined = &outcome.quarantined;
+        outcome.found.retain(|path| {
+            let set_aside_now = quarantined.iter().any(|q| q.path.starts_with(path));
+            let new = !reported.contains(path);
+            if new && reported.len() < MAX_REPORTED {
+                reported.insert(path.clone());
+            }
+            new || set_aside_now
+        });
+        outcome
     }
 
     /// [`check`](Self::check) on this thread, for a check that cannot wait for a runtime
@@ -368,7 +396,7 @@ impl PolicyService {
             .checked_roots(policy)
             .map(|root| (root.clone(), self.layout_now(root)))
             .collect();
-        dsh_protect::quarantine::check(policy, layouts, extra_roots)
+        self.news(dsh_protect::quarantine::check(policy, layouts, extra_roots))
     }
 
     /// The roots the check after a command under `policy` looks at: its workspace root
@@ -560,14 +588,18 @@ impl ArmedPolicy<'_> {
     /// cannot write.
     ///
     /// # Cancel safety
-    /// Not cancel safe: once on its blocking thread the check
-    /// runs to its end, and its outcome is lost with the future.
+    /// Cancel safe in that the check runs: dropped before the check began, the drop runs
+    /// it; once on its blocking thread it runs to its end (and the drop runs it again).
+    /// The outcome is lost with the future.
     pub async fn close(mut self) -> CheckOutcome {
-        self.closed = true;
         if self.policy.mode != SandboxMode::WorkspaceWrite {
+            self.closed = true;
             return CheckOutcome::default();
         }
-        self.service.check(&self.policy, &self.extra_roots).await
+        let outcome = self.service.check(&self.policy, &self.extra_roots).await;
+        // Closed only once the check ran: dropped before, the drop runs it.
+        self.closed = true;
+        outcome
     }
 }
 

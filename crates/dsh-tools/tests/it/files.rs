@@ -369,7 +369,20 @@ async fn read_image_returns_the_image_and_refuses_what_is_not_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_edits_from_one_read_one_wins_one_is_stale() {
-    let f = std::sync::Arc::new(fixture(|b| b, vec![ApprovalOutcome::AllowedOnce; 2]).await);
+    /// Allows each question once both have been asked, so both edits wait for their
+    /// approval at once, after the read and before either writes.
+    struct BothAsked(tokio::sync::Barrier);
+    #[async_trait::async_trait]
+    impl dsh_approval::Answerer for BothAsked {
+        async fn answer(&self, _: &dsh_approval::Question) -> Option<ApprovalOutcome> {
+            self.0.wait().await;
+            Some(ApprovalOutcome::AllowedOnce)
+        }
+    }
+    let f = std::sync::Arc::new(fixture(|b| b, vec![]).await);
+    f.world
+        .approval()
+        .add_answerer(std::sync::Arc::new(BothAsked(tokio::sync::Barrier::new(2))));
     let ws = f.session.header().cwd.clone();
     std::fs::write(ws.join("c.txt"), "base\n").expect("write");
     f.session.begin_turn().await.expect("turn");

@@ -169,6 +169,10 @@ async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
     );
     let r = world.call(Some(&session), c, CancelToken::new()).await;
     assert!(r.text.starts_with(dsh_shell::render::FRESH_SHELL), "{r:?}");
+    assert!(
+        !r.text.contains("this call made"),
+        "the repository is reported once, by the call that made it: {r:?}"
+    );
     let config = std::fs::read_to_string(ws.join("nested/.git/config")).expect("config");
     assert!(!config.contains("fsmonitor"), "{config}");
     world.end_terminals().await.expect("end");
@@ -339,4 +343,41 @@ async fn a_configured_cap_past_the_terminals_own_still_runs() {
             .await;
         assert_eq!(r.text, "hi\n", "{r:?}");
     }
+}
+
+/// A background job of the persistent shell that plants a repository with a hook between
+/// two calls is checked at the next call, against the policy the shell ran under, even
+/// though that call gets a fresh shell under a policy that already knows the repository.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_shells_background_job_made_between_calls_is_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = std::fs::canonicalize(dir.path()).expect("canonical");
+    let (world, session) = workspace_write_world(&ws).await;
+    let run = |command: &str| {
+        let c = call("bash", json!({"command": command, "description": "t"}));
+        let (w, s) = (&world, session.clone());
+        async move { w.call(Some(&s), c, CancelToken::new()).await }
+    };
+    let plant = "(sleep 1; git init -q late; printf '#!/bin/sh\\necho pwned\\n' > \
+                 late/.git/hooks/pre-commit.new; chmod +x late/.git/hooks/pre-commit.new; \
+                 mv late/.git/hooks/pre-commit.new late/.git/hooks/pre-commit) \
+                 >/dev/null 2>&1 & echo started";
+    let r = run(plant).await;
+    assert!(r.text.ends_with("started\n"), "{r:?}");
+    let hook = ws.join("late/.git/hooks/pre-commit");
+    let planted = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !hook.exists() {
+        assert!(std::time::Instant::now() < planted, "the job never planted");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = run("true").await;
+    assert!(
+        r.text.contains(&format!("{}/late/.git", ws.display())),
+        "{r:?}"
+    );
+    assert!(
+        !hook.exists(),
+        "the planted hook is still where git runs it"
+    );
+    world.end_terminals().await.expect("end");
 }

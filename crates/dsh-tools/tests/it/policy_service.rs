@@ -148,11 +148,12 @@ async fn a_read_policy_is_never_decided() {
     assert!(ro.read_policy(None).await.writable_roots.is_empty());
 }
 
-/// An armed policy runs the check after the command whether it is closed or dropped: a
-/// hook planted while it is armed is set aside either way.
+/// An armed policy runs the check after the command whether it is closed, dropped, or its
+/// close is dropped before the check ran: a hook planted while it is armed is set aside
+/// each way.
 #[tokio::test]
 async fn an_armed_policy_checks_when_closed_and_when_dropped() {
-    for close in [true, false] {
+    for how in ["closed", "dropped", "close dropped"] {
         let dir = tempfile::tempdir().expect("tempdir");
         let ws = std::fs::canonicalize(dir.path()).expect("canonical");
         let svc = PolicyService::new(SandboxMode::WorkspaceWrite, Network::Deny, &ws);
@@ -167,16 +168,33 @@ async fn an_armed_policy_checks_when_closed_and_when_dropped() {
         assert!(git.success());
         let hook = ws.join("sub/.git/hooks/pre-commit");
         std::fs::write(&hook, "#!/bin/sh\necho pwned\n").expect("hook");
-        if close {
-            let found = armed.close().await;
-            assert!(
-                found.found.iter().any(|p| p.starts_with(ws.join("sub"))),
-                "{:?}",
-                found.found
-            );
-        } else {
-            drop(armed);
+        match how {
+            "closed" => {
+                let found = armed.close().await;
+                assert!(
+                    found.found.iter().any(|p| p.starts_with(ws.join("sub"))),
+                    "{:?}",
+                    found.found
+                );
+            }
+            "dropped" => drop(armed),
+            _ => {
+                // The close itself is dropped before its check ran: the drop runs it.
+                let close = std::pin::pin!(armed.close());
+                // Ready at once only if the check ran already; pending, it is dropped here.
+                let _ = futures_poll_once(close);
+            }
         }
-        assert!(!hook.exists(), "closed: {close}: the hook was set aside");
+        assert!(!hook.exists(), "{how}: the hook was set aside");
+    }
+}
+
+/// Polls `future` once: its output if it was ready; dropped otherwise.
+fn futures_poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match future.poll(&mut cx) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
     }
 }

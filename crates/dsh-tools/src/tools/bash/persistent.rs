@@ -124,8 +124,9 @@ impl Tool for PersistentBashTool {
         );
         if world.confines() {
             d.push_str(
-                " The shell runs in the sandbox mode the session had when it started; a write \
-                 it refuses fails as it would in a terminal.",
+                " The shell runs in the session's sandbox; a write it refuses fails as it would \
+                 in a terminal. When the sandbox changes (a new repository is protected, say), \
+                 the next call starts a fresh shell and says so.",
             );
         }
         d
@@ -209,9 +210,19 @@ impl Tool for PersistentBashTool {
         if let Some(reason) = ctx.cancel.reason() {
             return Err(HarnessError::aborted_before_start("bash", reason));
         }
-        // The call's policy, with the check after the call armed: a shell opened under
-        // another policy is replaced by a fresh one.
+        // A shell a dropped call left closing is gone (whole tree) before this call's
+        // policy is decided; what it made since it opened is checked after this call.
+        if let Some(closed) = shell.settle().await {
+            ctx.armed(closed);
+        }
+        // The call's policy, with the check after the call armed. A shell opened under
+        // another policy is replaced by a fresh one, and what its commands made since it
+        // opened (its background jobs between calls too) is checked after this call,
+        // against the policy it ran under.
         let policy = ctx.policy().await;
+        if let Some(replaced) = shell.replaced_by(&policy).await {
+            ctx.armed(replaced);
+        }
         let mut request = ShellRequest::new(command, policy.clone());
         request.timeout_ms = a.timeout_ms;
         request.cancel = Some(ctx.cancel.clone());

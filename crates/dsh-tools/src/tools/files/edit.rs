@@ -116,6 +116,16 @@ impl Tool for EditTool {
         if a.old_string == a.new_string {
             return Err(invalid_args("old_string and new_string must differ"));
         }
+        // The version the model had read when it made the call: an edit that waits for an
+        // approval is checked against it, never against what another call wrote meanwhile.
+        let fs = fs_of(ctx.world)?;
+        let observed = match fs
+            .target_of(&a.file_path, Some(&ctx.workspace_root()))
+            .await
+        {
+            Ok(target) => observation(ctx, target.key()).await,
+            Err(_) => None,
+        };
         let (target, policy) = target_and_policy(
             ctx,
             &a.file_path,
@@ -127,7 +137,7 @@ impl Tool for EditTool {
         .await?;
         let can_ask = ctx.world.can_ask(ctx.session.map(|s| &**s)).await;
         let d = target.display().display().to_string();
-        let expected = match observation(ctx, target.key()).await {
+        let expected = match observed {
             Some(Observation::Present(v)) => v,
             Some(Observation::Absent) => {
                 return Err(HarnessError::new(
@@ -152,7 +162,6 @@ impl Tool for EditTool {
             new: a.new_string,
             replace_all: all,
         };
-        let fs = fs_of(ctx.world)?;
         let out = fs
             .edit_text(&target, &req, Some(&expected), &policy)
             .await
