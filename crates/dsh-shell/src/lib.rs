@@ -212,10 +212,19 @@ pub struct PersistentRun {
     pub shell_id: String,
     /// Why the shell was reset (closed; the next run starts a fresh one), if it was.
     pub reset: Option<ShellReset>,
-    /// The run replaced a shell that was still running, because the run's sandbox policy
-    /// differs from the one that shell was opened under: its working directory and
-    /// variables were lost.
-    pub fresh: bool,
+    /// Why the run had a fresh shell where the last run left one, if it did: its working
+    /// directory and variables were lost.
+    pub fresh: Option<FreshShell>,
+}
+
+/// Why a run in a persistent shell had a fresh shell where the last run left one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreshShell {
+    /// The run's sandbox policy differs from the one the shell was opened under.
+    PolicyChanged,
+    /// The last run was cancelled (or given up on), which closed its shell, and nobody was
+    /// told.
+    AfterCancel,
 }
 
 /// Why a persistent shell was reset after a run.

@@ -200,10 +200,18 @@ pub const WAITS_FOR_INPUT: &str = "[the command waits for input, which bash cann
                                    terminal_open for interactive programs]";
 
 /// Opens a persistent shell's result when the run replaced a shell whose sandbox policy
-/// was another.
+/// was another ([`FreshShell::PolicyChanged`](crate::FreshShell::PolicyChanged)).
 pub const FRESH_SHELL: &str = "[a fresh shell: the sandbox policy changed since the last \
-                               bash call, so the working directory and environment start \
-                               from the workspace]";
+                               bash call (a repository or tool setting it protects appeared, \
+                               or the mode changed), so this command ran in the workspace with \
+                               a fresh environment; cd and export again what you need]";
+
+/// Opens a persistent shell's result when the last run was cancelled and closed its shell
+/// ([`FreshShell::AfterCancel`](crate::FreshShell::AfterCancel)).
+pub const FRESH_AFTER_CANCEL: &str = "[a fresh shell: the last bash call was cancelled, which \
+                                      closed its shell, so this command ran in the workspace \
+                                      with a fresh environment; cd and export again what you \
+                                      need]";
 
 /// Says a persistent shell's command was cancelled before it finished.
 pub const CANCELLED: &str = "[the command was cancelled]";
@@ -224,9 +232,12 @@ pub fn clipped_tail(output: &str, lost_start: bool, max_chars: usize) -> String 
         );
     }
     if chars > max_chars {
+        // With its start dropped, only what was kept is known.
+        let had = if lost_start { "more than " } else { "" };
         text.push_str(&format!(
-            "{RESPONSE_CLIPPED}The output had {chars} characters; only its last {max_chars} \
-             are shown. Redirect long output to a file and search it with `grep -n`.</NOTE>\n"
+            "{RESPONSE_CLIPPED}The output had {had}{chars} characters; only its last \
+             {max_chars} are shown. Redirect long output to a file and search it with \
+             `grep -n`.</NOTE>\n"
         ));
         text.extend(output.chars().skip(chars - max_chars));
     } else {
@@ -242,7 +253,13 @@ fn render_persistent(
     leading_markers: &[String],
 ) -> String {
     let output = result.stdout.text.as_str();
-    let fresh = run.fresh.then(|| FRESH_SHELL.to_owned());
+    let fresh = run.fresh.map(|why| {
+        match why {
+            crate::FreshShell::PolicyChanged => FRESH_SHELL,
+            crate::FreshShell::AfterCancel => FRESH_AFTER_CANCEL,
+        }
+        .to_owned()
+    });
     let Some(reset) = &run.reset else {
         let mut body = output.to_owned();
         let markers: Vec<String> = leading_markers
@@ -628,7 +645,7 @@ mod tests {
         output: &str,
         exit_code: Option<i32>,
         reset: Option<crate::ShellReset>,
-        fresh: bool,
+        fresh: Option<crate::FreshShell>,
     ) -> RunResult {
         RunResult::in_persistent_shell(
             output.to_owned(),
@@ -648,19 +665,24 @@ mod tests {
     #[test]
     fn a_persistent_shells_status_is_the_marker_alone_without_output() {
         assert_eq!(
-            render_result(&persistent("", Some(7), None, false)),
+            render_result(&persistent("", Some(7), None, None)),
             "[exit code: 7]"
         );
         assert_eq!(
-            render_result(&persistent("", Some(0), None, false)),
+            render_result(&persistent("", Some(0), None, None)),
             NO_OUTPUT
         );
         assert_eq!(
-            render_result(&persistent("hi", Some(1), None, false)),
+            render_result(&persistent("hi", Some(1), None, None)),
             "hi\n[exit code: 1]"
         );
         assert_eq!(
-            render_result(&persistent("hi\n", Some(0), None, true)),
+            render_result(&persistent(
+                "hi\n",
+                Some(0),
+                None,
+                Some(crate::FreshShell::PolicyChanged)
+            )),
             format!("{FRESH_SHELL}\nhi\n")
         );
     }
@@ -673,7 +695,7 @@ mod tests {
             signal: None,
         };
         assert_eq!(
-            render_result(&persistent("bye", None, Some(exited), false)),
+            render_result(&persistent("bye", None, Some(exited), None)),
             format!("bye\n[shell exited: code 9]\n{SHELL_RESET_NOTE}")
         );
         let killed = ShellReset::Exited {
@@ -681,10 +703,10 @@ mod tests {
             signal: Some("SIGTERM".into()),
         };
         assert_eq!(
-            render_result(&persistent("", None, Some(killed), false)),
+            render_result(&persistent("", None, Some(killed), None)),
             format!("[shell killed by signal: SIGTERM]\n{SHELL_RESET_NOTE}")
         );
-        let r = persistent("partial", None, Some(ShellReset::TimedOut), false);
+        let r = persistent("partial", None, Some(ShellReset::TimedOut), None);
         assert!(r.timed_out && !r.aborted);
         assert_eq!(
             render_result(&r),
@@ -694,7 +716,7 @@ mod tests {
             )
         );
         assert!(SHELL_RESET_NOTE.contains("next bash call starts from the workspace"));
-        let r = persistent("", None, Some(ShellReset::WaitsForInput), false);
+        let r = persistent("", None, Some(ShellReset::WaitsForInput), None);
         assert_eq!(
             render_result(&r),
             format!("{WAITS_FOR_INPUT}\n{SHELL_RESET_NOTE}")

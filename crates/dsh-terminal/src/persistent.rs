@@ -13,7 +13,8 @@
 //! - A shell runs under the sandbox policy of the run that opened it. A run whose policy
 //!   differs (another mode, other roots, other protected paths or denials) closes it and
 //!   opens a fresh one under its own: a shell never runs a command under a policy the
-//!   command was not given. [`PersistentRun::fresh`] says so.
+//!   command was not given. [`PersistentRun::fresh`] says so, as it says when the last
+//!   run was cancelled and closed its shell.
 //! - The shell is reset (closed; the next run opens a fresh one in its workdir) when a
 //!   command times out, is cancelled, waits for input, or ends the shell, and the result
 //!   says why ([`ShellReset`]); also when the future of a run is dropped.
@@ -36,15 +37,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use async_trait::async_trait;
 use dsh_core::{CancelToken, ErrorCode, HarnessError, Owner};
-use dsh_sandbox::{SandboxFacts, SandboxPolicy};
+use dsh_sandbox::{classify_denial, SandboxFacts, SandboxPolicy};
 use dsh_shell::render::clipped_tail;
 use dsh_shell::{
-    PersistentRun, RunResult, Shell, ShellConfig, ShellProcess, ShellRequest, ShellReset, ShellSpec,
+    FreshShell, PersistentRun, RunResult, Shell, ShellConfig, ShellProcess, ShellRequest,
+    ShellReset, ShellSpec,
 };
 
 use crate::{OpenRequest, SendRequest, TerminalId, TerminalStatus, Terminals, WaitReason};
+
+/// What a write the sandbox refused prints, whichever runner confines the shell.
+const DENIALS: &[&str] = &[
+    "read-only file system",
+    "permission denied",
+    "operation not permitted",
+];
 
 /// The most bytes of a command's output kept while it runs (its end).
 const MAX_KEPT_BYTES: usize = 1 << 20;
@@ -61,6 +72,9 @@ pub struct PersistentBash {
     /// the next run (or [`settle`](PersistentBash::settle)) waits for: the fresh shell
     /// takes the same name.
     closing: std::sync::Mutex<Option<Closing>>,
+    /// A run was cancelled or dropped and closed its shell, and no result has said so
+    /// yet: the next run that opens a shell says it is fresh.
+    untold_reset: std::sync::atomic::AtomicBool,
 }
 
 /// A shell whose run was dropped: its close (until awaited) and the policy it ran under
@@ -134,6 +148,7 @@ impl PersistentBash {
             config,
             shell: tokio::sync::Mutex::new(None),
             closing: std::sync::Mutex::new(None),
+            untold_reset: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -177,13 +192,13 @@ impl PersistentBash {
     }
 
     /// The shell ready for `spec`: the open one when it is running under the same policy,
-    /// else a fresh one (`true`: an older one was replaced).
+    /// else a fresh one, and why it is fresh where the last run left a shell.
     async fn ready(
         &self,
         slot: &mut Option<Open>,
         spec: &ShellSpec,
         cancel: &CancelToken,
-    ) -> Result<(TerminalId, bool), HarnessError> {
+    ) -> Result<(TerminalId, Option<FreshShell>), HarnessError> {
         // A dropped run's shell is gone before its name is taken again; its policy stays
         // owed to the caller's next `settle`.
         let pending = self
@@ -209,7 +224,7 @@ impl PersistentBash {
             if running && same_sandbox(&open.policy, &spec.sandbox) {
                 let id = open.id.clone();
                 *slot = Some(open);
-                return Ok((id, false));
+                return Ok((id, None));
             }
             replaced = running;
             let _ = self.terminals.close(&self.owner, open.id.as_str()).await;
@@ -248,7 +263,13 @@ impl PersistentBash {
                     id: id.clone(),
                     policy: spec.sandbox.clone(),
                 });
-                Ok((id, replaced))
+                let untold = self.untold_reset.swap(false, Ordering::SeqCst);
+                let fresh = if replaced {
+                    Some(FreshShell::PolicyChanged)
+                } else {
+                    untold.then_some(FreshShell::AfterCancel)
+                };
+                Ok((id, fresh))
             }
             other => {
                 let _ = self.terminals.close(&self.owner, id.as_str()).await;
@@ -419,6 +440,7 @@ impl Drop for InProgress<'_> {
             return;
         }
         let Some(open) = self.slot.take() else { return };
+        self.shell.untold_reset.store(true, Ordering::SeqCst);
         let (terminals, owner) = (self.shell.terminals.clone(), self.shell.owner.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let id = open.id;
@@ -490,12 +512,19 @@ impl Shell for PersistentBash {
         };
         if ended.reset.is_some() {
             run.reset().await;
+            // A cancelled run's result may reach nobody (MCP answers no cancelled request):
+            // the next result says the shell is fresh.
+            if ended.reset == Some(ShellReset::Aborted) {
+                self.untold_reset.store(true, Ordering::SeqCst);
+            }
         } else {
             run.keep();
         }
+        let confined = spec.sandbox.mode.is_confined();
         let sandbox = SandboxFacts {
             mode: spec.sandbox.mode,
-            denied: false,
+            // The terminal merges the streams: the denial is read from the whole output.
+            denied: confined && classify_denial(ended.status, &ended.output, DENIALS),
             enforcement: None,
             runner: None,
             runner_failed: false,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use dsh_core::{CancelToken, ErrorCode, Owner, SessionId};
 use dsh_process::LocalSubprocess;
 use dsh_sandbox::SandboxPolicy;
-use dsh_shell::render::{render_result, FRESH_SHELL};
-use dsh_shell::{RunResult, Shell, ShellConfig, ShellRequest};
+use dsh_shell::render::{render_result, FRESH_AFTER_CANCEL, FRESH_SHELL};
+use dsh_shell::{FreshShell, RunResult, Shell, ShellConfig, ShellRequest};
 use dsh_terminal::{BashBackend, PersistentBash, TerminalConfig, TerminalStatus, Terminals};
 
 /// A persistent shell of a new owner, over terminals with the bash backend, unconfined.
@@ -59,7 +59,7 @@ async fn state_carries_over_and_another_policy_gets_a_fresh_shell() {
     let r = run(&shell, &policy, "cd sub && export V=1").await;
     assert_eq!(render_result(&r), "(no output)");
     let first = r.persistent.clone().expect("persistent");
-    assert!(!first.fresh && first.reset.is_none(), "{first:?}");
+    assert!(first.fresh.is_none() && first.reset.is_none(), "{first:?}");
     let r = run(&shell, &policy, "pwd; echo V=$V; false").await;
     assert_eq!(
         render_result(&r),
@@ -76,7 +76,7 @@ async fn state_carries_over_and_another_policy_gets_a_fresh_shell() {
     assert_eq!(shell.replaced_by(&other).await, Some(policy.clone()));
     let r = run(&shell, &other, "pwd; echo V=$V.").await;
     let fresh = r.persistent.clone().expect("persistent");
-    assert!(fresh.fresh, "{fresh:?}");
+    assert_eq!(fresh.fresh, Some(FreshShell::PolicyChanged), "{fresh:?}");
     assert_ne!(fresh.shell_id, first.shell_id);
     assert_eq!(
         render_result(&r),
@@ -115,9 +115,42 @@ async fn a_dropped_run_leaves_no_half_typed_command() {
     assert_eq!(running(&terminals, &owner), 0);
     assert_eq!(shell.settle().await, None, "owed once");
     let r = run(&shell, &policy, "echo V=$V.").await;
-    assert_eq!(render_result(&r), "V=.\n", "a fresh shell: {r:?}");
-    assert!(!r.persistent.expect("persistent").fresh);
+    assert_eq!(
+        render_result(&r),
+        format!("{FRESH_AFTER_CANCEL}\nV=.\n"),
+        "a fresh shell, and said so: {r:?}"
+    );
     assert_eq!(running(&terminals, &owner), 1);
+    // A cancelled run says so in its own result; the next one says the shell is fresh.
+    run(&shell, &policy, "export V=2").await;
+    let cancel = CancelToken::new();
+    let mut request = ShellRequest::new(
+        format!("touch {}2; sleep 30", marker.display()),
+        policy.clone(),
+    );
+    request.cancel = Some(cancel.clone());
+    let spec = shell.spec_for(request).expect("spec");
+    let cancelling = async {
+        while !ws.join("started2").exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cancel.cancel(dsh_core::CancelReason::ClientCancelled);
+    };
+    let (r, ()) = tokio::join!(shell.run(spec), cancelling);
+    let r = r.expect("a cancel is a result");
+    assert!(r.aborted, "{r:?}");
+    assert_eq!(
+        r.persistent.as_ref().expect("persistent").reset,
+        Some(dsh_shell::ShellReset::Aborted)
+    );
+    let r = run(&shell, &policy, "echo V=$V.").await;
+    assert_eq!(
+        render_result(&r),
+        format!("{FRESH_AFTER_CANCEL}\nV=.\n"),
+        "{r:?}"
+    );
+    let r = run(&shell, &policy, "echo again").await;
+    assert_eq!(render_result(&r), "again\n", "told once: {r:?}");
     terminals.dispose().await.expect("dispose");
 }
 

@@ -175,6 +175,18 @@ async fn a_repository_made_in_the_persistent_shell_is_reported_and_protected() {
     );
     let config = std::fs::read_to_string(ws.join("nested/.git/config")).expect("config");
     assert!(!config.contains("fsmonitor"), "{config}");
+    // A write the sandbox refuses is said as one-shot bash says it.
+    let c = call(
+        "bash",
+        json!({"command": "echo x > nested/.git/hooks/pre-commit", "description": "t"}),
+    );
+    let r = world.call(Some(&session), c, CancelToken::new()).await;
+    assert!(
+        r.text
+            .contains("[sandbox: file access denied under workspace-write mode]"),
+        "{r:?}"
+    );
+    assert_eq!(r.meta.as_ref().expect("meta")["sandbox"]["denied"], true);
     world.end_terminals().await.expect("end");
 }
 

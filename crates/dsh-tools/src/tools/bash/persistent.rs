@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dsh_core::{ErrorCode, HarnessError, Owner, SessionId};
-use dsh_shell::render::{render_result, SHELL_RESET_NOTE};
+use dsh_shell::render::{render_result_with, SHELL_RESET_NOTE};
 use dsh_shell::{Shell, ShellConfig, ShellRequest};
 use dsh_terminal::persistent::ansi_c;
 use dsh_terminal::{PersistentBash, Terminals};
@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::policy::escalation::{denial_lines, Subject};
 use crate::schema::bounds::{self, Bound, Bounded};
 use crate::{invalid_args, CallContext, Tool, ToolOutput, World};
 
@@ -118,15 +119,18 @@ impl Tool for PersistentBashTool {
         let mut d = String::from(
             "Run a command line in this session's persistent bash shell: the working \
              directory, exported variables and functions carry over from earlier calls. A \
-             non-zero exit shows as `[exit code: N]` at the end of the result: check it. A \
-             command that times out, or `exit`, resets the shell to a fresh one in the \
-             workspace. Do not start interactive programs here; use terminal_open for those.",
+             non-zero exit shows as `[exit code: N]` at the end of the result: check it. The \
+             shell is reset to a fresh one in the workspace when a command times out, waits \
+             for input, is cancelled, or runs `exit`; the result says so. Do not start \
+             interactive programs here; use terminal_open for those. There is no \
+             run_in_background and no wider sandbox mode per call here.",
         );
         if world.confines() {
             d.push_str(
-                " The shell runs in the session's sandbox; a write it refuses fails as it would \
-                 in a terminal. When the sandbox changes (a new repository is protected, say), \
-                 the next call starts a fresh shell and says so.",
+                " The shell runs in the session's sandbox: a write it refuses shows as \
+                 `[sandbox: file access denied under <mode> mode]`. When the sandbox changes (a \
+                 new repository is protected, say), the next call runs in a fresh shell and its \
+                 result opens with `[a fresh shell: …]`.",
             );
         }
         d
@@ -139,14 +143,29 @@ impl Tool for PersistentBashTool {
     fn output_schema(&self) -> Value {
         crate::object_schema(
             &[
-                ("exitCode", json!({"type": "integer"})),
+                (
+                    "exitCode",
+                    json!({"type": "integer", "description": "the command's exit status, when it finished"}),
+                ),
                 ("timedOut", json!({"type": "boolean"})),
-                ("shellReset", json!({"type": "boolean"})),
-                ("sessionId", json!({"type": "string"})),
+                ("timeoutMs", json!({"type": "integer"})),
+                (
+                    "shellReset",
+                    json!({"type": "boolean", "description": "the shell was closed after this call; the next starts a fresh one in the workspace"}),
+                ),
+                (
+                    "freshShell",
+                    json!({"type": "boolean", "description": "this call ran in a fresh shell where the last call left one: its directory and variables were lost"}),
+                ),
+                (
+                    "sessionId",
+                    json!({"type": "string", "description": "the terminal the shell is (terminal_list shows it as bash)"}),
+                ),
                 (
                     "sandbox",
                     json!({"type": "object", "properties": {
                         "mode": {"type": "string"},
+                        "denied": {"type": "boolean"},
                         "appeared": {"type": "array", "items": {"type": "string"}}}}),
                 ),
             ],
@@ -246,19 +265,29 @@ impl Tool for PersistentBashTool {
             .as_ref()
             .ok_or_else(|| HarnessError::internal("a persistent shell gave a one-shot result"))?;
         let reset = run.reset.is_some();
+        let denied = result.sandbox.as_ref().is_some_and(|f| f.denied);
         let mut meta = json!({
             "timedOut": result.timed_out,
+            "timeoutMs": result.timeout_ms,
             "shellReset": reset,
+            "freshShell": run.fresh.is_some(),
             // The shell's sandbox facts, as a one-shot call gives them (what the check
             // after the call finds is added by the pipeline).
-            "sandbox": {"mode": policy.mode.as_str()},
+            "sandbox": {"mode": policy.mode.as_str(), "denied": denied},
         });
         if !reset {
             meta["exitCode"] = json!(result.exit_code);
             meta["sessionId"] = json!(run.shell_id);
         }
+        // A write the sandbox refused is said as one-shot bash says it; this tool cannot
+        // ask for a wider mode, so the hint is the one for a session nobody can widen.
+        let markers = if denied {
+            denial_lines(policy.mode, Subject::Command, false)
+        } else {
+            Vec::new()
+        };
         Ok(ToolOutput {
-            text: render_result(&result),
+            text: render_result_with(&result, &markers),
             meta: Some(meta),
             image: None,
         })
