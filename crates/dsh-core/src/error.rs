@@ -174,6 +174,17 @@ pub enum ErrorCode {
     /// A resumed call's `requestState` names no call waiting for input (answered, expired,
     /// or another connection's). Call the tool again. `as_str()`: `MCP_REQUEST_STATE_UNKNOWN`.
     McpRequestStateUnknown,
+    /// The connection to a remote world ended (the transport command exited, the network
+    /// dropped, the far side's dsh died) before the request was answered; what it ran there
+    /// is killed by the far side. Nothing ran locally in its place. Check the host or
+    /// container, then call again: the next call connects anew.
+    /// `as_str()`: `REMOTE_DISCONNECTED`.
+    RemoteDisconnected,
+    /// The far side of a remote world is not a `dsh serve --stdio` that speaks this dsh's
+    /// protocol (another version, another program, a broken frame). Nothing ran. Install
+    /// the same dsh there, or name it with `--remote-dsh`.
+    /// `as_str()`: `REMOTE_INCOMPATIBLE`.
+    RemoteIncompatible,
 }
 
 impl ErrorCode {
@@ -239,7 +250,14 @@ impl ErrorCode {
         ErrorCode::McpMessageTooLarge,
         ErrorCode::McpClosing,
         ErrorCode::McpRequestStateUnknown,
+        ErrorCode::RemoteDisconnected,
+        ErrorCode::RemoteIncompatible,
     ];
+
+    /// The code whose [`as_str`](Self::as_str) is `code`, if any (a code read off the wire).
+    pub fn from_code(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
 
     /// The stable SCREAMING_SNAKE form of the code.
     pub const fn as_str(self) -> &'static str {
@@ -304,6 +322,8 @@ impl ErrorCode {
             ErrorCode::McpMessageTooLarge => "MCP_MESSAGE_TOO_LARGE",
             ErrorCode::McpClosing => "MCP_CLOSING",
             ErrorCode::McpRequestStateUnknown => "MCP_REQUEST_STATE_UNKNOWN",
+            ErrorCode::RemoteDisconnected => "REMOTE_DISCONNECTED",
+            ErrorCode::RemoteIncompatible => "REMOTE_INCOMPATIBLE",
         }
     }
 }
@@ -529,6 +549,8 @@ mod tests {
                     ErrorCode::McpRequestStateUnknown,
                     "MCP_REQUEST_STATE_UNKNOWN"
                 ),
+                (ErrorCode::RemoteDisconnected, "REMOTE_DISCONNECTED"),
+                (ErrorCode::RemoteIncompatible, "REMOTE_INCOMPATIBLE"),
             ]
         );
     }

@@ -12,6 +12,7 @@
 //!   value came from (see [`config`]).
 //! - `dsh mcp [-C DIR] [--mode M] [--network N] [--approval P]` serves every tool over MCP
 //!   on stdio (see [`mcp`]).
+//! - `dsh serve --stdio [-C DIR]` is the far side of a remote world (see [`serve`]).
 #![forbid(unsafe_code)]
 
 /// `println!` through [`emit`]: a closed stdout ends the process quietly.
@@ -27,6 +28,7 @@ mod doctor;
 mod exec;
 mod mcp;
 mod orphans;
+mod serve;
 mod session;
 mod tool;
 
@@ -72,6 +74,9 @@ enum Command {
     /// and where it came from (flags > .dsh/config.toml > ~/.config/dsh/config.toml >
     /// defaults).
     Config(config_show::ConfigArgs),
+    /// The far side of a remote world: speak dsh's remote protocol on stdin and stdout
+    /// (`dsh serve --stdio -C DIR`), as the near side's ssh or docker exec starts it.
+    Serve(serve::ServeArgs),
 }
 
 /// Writes `text` to stdout. A reader that went away (`dsh session show ID | head`) ends
@@ -134,5 +139,6 @@ fn main() -> ExitCode {
         Command::Session(args) => session::main(args),
         Command::Mcp(args) => mcp::main(args),
         Command::Config(args) => config_show::main(args),
+        Command::Serve(args) => serve::main(args),
     }
 }

@@ -1,0 +1,183 @@
+//! The wire protocol between dsh and a far side's `dsh serve --stdio`: length-prefixed
+//! JSON frames, requests answered by id, notifications without one.
+//!
+//! A frame is a 4-byte big-endian length, then that many bytes of one JSON object:
+//! - a request: `{"id": N, "method": "…", "params": {…}}`;
+//! - its response: `{"id": N, "result": …}` or `{"id": N, "error": {"code": "…",
+//!   "message": "…"}}` (`code` one of dsh's error codes);
+//! - a notification: `{"method": "…", "params": {…}}`.
+//!
+//! The first request is always `initialize` with `{"protocol": PROTOCOL, …}` (see
+//! [`ServerInfo`](crate::ServerInfo)). A length prefix rather than a line: output and file
+//! contents travel in these frames, and a length can be checked against
+//! [`MAX_FRAME`] before anything is allocated.
+
+use dsh_core::{ErrorCode, HarnessError};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The protocol's version: both sides must speak the same one.
+pub const PROTOCOL: u64 = 1;
+
+/// The largest frame either side reads or writes, in bytes. A longer length prefix is a
+/// broken or foreign peer: the channel ends.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// The error of a peer that does not speak this protocol.
+pub(crate) fn incompatible(why: impl std::fmt::Display) -> HarnessError {
+    HarnessError::new(
+        ErrorCode::RemoteIncompatible,
+        format!(
+            "the far side does not speak dsh's remote protocol {PROTOCOL}: {why}. Install the \
+             same dsh there (dsh serve --stdio), or name it with --remote-dsh."
+        ),
+    )
+}
+
+/// Reads one frame's JSON object; `None` at a clean end of the stream (between frames).
+///
+/// # Errors
+/// `REMOTE_INCOMPATIBLE` for a frame over [`MAX_FRAME`], one that is not a JSON object, or
+/// a stream that ends inside a frame; `REMOTE_DISCONNECTED` for a read error.
+///
+/// # Cancel safety
+/// Not cancel safe: dropped mid-frame, the stream is left inside a frame.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Value>, HarnessError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < len.len() {
+        match r.read(&mut len[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(incompatible("the stream ended inside a frame's length")),
+            Ok(n) => got += n,
+            Err(e) => return Err(disconnected(&e.to_string())),
+        }
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(incompatible(format!(
+            "a frame of {len} bytes, over the {MAX_FRAME}-byte limit"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            incompatible("the stream ended inside a frame")
+        } else {
+            disconnected(&e.to_string())
+        }
+    })?;
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+        Ok(_) => Err(incompatible("a frame that is not a JSON object")),
+        Err(e) => Err(incompatible(format!("a frame that is not JSON ({e})"))),
+    }
+}
+
+/// Writes `message` as one frame and flushes it.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a message over [`MAX_FRAME`] (nothing is written);
+/// `REMOTE_DISCONNECTED` when the stream is closed.
+///
+/// # Cancel safety
+/// Not cancel safe: dropped mid-write, the stream is left inside a frame.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    message: &Value,
+) -> Result<(), HarnessError> {
+    let body = serde_json::to_vec(message)
+        .map_err(|e| HarnessError::internal("a message could not be encoded").with_source(e))?;
+    if body.len() > MAX_FRAME {
+        return Err(HarnessError::invalid_argument(format!(
+            "a message of {} bytes is over the remote protocol's {MAX_FRAME}-byte frame",
+            body.len()
+        )));
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)
+        .await
+        .map_err(|e| disconnected(&e.to_string()))?;
+    w.flush().await.map_err(|e| disconnected(&e.to_string()))
+}
+
+/// The error of a channel that ended: `why`, and what to do.
+pub(crate) fn disconnected(why: &str) -> HarnessError {
+    HarnessError::new(
+        ErrorCode::RemoteDisconnected,
+        format!(
+            "the connection to the remote world ended ({why}); nothing ran locally in its \
+             place. Check the host or container, then call again."
+        ),
+    )
+}
+
+/// A response to request `id`: its result.
+pub fn result(id: u64, result: Value) -> Value {
+    json!({"id": id, "result": result})
+}
+
+/// A response to request `id`: `error`, as a code and a message.
+pub fn error(id: u64, error: &HarnessError) -> Value {
+    json!({"id": id, "error": {"code": error.code().as_str(), "message": error.message()}})
+}
+
+/// The error a response carries, as a [`HarnessError`] with its code (`INTERNAL` for a
+/// code this dsh does not know).
+pub fn error_of(error: &Value) -> HarnessError {
+    let message = error["message"].as_str().unwrap_or("no message").to_owned();
+    match error["code"].as_str().and_then(ErrorCode::from_code) {
+        Some(code) => HarnessError::new(code, message),
+        None => HarnessError::internal(format!(
+            "the far side answered with an unknown error code {}: {message}",
+            error["code"]
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_a_clean_end_is_none() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let m = json!({"id": 1, "method": "ping", "params": {"x": "é\u{0}"}});
+        write_frame(&mut a, &m).await.expect("write");
+        drop(a);
+        assert_eq!(read_frame(&mut b).await.expect("read"), Some(m));
+        assert_eq!(read_frame(&mut b).await.expect("end"), None);
+    }
+
+    #[tokio::test]
+    async fn a_foreign_or_broken_peer_is_incompatible_and_nothing_big_is_allocated() {
+        for bytes in [
+            // A length past the limit: refused before allocating it.
+            vec![0xff, 0xff, 0xff, 0xff],
+            // A stream that ends inside the length, or inside the body.
+            vec![0, 0],
+            vec![0, 0, 0, 9, b'{'],
+            // Not an object; not JSON (a shell's greeting).
+            [&3u32.to_be_bytes()[..], b"[1]"].concat(),
+            [&5u32.to_be_bytes()[..], b"hello"].concat(),
+        ] {
+            let mut r: &[u8] = &bytes;
+            let e = read_frame(&mut r).await.expect_err("broken");
+            assert_eq!(e.code(), ErrorCode::RemoteIncompatible, "{bytes:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_error_keeps_its_code_across_the_wire() {
+        let e = HarnessError::new(ErrorCode::FsNotFound, "nope");
+        let back = error_of(&error(3, &e)["error"]);
+        assert_eq!(
+            (back.code(), back.message()),
+            (ErrorCode::FsNotFound, "nope")
+        );
+        let unknown = error_of(&json!({"code": "NEW_CODE", "message": "m"}));
+        assert_eq!(unknown.code(), ErrorCode::Internal);
+    }
+}
