@@ -11,7 +11,7 @@ use std::time::Duration;
 use dsh_core::{ErrorCode, HarnessError};
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::wire::{self, disconnected, incompatible, PROTOCOL};
 use crate::{ServerInfo, WorldUrl};
@@ -19,11 +19,18 @@ use crate::{ServerInfo, WorldUrl};
 /// The most bytes of the transport's stderr kept, for the error that says why it ended.
 const STDERR_TAIL: usize = 2048;
 
-/// How long the reader waits for the transport's exit status once its output ended.
+/// How long the reader waits, once the transport's output ended, for its exit status and
+/// its last words on stderr; and, once it exited, for what it wrote before.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// How long [`Channel::connect`] waits for the far side's handshake.
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
 
 /// The exit status a shell gives a command it cannot find.
 const NOT_FOUND_STATUS: i32 = 127;
+
+/// Frames waiting for the writer.
+const OUTBOX: usize = 64;
 
 /// Requests in flight, and why the channel ended once it has.
 #[derive(Default)]
@@ -47,47 +54,108 @@ struct Ended {
 /// is answered by its id. See the [crate docs](crate).
 pub struct Channel {
     state: Arc<Mutex<State>>,
-    writer: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    /// Whole frames for the writer task: a request cancelled after queueing its frame
+    /// never leaves half of it on the wire.
+    outbox: mpsc::Sender<Vec<u8>>,
     next: AtomicU64,
-    reader: tokio::task::JoinHandle<()>,
-    pid: Option<u32>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The transport's process group (its own, led by it).
+    group: Option<u32>,
     info: ServerInfo,
 }
 
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
-            .field("pid", &self.pid)
+            .field("group", &self.group)
             .field("info", &self.info)
             .finish_non_exhaustive()
     }
 }
 
+/// Kills the process group `group` (the transport and whatever it started here).
+fn kill_group(group: Option<u32>) {
+    if let Some(pid) = group.and_then(|g| rustix::process::Pid::from_raw(g as i32)) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
 impl Channel {
     /// Connects to the far side `url` names, where dsh is `remote_dsh` (a name on the far
-    /// `PATH`, or a path), and completes the handshake.
+    /// `PATH`, or a path), and completes the handshake within [`HANDSHAKE_WAIT`].
     ///
     /// # Errors
     /// `PROCESS_NOT_FOUND` / `PROCESS_SPAWN_FAILED` when the transport (`ssh`, `docker`,
     /// `/bin/sh`) cannot start here; `REMOTE_INCOMPATIBLE` when the far side is not a
     /// `dsh serve --stdio` of this protocol (no dsh there included); `REMOTE_DISCONNECTED`
-    /// when the transport ends first (an unreachable host, a refused key: the message
-    /// quotes what the transport said).
+    /// when the transport ends first or the handshake does not come in time (an
+    /// unreachable host, a refused key: the message quotes what the transport said); the
+    /// far side's own code when its dsh refused to serve (`PROCESS_CWD_INVALID` for a far
+    /// workspace that is not there).
     ///
     /// # Cancel safety
     /// Cancel safe: dropped, the transport is killed.
     pub async fn connect(url: &WorldUrl, remote_dsh: &str) -> Result<Channel, HarnessError> {
-        Channel::over(url.argv(remote_dsh), remote_dsh).await
+        Channel::connect_within(url, remote_dsh, HANDSHAKE_WAIT).await
     }
 
-    /// Connects over the transport command `argv` (see [`connect`](Self::connect)).
+    /// [`connect`](Self::connect), waiting at most `handshake` for the far side to answer.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect); `INVALID_ARGUMENT` for an empty `argv`.
+    /// As [`connect`](Self::connect).
     ///
     /// # Cancel safety
     /// As [`connect`](Self::connect).
-    pub async fn over(argv: Vec<OsString>, remote_dsh: &str) -> Result<Channel, HarnessError> {
+    pub async fn connect_within(
+        url: &WorldUrl,
+        remote_dsh: &str,
+        handshake: Duration,
+    ) -> Result<Channel, HarnessError> {
+        // For ssh and docker, 127 is the far shell's "not found": no dsh there. A `cmd:`
+        // gives it for its own first word too, which may be a program missing here.
+        let not_found = match url {
+            WorldUrl::Command(_) => None,
+            _ => Some(remote_dsh),
+        };
+        let mut channel = Channel::start(url.argv(remote_dsh))?;
+        let hello = json!({"protocol": PROTOCOL, "version": crate::VERSION});
+        let answer =
+            match tokio::time::timeout(handshake, channel.request("initialize", hello)).await {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) if e.code() == ErrorCode::RemoteDisconnected => {
+                    return Err(match (channel.ended(), not_found) {
+                        (Some(x), Some(dsh)) if x.status == Some(NOT_FOUND_STATUS) => {
+                            incompatible(format!("there is no {dsh} on the far side{}", x.detail))
+                        }
+                        _ => e,
+                    });
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(disconnected(&format!(
+                        "no answer to the handshake in {} s: the host may be unreachable, or \
+                     something on the far side prints before dsh serve",
+                        handshake.as_secs()
+                    )))
+                }
+            };
+        let info = ServerInfo::from_json(&answer).ok_or_else(|| {
+            incompatible("an answer to initialize without the protocol and version")
+        })?;
+        if info.protocol != PROTOCOL {
+            return Err(incompatible(format!(
+                "it speaks protocol {} (dsh {})",
+                info.protocol,
+                wire::peer_text(&info.version)
+            )));
+        }
+        channel.info = info;
+        Ok(channel)
+    }
+
+    /// Starts the transport `argv` in a process group of its own, and the tasks that
+    /// write frames to it and read answers and stderr from it.
+    fn start(argv: Vec<OsString>) -> Result<Channel, HarnessError> {
         let Some(program) = argv.first() else {
             return Err(HarnessError::invalid_argument("an empty transport command"));
         };
@@ -97,6 +165,7 @@ impl Channel {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -113,8 +182,8 @@ impl Channel {
             )
             .with_source(e)
         })?;
-        let pid = child.id();
-        let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
+        let group = child.id();
+        let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(HarnessError::internal(
@@ -122,97 +191,75 @@ impl Channel {
             ));
         };
         let tail = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let tail_writer = tail.clone();
-        let stderr_done = tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            while let Ok(n @ 1..) = stderr.read(&mut buf).await {
-                let mut t = tail_writer.lock().unwrap_or_else(|p| p.into_inner());
-                t.extend_from_slice(&buf[..n]);
-                let over = t.len().saturating_sub(STDERR_TAIL);
-                t.drain(..over);
+        let stderr_task = {
+            let tail = tail.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n @ 1..) = stderr.read(&mut buf).await {
+                    let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    t.extend_from_slice(&buf[..n]);
+                    let over = t.len().saturating_sub(STDERR_TAIL);
+                    t.drain(..over);
+                }
+            })
+        };
+        let (outbox, mut frames) = mpsc::channel::<Vec<u8>>(OUTBOX);
+        let writer = tokio::spawn(async move {
+            while let Some(frame) = frames.recv().await {
+                if wire::write_encoded(&mut stdin, &frame).await.is_err() {
+                    break;
+                }
             }
+            // `stdin` drops: the far side sees its input end.
         });
         let state = Arc::new(Mutex::new(State::default()));
         let reader = {
             let state = state.clone();
             tokio::spawn(async move {
-                let broke = read_responses(&mut stdout, &state).await;
-                // The transport's own words and status say why it ended.
-                let status = match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
-                    Ok(Ok(s)) => s.code(),
-                    _ => None,
+                let reading = read_answers(&mut stdout, &state);
+                tokio::pin!(reading);
+                // The transport's exit ends the channel too, even if something it started
+                // still holds its output; what it wrote before is read first.
+                let (broke, status) = tokio::select! {
+                    broke = &mut reading => (broke, None),
+                    exited = child.wait() => {
+                        let broke = tokio::time::timeout(EXIT_WAIT, &mut reading)
+                            .await
+                            .unwrap_or(None);
+                        (broke, exited.ok().and_then(|s| s.code()))
+                    }
                 };
-                // What it printed last, once its stderr ends (a child of it may hold it).
-                let _ = tokio::time::timeout(EXIT_WAIT, stderr_done).await;
+                let status = match status {
+                    Some(s) => Some(s),
+                    None => match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+                        Ok(Ok(s)) => s.code(),
+                        _ => None,
+                    },
+                };
+                // What it left running here goes with it.
+                kill_group(group);
+                let _ = tokio::time::timeout(EXIT_WAIT, stderr_task).await;
                 let said = {
                     let t = tail.lock().unwrap_or_else(|p| p.into_inner());
                     String::from_utf8_lossy(&t)
-                        .chars()
-                        .filter(|c| !c.is_control() || *c == '\n')
-                        .collect::<String>()
-                        .trim()
-                        .replace('\n', " / ")
+                        .lines()
+                        .map(wire::peer_text)
+                        .filter(|l| !l.trim().is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" / ")
                 };
-                let mut how = String::new();
-                if let Some(s) = status {
-                    how.push_str(&format!("; the transport exited with status {s}"));
-                }
-                if !said.is_empty() {
-                    how.push_str(&format!("; it said: {said}"));
-                }
-                let error = match broke {
-                    Some(e) if e.code() == ErrorCode::RemoteIncompatible => {
-                        HarnessError::new(e.code(), format!("{}{how}", e.message()))
-                    }
-                    Some(e) => disconnected(&format!("{}{how}", e.message())),
-                    None => disconnected(&format!("the far side closed the connection{how}")),
-                };
-                end(
-                    &state,
-                    Ended {
-                        code: error.code(),
-                        message: error.message().to_owned(),
-                        detail: how,
-                        status,
-                    },
-                );
+                end(&state, ended(broke, status, &said));
                 // `child` drops here: killed if it still runs.
             })
         };
-        let mut channel = Channel {
+        Ok(Channel {
             state,
-            writer: tokio::sync::Mutex::new(stdin),
+            outbox,
             next: AtomicU64::new(1),
-            reader,
-            pid,
+            tasks: vec![reader, writer],
+            group,
             info: ServerInfo::default(),
-        };
-        let hello = json!({"protocol": PROTOCOL, "version": crate::VERSION});
-        let answer = match channel.request("initialize", hello).await {
-            Ok(a) => a,
-            Err(e) if e.code() == ErrorCode::RemoteDisconnected => {
-                let ended = channel.ended();
-                return Err(match ended {
-                    Some(x) if x.status == Some(NOT_FOUND_STATUS) => incompatible(format!(
-                        "there is no {remote_dsh} on the far side{}",
-                        x.detail
-                    )),
-                    _ => e,
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        let info = ServerInfo::from_json(&answer).ok_or_else(|| {
-            incompatible(format!("an initialize answer without its facts: {answer}"))
-        })?;
-        if info.protocol != PROTOCOL {
-            return Err(incompatible(format!(
-                "it speaks protocol {} (dsh {})",
-                info.protocol, info.version
-            )));
-        }
-        channel.info = info;
-        Ok(channel)
+        })
     }
 
     /// What the far side said of itself in the handshake.
@@ -220,9 +267,9 @@ impl Channel {
         &self.info
     }
 
-    /// The transport process's id, while it runs.
+    /// The transport process's id (it leads its own process group).
     pub fn transport_pid(&self) -> Option<u32> {
-        self.pid
+        self.group
     }
 
     /// Why the channel ended, once it has.
@@ -242,10 +289,12 @@ impl Channel {
     /// the far side broke the protocol; `INVALID_ARGUMENT` for params over a frame.
     ///
     /// # Cancel safety
-    /// Cancel safe for the channel: dropped, the answer is discarded when it comes. What
-    /// the request started on the far side is not stopped.
+    /// Cancel safe for the channel: a frame goes on the wire whole or not at all, and an
+    /// answer that comes after the future was dropped is discarded. What the request
+    /// started on the far side is not stopped.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, HarnessError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let frame = wire::encode(&json!({"id": id, "method": method, "params": params}))?;
         let (tx, rx) = oneshot::channel();
         {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -254,28 +303,23 @@ impl Channel {
             }
             state.pending.insert(id, tx);
         }
-        // Forgets the entry if this future is dropped or the write fails.
-        let forget = Forget {
+        // Forgets the entry if this future is dropped.
+        let _forget = Forget {
             state: &self.state,
             id,
         };
-        let message = json!({"id": id, "method": method, "params": params});
-        let written = wire::write_frame(&mut *self.writer.lock().await, &message).await;
-        let answer = match written {
-            Ok(()) => rx.await,
-            // A transport that went away: the reader's account says why (its status, what
-            // it printed), once it has one.
-            Err(e) if e.code() == ErrorCode::RemoteDisconnected => {
-                match tokio::time::timeout(EXIT_WAIT + Duration::from_secs(1), rx).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        };
-        drop(forget);
-        match answer {
-            Ok(r) => r,
+        if self.outbox.send(frame).await.is_err() {
+            // The writer is gone: the reader's account says why, once it has one.
+            return match tokio::time::timeout(EXIT_WAIT * 2, rx).await {
+                Ok(Ok(answer)) => answer,
+                _ => Err(self.ended().map_or_else(
+                    || disconnected("the transport stopped reading"),
+                    |e| ended_error(&e),
+                )),
+            };
+        }
+        match rx.await {
+            Ok(answer) => answer,
             Err(_) => Err(self
                 .ended()
                 .map_or_else(|| disconnected("the channel closed"), |e| ended_error(&e))),
@@ -285,8 +329,12 @@ impl Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        // The reader owns the transport: stopping it drops (kills) the transport.
-        self.reader.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
+        // The reader owns the transport (killed as it drops); what it started here goes
+        // with its group.
+        kill_group(self.group);
     }
 }
 
@@ -303,6 +351,40 @@ impl Drop for Forget<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .pending
             .remove(&self.id);
+    }
+}
+
+/// How the channel ended, from how its reading stopped (`broke`: the error it broke with,
+/// `None` at a clean end), the transport's exit `status`, and what it `said` on stderr.
+fn ended(broke: Option<HarnessError>, status: Option<i32>, said: &str) -> Ended {
+    let mut detail = String::new();
+    if let Some(s) = status {
+        detail.push_str(&format!("; the transport exited with status {s}"));
+    }
+    if !said.is_empty() {
+        detail.push_str(&format!("; it said: {said}"));
+    }
+    // The far dsh refused to serve, and said why with a code (`dsh serve: CODE: …`).
+    let refused = said.split(" / ").find_map(|line| {
+        let rest = line.strip_prefix("dsh serve: ")?;
+        let (code, why) = rest.split_once(": ")?;
+        Some((ErrorCode::from_code(code)?, why.to_owned()))
+    });
+    let error = match (broke, refused) {
+        (Some(e), _) if e.code() == ErrorCode::RemoteIncompatible => {
+            HarnessError::new(e.code(), format!("{}{detail}", e.message()))
+        }
+        (_, Some((code, why))) => {
+            HarnessError::new(code, format!("the far side's dsh refused to serve: {why}"))
+        }
+        (Some(e), None) => disconnected(&format!("{}{detail}", e.message())),
+        (None, None) => disconnected(&format!("the far side closed the connection{detail}")),
+    };
+    Ended {
+        code: error.code(),
+        message: error.message().to_owned(),
+        detail,
+        status,
     }
 }
 
@@ -325,12 +407,12 @@ fn end(state: &Mutex<State>, ended: Ended) {
 
 /// Reads answers from the far side until the stream ends (`None`) or breaks, and hands
 /// each to its request; the error it broke with.
-async fn read_responses(
+async fn read_answers(
     stdout: &mut tokio::process::ChildStdout,
     state: &Mutex<State>,
 ) -> Option<HarnessError> {
     loop {
-        let message = match wire::read_frame(stdout).await {
+        let mut message = match wire::read_frame(stdout).await {
             Ok(Some(m)) => m,
             Ok(None) => return None,
             Err(e) => return Some(e),
@@ -339,8 +421,8 @@ async fn read_responses(
             // A notification: none is defined yet in protocol 1.
             continue;
         };
-        let answer = if let Some(result) = message.get("result") {
-            Ok(result.clone())
+        let answer = if let Some(result) = message.get_mut("result") {
+            Ok(result.take())
         } else if let Some(error) = message.get("error") {
             Err(wire::error_of(error))
         } else {

@@ -30,7 +30,8 @@
 //! - The transport command is killed when its [`Channel`] drops.
 //!
 //! # Limits
-//! - Protocol 1 has `initialize` and `ping` only: no seam runs over it yet.
+//! - Protocol 1 has `initialize`, `ping` and what the serving binary handles (`dsh serve`:
+//!   `doctor`): no seam runs over it yet.
 //! - The far side must already have dsh (`--remote-dsh` names it); copying it there is
 //!   not built yet.
 //!
@@ -50,8 +51,8 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 use sha2::Digest;
 
-pub use channel::Channel;
-pub use serve::serve;
+pub use channel::{Channel, HANDSHAKE_WAIT};
+pub use serve::{serve, Handler, NoRequests};
 pub use url::WorldUrl;
 
 /// This dsh's version, as the handshake states it.

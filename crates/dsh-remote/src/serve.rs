@@ -5,13 +5,34 @@ use dsh_core::HarnessError;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::wire::{self, incompatible, PROTOCOL};
+use crate::wire::{self, near_incompatible, PROTOCOL};
 use crate::ServerInfo;
+
+/// What the far side does for the requests past the handshake: the ones the binary that
+/// serves knows (`doctor`, and the seams' operations as they come).
+#[async_trait::async_trait]
+pub trait Handler: Send + Sync {
+    /// The answer to request `method` with `params`; `None` when this side does not know
+    /// `method`.
+    async fn handle(&self, method: &str, params: &Value) -> Option<Result<Value, HarnessError>>;
+}
+
+/// A handler that knows no request beyond the protocol's own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoRequests;
+
+#[async_trait::async_trait]
+impl Handler for NoRequests {
+    async fn handle(&self, _: &str, _: &Value) -> Option<Result<Value, HarnessError>> {
+        None
+    }
+}
 
 /// Answers requests read from `input` on `output` until `input` ends, as `info` describes
 /// this side. The first request must be `initialize` with this protocol's number; then
-/// `ping` answers `{}`. A request it does not know is answered `REMOTE_INCOMPATIBLE` and
-/// the channel goes on.
+/// `ping` answers `{}`, and any other request is `handler`'s. A request nobody knows is
+/// answered `REMOTE_INCOMPATIBLE` and the channel goes on. Requests are answered one at a
+/// time, in order.
 ///
 /// # Errors
 /// `REMOTE_INCOMPATIBLE` for a broken frame from the near side, `REMOTE_DISCONNECTED` when
@@ -19,7 +40,12 @@ use crate::ServerInfo;
 ///
 /// # Cancel safety
 /// Not cancel safe: dropped mid-frame, the streams are left inside a frame.
-pub async fn serve<R, W>(mut input: R, mut output: W, info: &ServerInfo) -> Result<(), HarnessError>
+pub async fn serve<R, W>(
+    mut input: R,
+    mut output: W,
+    info: &ServerInfo,
+    handler: &dyn Handler,
+) -> Result<(), HarnessError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -37,18 +63,22 @@ where
                     initialized = true;
                     Ok(info.to_json())
                 }
-                other => Err(incompatible(format!(
-                    "the near side speaks protocol {}, this dsh {} speaks {PROTOCOL}",
+                other => Err(near_incompatible(format!(
+                    "it speaks protocol {}, this dsh {} speaks {PROTOCOL}",
                     other.map_or_else(|| "none".to_owned(), |p| p.to_string()),
                     info.version
                 ))),
             },
-            (_, false) => Err(incompatible("a request came before initialize")),
+            (_, false) => Err(near_incompatible("a request came before initialize")),
             ("ping", true) => Ok(json!({})),
-            (other, true) => Err(incompatible(format!(
-                "this dsh {} does not know the request {other:?}",
-                info.version
-            ))),
+            (other, true) => match handler.handle(other, &message["params"]).await {
+                Some(answer) => answer,
+                None => Err(near_incompatible(format!(
+                    "this dsh {} does not know the request {:?}",
+                    info.version,
+                    wire::peer_text(other)
+                ))),
+            },
         };
         let reply: Value = match answer {
             Ok(result) => wire::result(id, result),
@@ -87,7 +117,18 @@ mod tests {
         let (mut near, far) = tokio::io::duplex(1 << 16);
         let info = ServerInfo::of_this_process();
         let (far_in, far_out) = tokio::io::split(far);
-        let server = tokio::spawn(async move { serve(far_in, far_out, &info).await });
+        struct Echo;
+        #[async_trait::async_trait]
+        impl Handler for Echo {
+            async fn handle(
+                &self,
+                method: &str,
+                params: &Value,
+            ) -> Option<Result<Value, HarnessError>> {
+                (method == "echo").then(|| Ok(params.clone()))
+            }
+        }
+        let server = tokio::spawn(async move { serve(far_in, far_out, &info, &Echo).await });
         let early = ask(&mut near, 1, "ping", json!({})).await;
         assert_eq!(early["error"]["code"], "REMOTE_INCOMPATIBLE", "{early}");
         let wrong = ask(&mut near, 2, "initialize", json!({"protocol": 99})).await;
@@ -99,6 +140,8 @@ mod tests {
             ask(&mut near, 4, "ping", json!({})).await["result"],
             json!({})
         );
+        let echoed = ask(&mut near, 6, "echo", json!({"a": [1, 2]})).await;
+        assert_eq!(echoed["result"], json!({"a": [1, 2]}), "{echoed}");
         let unknown = ask(&mut near, 5, "fs/teleport", json!({})).await;
         let e = wire::error_of(&unknown["error"]);
         assert_eq!(e.code(), ErrorCode::RemoteIncompatible);

@@ -111,8 +111,18 @@ impl std::str::FromStr for WorldUrl {
                         .ok_or_else(|| invalid(url, "the port is not a number from 1 to 65535"))?,
                 ),
             };
-            if !plain_name(host) {
+            if let Some(inner) = host.strip_prefix('[') {
+                let inner = inner.strip_suffix(']').unwrap_or(inner);
+                if inner.parse::<std::net::Ipv6Addr>().is_err() {
+                    return Err(invalid(url, "the bracketed host is not an IPv6 address"));
+                }
+            } else if !plain_name(host) || host.contains([':', '[', ']']) {
                 return Err(invalid(url, "the host is missing or not a plain name"));
+            }
+            // The far login shell reads the path inside single quotes, which only a POSIX
+            // shell reads as dsh writes them: a backslash would mean another thing elsewhere.
+            if path.contains('\\') {
+                return Err(invalid(url, "a backslash in the far workspace"));
             }
             return Ok(WorldUrl::Ssh {
                 user: user.map(str::to_owned),
@@ -170,7 +180,8 @@ fn sh_quote(s: &str) -> String {
 impl WorldUrl {
     /// The argv of the transport command that starts `remote_dsh serve --stdio` on the far
     /// side, its stdin and stdout the channel: for ssh, `ssh -T -o BatchMode=yes` with
-    /// keepalives (the user's ssh configuration applies); for docker, `docker exec -i`;
+    /// keepalives and a connect timeout (the user's ssh configuration applies); for
+    /// docker, `docker exec -i`;
     /// for `cmd:`, `/bin/sh -c COMMAND`.
     pub fn argv(&self, remote_dsh: &str) -> Vec<OsString> {
         match self {
@@ -186,14 +197,18 @@ impl WorldUrl {
                     .collect();
                 argv.push("ServerAliveInterval=5".into());
                 argv.push("-o".into());
+                argv.push("ConnectTimeout=10".into());
+                argv.push("-o".into());
                 argv.push("ServerAliveCountMax=3".into());
                 if let Some(p) = port {
                     argv.push("-p".into());
                     argv.push(p.to_string().into());
                 }
+                // ssh takes an IPv6 address bare.
+                let bare = host.trim_start_matches('[').trim_end_matches(']');
                 let target = match user {
-                    Some(u) => format!("{u}@{host}"),
-                    None => host.clone(),
+                    Some(u) => format!("{u}@{bare}"),
+                    None => bare.to_owned(),
                 };
                 argv.push(target.into());
                 argv.push("--".into());
@@ -265,6 +280,9 @@ mod tests {
             "ssh://-l@h/w",
             "ssh://u@h/a\u{7}b",
             "ssh://h w/x",
+            "ssh://[nothost]:22/w",
+            "ssh://h/a\\b",
+            "ssh://a]b/w",
             "docker:///w",
             "docker://-it/w",
             "docker://c",
@@ -288,8 +306,11 @@ mod tests {
         let last = argv.last().expect("command").to_string_lossy().into_owned();
         assert_eq!(last, r"'/opt/dsh' serve --stdio -C '/it'\''s here'");
         assert!(argv.iter().any(|a| a == "BatchMode=yes"));
+        assert!(argv.iter().any(|a| a == "ConnectTimeout=10"));
         let at = argv.iter().position(|a| a == "-p").expect("-p");
         assert_eq!(argv[at + 1], "2222");
+        let v6 = parse("ssh://u@[::1]:2222/w").expect("url").argv("dsh");
+        assert!(v6.iter().any(|a| a == "u@::1"), "{v6:?}");
         let docker = parse("docker://c/w").expect("url").argv("dsh");
         assert_eq!(
             docker,

@@ -8,7 +8,8 @@
 //! mode forbids, a connect to a listener it opened on 127.0.0.1 and a read of a denied
 //! file, and under bubblewrap a write of a protected git hook, and reports what the kernel
 //! did. Exit status 0 when at least one runner
-//! works and every self-test was refused as it should be; 1 otherwise.
+//! works and every self-test was refused as it should be; 1 otherwise. With
+//! `--world URL` the report is the far side's, made there by its `dsh serve --stdio`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,6 +31,14 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     json: bool,
+    /// Report the far side of this remote world instead (`ssh://[user@]host[:port]/path`,
+    /// `docker://container/path` or `cmd:COMMAND`): its runners, modes and self-test, run
+    /// there by its `dsh serve --stdio`.
+    #[arg(long, value_name = "URL")]
+    world: Option<String>,
+    /// The far side's dsh: a name on its PATH or a path (default: dsh).
+    #[arg(long, value_name = "PATH", default_value = "dsh")]
+    remote_dsh: String,
 }
 
 /// One line of the report: a fact, whether it is good, and the fix when it is not.
@@ -55,6 +64,41 @@ pub fn main(args: DoctorArgs) -> ExitCode {
 }
 
 async fn run(args: &DoctorArgs) -> ExitCode {
+    let (report, place) = match &args.world {
+        Some(url) => match far_report(url, &args.remote_dsh).await {
+            Ok(r) => (r, url.clone()),
+            Err(e) => {
+                eprintln!("dsh doctor: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => {
+            let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
+            (report(&ws).await, "this machine".to_owned())
+        }
+    };
+    if args.json {
+        outln!("{report}");
+    } else {
+        print_report(&report, &place);
+    }
+    ExitCode::from(if report["healthy"] == true { 0 } else { 1 })
+}
+
+/// The report of the far side `url` names, made there by its `dsh serve --stdio`.
+///
+/// # Errors
+/// The channel's (`INVALID_ARGUMENT` for the URL, `REMOTE_DISCONNECTED`,
+/// `REMOTE_INCOMPATIBLE`, `PROCESS_NOT_FOUND` for a missing transport).
+async fn far_report(url: &str, remote_dsh: &str) -> Result<Value, dsh_core::HarnessError> {
+    let url: dsh_remote::WorldUrl = url.parse()?;
+    let far = dsh_remote::Channel::connect(&url, remote_dsh).await?;
+    far.request("doctor", json!({})).await
+}
+
+/// What this machine can enforce for the workspace `ws`, as `dsh doctor --json` prints it
+/// (and a far side's `dsh serve` answers `doctor`).
+pub async fn report(ws: &Path) -> Value {
     let sandbox = LocalSandbox::new();
     let mut checks = Vec::new();
     let runners = sandbox.runners();
@@ -99,13 +143,12 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     checks.push(cgroup_check());
     checks.push(process_limit_check());
 
-    let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let config = crate::config::load(&ws, &crate::config::Flags::default());
+    let config = crate::config::load(ws, &crate::config::Flags::default());
     checks.push(match &config {
         Ok(_) => Check {
             name: "config",
             ok: true,
-            detail: config_files_detail(&ws),
+            detail: config_files_detail(ws),
             fix: None,
         },
         Err(e) => Check {
@@ -130,7 +173,7 @@ async fn run(args: &DoctorArgs) -> ExitCode {
         } else {
             OnPartial::Refuse
         };
-        let policy = dsh_protect::workspace_policy(mode, &ws)
+        let policy = dsh_protect::workspace_policy(mode, ws)
             .with_deny_read(deny_read.iter().cloned())
             .with_homes_closed(read_allow.iter().cloned())
             .with_on_partial(on_partial);
@@ -145,64 +188,83 @@ async fn run(args: &DoctorArgs) -> ExitCode {
     let all_refused = self_tests.iter().all(|t| t.ok);
     let healthy = any_runner && all_refused;
     // What an earlier command left that the host would run, and dsh could not set aside.
-    let unsettled = dsh_protect::quarantine::unsettled_beneath(&ws);
+    let unsettled = dsh_protect::quarantine::unsettled_beneath(ws);
 
-    if args.json {
-        let v = json!({
-            "healthy": healthy,
-            "unsettled": unsettled.iter().map(|(p, what)| json!({
-                "path": p.display().to_string(), "what": what,
-            })).collect::<Vec<Value>>(),
-            "checks": checks.iter().map(|c| json!({
-                "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix,
-            })).collect::<Vec<Value>>(),
-            "modes": choices,
-            "self_test": self_tests.iter().map(|c| json!({
-                "name": c.name, "ok": c.ok, "detail": c.detail,
-            })).collect::<Vec<Value>>(),
-        });
-        outln!("{v}");
-    } else {
-        outln!("dsh doctor: what this machine can enforce\n");
-        for c in &checks {
-            outln!("  {} {:<16} {}", mark(c.ok), c.name, c.detail);
-            if let Some(fix) = &c.fix {
-                outln!("      fix: {fix}");
-            }
-        }
-        outln!("\n  modes (network denied; workspace {}):", ws.display());
-        for c in &choices {
-            print_mode(c);
-        }
-        outln!("\n  self-test (the kernel must refuse each attempt):");
-        if self_tests.is_empty() {
-            outln!("    no runner to test");
-        }
-        for t in &self_tests {
-            outln!("    {} {:<22} {}", mark(t.ok), t.name, t.detail);
-        }
-        if !unsettled.is_empty() {
-            outln!(
-                "\n  !! left by an earlier command, not set aside (workspace-write is refused \
-                 here until you look at each, then move or remove it; do not run git or tools \
-                 there before):"
-            );
-            for (p, what) in &unsettled {
-                outln!("    {} ({what})", visible(&p.display().to_string()));
-            }
-        }
+    json!({
+        "healthy": healthy,
+        "any_runner": any_runner,
+        "workspace": ws.display().to_string(),
+        "unsettled": unsettled.iter().map(|(p, what)| json!({
+            "path": p.display().to_string(), "what": what,
+        })).collect::<Vec<Value>>(),
+        "checks": checks.iter().map(|c| json!({
+            "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix,
+        })).collect::<Vec<Value>>(),
+        "modes": choices,
+        "self_test": self_tests.iter().map(|c| json!({
+            "name": c.name, "ok": c.ok, "detail": c.detail,
+        })).collect::<Vec<Value>>(),
+    })
+}
+
+/// Prints `report` (see [`report`]) for a person; `place` names where it was made.
+fn print_report(report: &Value, place: &str) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let list = |key: &str| report[key].as_array().cloned().unwrap_or_default();
+    outln!("dsh doctor: what {place} can enforce\n");
+    for c in list("checks") {
+        let ok = c["ok"] == true;
         outln!(
-            "\n{}",
-            if healthy {
-                "healthy: confined modes are enforced here"
-            } else if any_runner {
-                "UNHEALTHY: a self-test was not refused; do not rely on the sandbox here"
-            } else {
-                "UNHEALTHY: no sandbox runner works; confined modes fail with SANDBOX_UNAVAILABLE"
-            }
+            "  {} {:<16} {}",
+            mark(ok),
+            text(&c["name"]),
+            text(&c["detail"])
+        );
+        if let Some(fix) = c["fix"].as_str() {
+            outln!("      fix: {fix}");
+        }
+    }
+    outln!(
+        "\n  modes (network denied; workspace {}):",
+        text(&report["workspace"])
+    );
+    for c in list("modes") {
+        print_mode(&c);
+    }
+    outln!("\n  self-test (the kernel must refuse each attempt):");
+    let tests = list("self_test");
+    if tests.is_empty() {
+        outln!("    no runner to test");
+    }
+    for t in &tests {
+        outln!(
+            "    {} {:<22} {}",
+            mark(t["ok"] == true),
+            text(&t["name"]),
+            text(&t["detail"])
         );
     }
-    ExitCode::from(if healthy { 0 } else { 1 })
+    let unsettled = list("unsettled");
+    if !unsettled.is_empty() {
+        outln!(
+            "\n  !! left by an earlier command, not set aside (workspace-write is refused \
+             here until you look at each, then move or remove it; do not run git or tools \
+             there before):"
+        );
+        for u in &unsettled {
+            outln!("    {} ({})", visible(&text(&u["path"])), text(&u["what"]));
+        }
+    }
+    outln!(
+        "\n{}",
+        if report["healthy"] == true {
+            "healthy: confined modes are enforced here"
+        } else if report["any_runner"] == true {
+            "UNHEALTHY: a self-test was not refused; do not rely on the sandbox here"
+        } else {
+            "UNHEALTHY: no sandbox runner works; confined modes fail with SANDBOX_UNAVAILABLE"
+        }
+    );
 }
 
 fn mark(ok: bool) -> &'static str {

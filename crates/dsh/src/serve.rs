@@ -38,6 +38,37 @@ async fn run(args: &ServeArgs) -> Result<(), HarnessError> {
             ));
         }
     }
+    let ws = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            HarnessError::new(
+                ErrorCode::ProcessCwdInvalid,
+                "the current directory is unusable; pass -C DIR",
+            )
+            .with_source(e)
+        })?,
+    };
     let info = dsh_remote::ServerInfo::of_this_process();
-    dsh_remote::serve(tokio::io::stdin(), tokio::io::stdout(), &info).await
+    let far = Far { ws };
+    dsh_remote::serve(tokio::io::stdin(), tokio::io::stdout(), &info, &far).await
+}
+
+/// What this far side answers past the handshake, for its workspace `ws`.
+struct Far {
+    ws: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl dsh_remote::Handler for Far {
+    async fn handle(
+        &self,
+        method: &str,
+        _params: &serde_json::Value,
+    ) -> Option<Result<serde_json::Value, HarnessError>> {
+        match method {
+            // `dsh doctor --world URL`: this machine's report, made here.
+            "doctor" => Some(Ok(crate::doctor::report(&self.ws).await)),
+            _ => None,
+        }
+    }
 }

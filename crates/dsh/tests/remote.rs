@@ -83,13 +83,13 @@ async fn what_is_not_a_dsh_far_side_is_a_coded_error() {
         (
             "cmd:echo hello; sleep 30".into(),
             ErrorCode::RemoteIncompatible,
-            "over the",
+            "printed text where a frame was due",
         ),
-        // No dsh there.
+        // A command not found: for `cmd:` it may be the transport itself, here.
         (
             "cmd:exec no-such-dsh-here serve --stdio".into(),
-            ErrorCode::RemoteIncompatible,
-            "there is no dsh",
+            ErrorCode::RemoteDisconnected,
+            "status 127",
         ),
         // The transport fails, and says why.
         (
@@ -97,15 +97,21 @@ async fn what_is_not_a_dsh_far_side_is_a_coded_error() {
             ErrorCode::RemoteDisconnected,
             "Connection refused",
         ),
-        // The far workspace is not there.
+        // The far workspace is not there: the far dsh's own code.
         (
             format!(
                 "cmd:exec '{}' serve --stdio -C '{}'",
                 dsh(),
                 missing.display()
             ),
-            ErrorCode::RemoteDisconnected,
+            ErrorCode::ProcessCwdInvalid,
             "not a directory",
+        ),
+        // The transport exits while something it started holds its output.
+        (
+            "cmd:sleep 1000 & exit 3".into(),
+            ErrorCode::RemoteDisconnected,
+            "status 3",
         ),
     ];
     for (url, code, says) in cases {
@@ -147,4 +153,121 @@ fn dsh_serve_ends_when_its_input_ends() {
     drop(child.stdin.take());
     let status = child.wait().expect("wait");
     assert!(status.success(), "{status}");
+}
+
+/// `dsh doctor --world URL` prints the far side's report, made there: the same checks as
+/// the local one, or a coded error naming why it could not ask.
+#[test]
+fn dsh_doctor_reports_the_far_side() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!(
+        "cmd:exec '{}' serve --stdio -C '{}'",
+        dsh(),
+        dir.path().display()
+    );
+    let far = std::process::Command::new(dsh())
+        .args(["doctor", "--json", "--world", &url])
+        .output()
+        .expect("doctor");
+    let here = std::process::Command::new(dsh())
+        .args(["doctor", "--json"])
+        .current_dir(dir.path())
+        .output()
+        .expect("doctor");
+    let parse = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let (far_report, local) = (parse(&far), parse(&here));
+    let names = |r: &serde_json::Value| -> Vec<String> {
+        r["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .map(|c| c["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(names(&far_report), names(&local));
+    assert_eq!(
+        far_report["workspace"],
+        dir.path().display().to_string(),
+        "made in the far workspace"
+    );
+    assert_eq!(far.status.code(), here.status.code());
+    let text = std::process::Command::new(dsh())
+        .args(["doctor", "--world", &url])
+        .output()
+        .expect("doctor");
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.starts_with(&format!("dsh doctor: what {url} can enforce")),
+        "{shown}"
+    );
+    for (world, code) in [
+        ("http://h/w", "INVALID_ARGUMENT"),
+        ("cmd:exec cat", "REMOTE_INCOMPATIBLE"),
+        ("cmd:exit 3", "REMOTE_DISCONNECTED"),
+    ] {
+        let out = std::process::Command::new(dsh())
+            .args(["doctor", "--world", world])
+            .output()
+            .expect("doctor");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{world}: {err}");
+        assert!(err.contains(code), "{world}: {err}");
+        assert!(out.stdout.is_empty(), "{world}: no report of this machine");
+    }
+}
+
+/// A far side that never answers the handshake is given up on, and what the transport
+/// started here is killed with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_far_side_is_given_up_on_and_killed() {
+    let marker = format!("1002.{}", std::process::id());
+    let url: WorldUrl = format!("cmd:sleep {marker}; true").parse().expect("url");
+    let e = Channel::connect_within(&url, "dsh", std::time::Duration::from_millis(500))
+        .await
+        .expect_err("silent");
+    assert_eq!(e.code(), ErrorCode::RemoteDisconnected, "{e}");
+    assert!(e.message().contains("no answer to the handshake"), "{e}");
+    let gone = (0..500).any(|_| {
+        let alive = std::fs::read_dir("/proc")
+            .expect("proc")
+            .flatten()
+            .any(|p| {
+                std::fs::read(p.path().join("cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains(&marker))
+                    .unwrap_or(false)
+                    && !std::fs::read_to_string(p.path().join("stat"))
+                        .unwrap_or_default()
+                        .contains(") Z")
+            });
+        if alive {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        !alive
+    });
+    assert!(gone, "the transport's sleep outlived its channel");
+}
+
+/// A request dropped while its frame is on its way leaves the channel whole: the frame
+/// goes whole or not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_request_leaves_the_channel_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let far = Channel::connect(&far_side(dir.path()), "dsh")
+        .await
+        .expect("connect");
+    let big = "x".repeat(8 << 20);
+    for _ in 0..3 {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(1),
+            far.request("no/such", json!({ "data": big })),
+        )
+        .await;
+    }
+    assert_eq!(
+        far.request("ping", json!({})).await.expect("answered"),
+        json!({})
+    );
 }
