@@ -95,6 +95,7 @@ fn main() {
     }
     if wanted("mcp") {
         figures.extend(rt.block_on(mcp::mcp_latency(&dsh, runs)));
+        figures.extend(rt.block_on(mcp::mcp_exit(&dsh)));
     }
     if wanted("files") {
         figures.extend(rt.block_on(files::files_at_scale()));

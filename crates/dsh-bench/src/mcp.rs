@@ -177,3 +177,59 @@ pub(crate) async fn mcp_latency(dsh: &Path, runs: usize) -> Vec<Figure> {
         },
     ]
 }
+
+/// MCP: how long `dsh mcp` takes to exit once its client's input ends while a call runs a
+/// command that ignores SIGTERM, beside an idle `dsh mcp`'s exit (issue 12: the busy one
+/// took 5 s; nobody is left to read what a grace would let the command print).
+pub(crate) async fn mcp_exit(dsh: &Path) -> Vec<Figure> {
+    let Ok(dir) = tempfile::tempdir() else {
+        eprintln!("dsh-bench: no temp dir; the MCP exit figure is skipped");
+        return Vec::new();
+    };
+    let Ok(ws) = std::fs::canonicalize(dir.path()) else {
+        return Vec::new();
+    };
+    let exit_after_eof = |busy: bool, n: usize| -> Option<Duration> {
+        use std::io::Write;
+        let (mut child, mut stdin, _stdout) = start_mcp(dsh, &ws, "the MCP exit figure")?;
+        if busy {
+            let marker = format!("1000.{}{n}", std::process::id());
+            let call = serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "bash", "arguments": {
+                    "command": format!("trap '' TERM; sleep {marker}"),
+                    "description": "bench"}}});
+            writeln!(stdin, "{call}").ok()?;
+            // Measured once the command runs.
+            let started = Instant::now();
+            while !crate::measure::running(&format!("sleep {marker}")) {
+                if started.elapsed() > Duration::from_secs(30) {
+                    let _ = child.kill();
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let start = Instant::now();
+        drop(stdin);
+        let _ = child.wait();
+        Some(start.elapsed())
+    };
+    let (mut busy, mut idle) = (Vec::new(), Vec::new());
+    for n in 0..5 {
+        busy.extend(exit_after_eof(true, n));
+        idle.extend(exit_after_eof(false, n));
+    }
+    if busy.is_empty() || idle.is_empty() {
+        eprintln!("dsh-bench: dsh mcp did not run the call; the MCP exit figure is skipped");
+        return Vec::new();
+    }
+    let (b, i) = (percentile(busy, 50), percentile(idle, 50));
+    vec![Figure {
+        name: "mcp: exit after EOF, call in flight",
+        dsh: ms(b),
+        baseline: ms(i),
+        ratio: b.as_secs_f64() / i.as_secs_f64(),
+        target: "adds < 1 s (idle exit)",
+        ok: b.saturating_sub(i) < Duration::from_secs(1),
+    }]
+}

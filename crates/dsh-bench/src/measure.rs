@@ -239,3 +239,18 @@ pub(crate) async fn timed_tool(
     assert!(!r.is_error, "{}", r.text);
     start.elapsed()
 }
+
+/// Whether a live process (not a zombie) has `text` in its command line.
+pub(crate) fn running(text: &str) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(p.path().join("stat")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd)
+            .replace('\0', " ")
+            .contains(text)
+            && !stat.contains(") Z")
+    })
+}

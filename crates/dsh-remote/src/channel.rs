@@ -37,6 +37,8 @@ const OUTBOX: usize = 64;
 struct State {
     pending: HashMap<u64, oneshot::Sender<Result<Value, HarnessError>>>,
     ended: Option<Ended>,
+    /// A frame came from the far side: it was reached.
+    reached: bool,
 }
 
 /// Why a channel ended: the error every request gets from then on.
@@ -145,8 +147,7 @@ impl Channel {
         if info.protocol != PROTOCOL {
             return Err(incompatible(format!(
                 "it speaks protocol {} (dsh {})",
-                info.protocol,
-                wire::peer_text(&info.version)
+                info.protocol, info.version
             )));
         }
         channel.info = info;
@@ -248,7 +249,8 @@ impl Channel {
                         .collect::<Vec<_>>()
                         .join(" / ")
                 };
-                end(&state, ended(broke, status, &said));
+                let reached = state.lock().unwrap_or_else(|p| p.into_inner()).reached;
+                end(&state, ended(broke, status, &said, reached));
                 // `child` drops here: killed if it still runs.
             })
         };
@@ -355,8 +357,9 @@ impl Drop for Forget<'_> {
 }
 
 /// How the channel ended, from how its reading stopped (`broke`: the error it broke with,
-/// `None` at a clean end), the transport's exit `status`, and what it `said` on stderr.
-fn ended(broke: Option<HarnessError>, status: Option<i32>, said: &str) -> Ended {
+/// `None` at a clean end), the transport's exit `status`, what it `said` on stderr, and
+/// whether the far side was `reached` (it sent a frame).
+fn ended(broke: Option<HarnessError>, status: Option<i32>, said: &str, reached: bool) -> Ended {
     let mut detail = String::new();
     if let Some(s) = status {
         detail.push_str(&format!("; the transport exited with status {s}"));
@@ -378,7 +381,12 @@ fn ended(broke: Option<HarnessError>, status: Option<i32>, said: &str) -> Ended 
             HarnessError::new(code, format!("the far side's dsh refused to serve: {why}"))
         }
         (Some(e), None) => disconnected(&format!("{}{detail}", e.message())),
-        (None, None) => disconnected(&format!("the far side closed the connection{detail}")),
+        (None, None) if reached => {
+            disconnected(&format!("the far side closed the connection{detail}"))
+        }
+        (None, None) => disconnected(&format!(
+            "the transport ended before the far side answered{detail}"
+        )),
     };
     Ended {
         code: error.code(),
@@ -417,6 +425,7 @@ async fn read_answers(
             Ok(None) => return None,
             Err(e) => return Some(e),
         };
+        state.lock().unwrap_or_else(|p| p.into_inner()).reached = true;
         let Some(id) = message["id"].as_u64() else {
             // A notification: none is defined yet in protocol 1.
             continue;

@@ -103,12 +103,13 @@ impl ServerInfo {
         })
     }
 
-    /// From the handshake's answer; `None` without its protocol and version.
+    /// From the handshake's answer, each text cut and cleaned (it comes from the far
+    /// side); `None` without its protocol and version.
     pub fn from_json(v: &Value) -> Option<ServerInfo> {
-        let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        let text = |k: &str| wire::peer_text(v[k].as_str().unwrap_or_default());
         Some(ServerInfo {
             protocol: v["protocol"].as_u64()?,
-            version: v["version"].as_str()?.to_owned(),
+            version: wire::peer_text(v["version"].as_str()?),
             binary_sha256: text("binarySha256"),
             os: text("os"),
             arch: text("arch"),

@@ -51,7 +51,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut initialized = false;
-    while let Some(message) = wire::read_frame(&mut input).await? {
+    while let Some(message) = wire::read_frame_as(&mut input, wire::near_broken).await? {
         let Some(id) = message["id"].as_u64() else {
             // A notification: none is defined yet in protocol 1.
             continue;

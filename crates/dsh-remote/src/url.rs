@@ -65,6 +65,12 @@ fn far_path(url: &str, path: &str) -> Result<PathBuf, HarnessError> {
     if !path.starts_with('/') {
         return Err(invalid(url, "the far workspace must be an absolute path"));
     }
+    if path.split('/').any(|c| c.starts_with('~')) {
+        return Err(invalid(
+            url,
+            "a ~ in the far workspace is not expanded; give the absolute path",
+        ));
+    }
     if path.chars().any(char::is_control) {
         return Err(invalid(url, "the far workspace holds a control character"));
     }
@@ -140,6 +146,11 @@ impl std::str::FromStr for WorldUrl {
                 container: container.to_owned(),
                 path: far_path(url, path)?,
             });
+        }
+        for scheme in ["ssh:", "docker:"] {
+            if url.starts_with(scheme) {
+                return Err(invalid(url, &format!("{scheme} is followed by //")));
+            }
         }
         Err(invalid(url, "unknown scheme"))
     }
@@ -283,6 +294,8 @@ mod tests {
             "ssh://[nothost]:22/w",
             "ssh://h/a\\b",
             "ssh://a]b/w",
+            "ssh:/host/w",
+            "ssh://host/~/w",
             "docker:///w",
             "docker://-it/w",
             "docker://c",

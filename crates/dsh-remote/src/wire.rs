@@ -32,24 +32,35 @@ pub const MAX_VALUES: usize = 1 << 18;
 /// an error of this side.
 const MAX_PEER_TEXT: usize = 2048;
 
-/// The error of a peer that does not speak this protocol.
+/// The error of a far side that does not speak this protocol.
 pub(crate) fn incompatible(why: impl std::fmt::Display) -> HarnessError {
+    far_broken(why.to_string())
+}
+
+/// [`incompatible`], for [`read_frame_as`].
+fn far_broken(why: String) -> HarnessError {
     HarnessError::new(
         ErrorCode::RemoteIncompatible,
         format!(
-            "the far side does not speak dsh's remote protocol {PROTOCOL}: {why}. Install the \
-             same dsh there (dsh serve --stdio), or name it with --remote-dsh."
+            "the far side is not a dsh serve --stdio of remote protocol {PROTOCOL} (run the \
+             same dsh there: --remote-dsh names it for ssh:// and docker://, a cmd: command \
+             must start it itself): {why}"
         ),
     )
 }
 
 /// The error of a near side that does not speak this protocol, as the far side says it.
 pub(crate) fn near_incompatible(why: impl std::fmt::Display) -> HarnessError {
+    near_broken(why.to_string())
+}
+
+/// [`near_incompatible`], for [`read_frame_as`].
+pub(crate) fn near_broken(why: String) -> HarnessError {
     HarnessError::new(
         ErrorCode::RemoteIncompatible,
         format!(
-            "the near side does not speak this dsh's remote protocol {PROTOCOL}: {why}. Use \
-             the same dsh on both sides."
+            "the near side does not speak this dsh's remote protocol {PROTOCOL} (use the same \
+             dsh on both sides; dsh serve is started by dsh itself, not by hand): {why}"
         ),
     )
 }
@@ -110,12 +121,38 @@ fn values_in(body: &[u8], limit: usize) -> usize {
 /// # Cancel safety
 /// Not cancel safe: dropped mid-frame, the stream is left inside a frame.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Value>, HarnessError> {
+    read_frame_as(r, far_broken).await
+}
+
+/// [`read_frame`], with `broken` making the error of a peer that broke the protocol (the
+/// far side's words or the near side's).
+pub(crate) async fn read_frame_as<R: AsyncRead + Unpin>(
+    r: &mut R,
+    broken: fn(String) -> HarnessError,
+) -> Result<Option<Value>, HarnessError> {
+    // Printable text where a length was due: something printed instead of framing.
+    let printed = |bytes: &[u8]| {
+        (!bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()))
+        .then(|| {
+            broken(format!(
+                "it printed text where a frame was due ({:?}): a login shell's greeting, or \
+                     a program other than dsh serve",
+                String::from_utf8_lossy(bytes)
+            ))
+        })
+    };
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < len.len() {
         match r.read(&mut len[got..]).await {
             Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(incompatible("the stream ended inside a frame's length")),
+            Ok(0) => {
+                return Err(printed(&len[..got])
+                    .unwrap_or_else(|| broken("the stream ended inside a frame's length".into())))
+            }
             Ok(n) => got += n,
             Err(e) => return Err(disconnected(&e.to_string())),
         }
@@ -123,38 +160,29 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Value>
     let prefix = len;
     let len = u32::from_be_bytes(len) as usize;
     if len > MAX_FRAME {
-        // Printable text where a length was due: something printed instead of framing.
-        if prefix
-            .iter()
-            .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
-        {
-            return Err(incompatible(format!(
-                "it printed text where a frame was due ({:?}…): a login shell's greeting, or \
-                 a program other than dsh serve",
-                String::from_utf8_lossy(&prefix)
-            )));
-        }
-        return Err(incompatible(format!(
-            "a frame of {len} bytes, over the {MAX_FRAME}-byte limit"
-        )));
+        return Err(printed(&prefix).unwrap_or_else(|| {
+            broken(format!(
+                "a frame of {len} bytes, over the {MAX_FRAME}-byte limit"
+            ))
+        }));
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            incompatible("the stream ended inside a frame")
+            broken("the stream ended inside a frame".into())
         } else {
             disconnected(&e.to_string())
         }
     })?;
     if values_in(&body, MAX_VALUES) > MAX_VALUES {
-        return Err(incompatible(format!(
+        return Err(broken(format!(
             "a frame with more than {MAX_VALUES} JSON values"
         )));
     }
     match serde_json::from_slice::<Value>(&body) {
         Ok(v @ Value::Object(_)) => Ok(Some(v)),
-        Ok(_) => Err(incompatible("a frame that is not a JSON object")),
-        Err(e) => Err(incompatible(format!("a frame that is not JSON ({e})"))),
+        Ok(_) => Err(broken("a frame that is not a JSON object".into())),
+        Err(e) => Err(broken(format!("a frame that is not JSON ({e})"))),
     }
 }
 

@@ -36,9 +36,10 @@ pub struct DoctorArgs {
     /// there by its `dsh serve --stdio`.
     #[arg(long, value_name = "URL")]
     world: Option<String>,
-    /// The far side's dsh: a name on its PATH or a path (default: dsh).
-    #[arg(long, value_name = "PATH", default_value = "dsh")]
-    remote_dsh: String,
+    /// The far side's dsh for ssh:// and docker:// worlds: a name on its PATH or a path
+    /// (default: dsh). A cmd: world's command starts dsh serve itself.
+    #[arg(long, value_name = "PATH")]
+    remote_dsh: Option<String>,
 }
 
 /// One line of the report: a fact, whether it is good, and the fix when it is not.
@@ -65,22 +66,32 @@ pub fn main(args: DoctorArgs) -> ExitCode {
 
 async fn run(args: &DoctorArgs) -> ExitCode {
     let (report, place) = match &args.world {
-        Some(url) => match far_report(url, &args.remote_dsh).await {
-            Ok(r) => (r, url.clone()),
+        Some(url) => match far_report(url, args.remote_dsh.as_deref()).await {
+            Ok(r) => (r, Some(url.clone())),
             Err(e) => {
+                if args.json {
+                    outln!(
+                        "{}",
+                        json!({"error": {"code": e.code().as_str(), "message": e.message()}})
+                    );
+                }
                 eprintln!("dsh doctor: {e}");
                 return ExitCode::from(1);
             }
         },
         None => {
+            if args.remote_dsh.is_some() {
+                eprintln!("dsh doctor: INVALID_ARGUMENT: --remote-dsh needs --world");
+                return ExitCode::from(1);
+            }
             let ws = std::env::current_dir().unwrap_or_else(|_| "/".into());
-            (report(&ws).await, "this machine".to_owned())
+            (report(&ws).await, None)
         }
     };
     if args.json {
         outln!("{report}");
     } else {
-        print_report(&report, &place);
+        print_report(&report, place.as_deref());
     }
     ExitCode::from(if report["healthy"] == true { 0 } else { 1 })
 }
@@ -90,10 +101,27 @@ async fn run(args: &DoctorArgs) -> ExitCode {
 /// # Errors
 /// The channel's (`INVALID_ARGUMENT` for the URL, `REMOTE_DISCONNECTED`,
 /// `REMOTE_INCOMPATIBLE`, `PROCESS_NOT_FOUND` for a missing transport).
-async fn far_report(url: &str, remote_dsh: &str) -> Result<Value, dsh_core::HarnessError> {
-    let url: dsh_remote::WorldUrl = url.parse()?;
-    let far = dsh_remote::Channel::connect(&url, remote_dsh).await?;
-    far.request("doctor", json!({})).await
+async fn far_report(url: &str, remote_dsh: Option<&str>) -> Result<Value, dsh_core::HarnessError> {
+    let world: dsh_remote::WorldUrl = url.parse()?;
+    if let (dsh_remote::WorldUrl::Command(_), Some(_)) = (&world, remote_dsh) {
+        return Err(dsh_core::HarnessError::invalid_argument(
+            "--remote-dsh names the far dsh of ssh:// and docker:// worlds; a cmd: world's \
+             command starts dsh serve --stdio itself",
+        ));
+    }
+    let far = dsh_remote::Channel::connect(&world, remote_dsh.unwrap_or("dsh")).await?;
+    let mut report = far.request("doctor", json!({})).await?;
+    // Which dsh answered, from the handshake.
+    let info = far.info();
+    report["world"] = json!({
+        "url": url,
+        "version": info.version.clone(),
+        "binary_sha256": info.binary_sha256.clone(),
+        "os": info.os.clone(),
+        "arch": info.arch.clone(),
+        "same_binary": info.binary_sha256 == dsh_remote::ServerInfo::of_this_process().binary_sha256,
+    });
+    Ok(report)
 }
 
 /// What this machine can enforce for the workspace `ws`, as `dsh doctor --json` prints it
@@ -207,11 +235,32 @@ pub async fn report(ws: &Path) -> Value {
     })
 }
 
-/// Prints `report` (see [`report`]) for a person; `place` names where it was made.
-fn print_report(report: &Value, place: &str) {
+/// Prints `report` (see [`report`]) for a person; `world` names the far side it was made
+/// on, if not here.
+fn print_report(report: &Value, world: Option<&str>) {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     let list = |key: &str| report[key].as_array().cloned().unwrap_or_default();
-    outln!("dsh doctor: what {place} can enforce\n");
+    match world {
+        Some(url) => {
+            let w = &report["world"];
+            let hash = text(&w["binary_sha256"]);
+            outln!("dsh doctor: what {url} can enforce");
+            outln!(
+                "  far side: dsh {} ({}/{}, binary {}{})\n",
+                text(&w["version"]),
+                text(&w["os"]),
+                text(&w["arch"]),
+                hash.get(..12).unwrap_or(&hash),
+                if w["same_binary"] == true {
+                    ", the same as this one"
+                } else {
+                    ", NOT the same as this one"
+                }
+            );
+        }
+        None => outln!("dsh doctor: what this machine can enforce\n"),
+    }
+    let here = if world.is_some() { "there" } else { "here" };
     for c in list("checks") {
         let ok = c["ok"] == true;
         outln!(
@@ -258,11 +307,12 @@ fn print_report(report: &Value, place: &str) {
     outln!(
         "\n{}",
         if report["healthy"] == true {
-            "healthy: confined modes are enforced here"
+            format!("healthy: confined modes are enforced {here}")
         } else if report["any_runner"] == true {
-            "UNHEALTHY: a self-test was not refused; do not rely on the sandbox here"
+            format!("UNHEALTHY: a self-test was not refused; do not rely on the sandbox {here}")
         } else {
             "UNHEALTHY: no sandbox runner works; confined modes fail with SANDBOX_UNAVAILABLE"
+                .to_owned()
         }
     );
 }

@@ -20,6 +20,14 @@ pub struct ServeArgs {
 
 pub fn main(args: ServeArgs) -> ExitCode {
     debug_assert!(args.stdio);
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprintln!(
+            "dsh serve: its stdin is a terminal; dsh serve speaks a binary protocol to another \
+             dsh, which starts it over ssh, docker exec or a cmd: command (try \
+             `dsh doctor --world URL`)"
+        );
+        return ExitCode::from(2);
+    }
     match crate::block_on("serve", 1, run(&args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,

@@ -87,7 +87,7 @@ async fn what_is_not_a_dsh_far_side_is_a_coded_error() {
         ),
         // A command not found: for `cmd:` it may be the transport itself, here.
         (
-            "cmd:exec no-such-dsh-here serve --stdio".into(),
+            "cmd:exec /nonexistent/dsh serve --stdio".into(),
             ErrorCode::RemoteDisconnected,
             "status 127",
         ),
@@ -194,6 +194,12 @@ fn dsh_doctor_reports_the_far_side() {
         "made in the far workspace"
     );
     assert_eq!(far.status.code(), here.status.code());
+    assert_eq!(
+        far_report["world"]["same_binary"], true,
+        "{}",
+        far_report["world"]
+    );
+    assert_eq!(far_report["world"]["version"], env!("CARGO_PKG_VERSION"));
     let text = std::process::Command::new(dsh())
         .args(["doctor", "--world", &url])
         .output()
@@ -203,6 +209,21 @@ fn dsh_doctor_reports_the_far_side() {
         shown.starts_with(&format!("dsh doctor: what {url} can enforce")),
         "{shown}"
     );
+    assert!(shown.contains("the same as this one"), "{shown}");
+    // A cmd: world starts its own dsh: naming one is a mistake, said before connecting.
+    let out = std::process::Command::new(dsh())
+        .args([
+            "doctor",
+            "--json",
+            "--world",
+            &url,
+            "--remote-dsh",
+            "/nope/dsh",
+        ])
+        .output()
+        .expect("doctor");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["error"]["code"], "INVALID_ARGUMENT", "{answer}");
     for (world, code) in [
         ("http://h/w", "INVALID_ARGUMENT"),
         ("cmd:exec cat", "REMOTE_INCOMPATIBLE"),
