@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use dsh_core::{ErrorCode, HarnessError};
+use dsh_core::HarnessError;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -35,27 +35,15 @@ pub fn main(args: ServeArgs) -> ExitCode {
 }
 
 async fn run(args: &ServeArgs) -> Result<(), HarnessError> {
-    if let Some(dir) = &args.dir {
-        if !dir.is_dir() {
-            return Err(HarnessError::new(
-                ErrorCode::ProcessCwdInvalid,
-                format!(
-                    "the far workspace {} is not a directory here; fix the world URL's path",
-                    dir.display()
-                ),
-            ));
-        }
-    }
-    let ws = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().map_err(|e| {
-            HarnessError::new(
-                ErrorCode::ProcessCwdInvalid,
-                "the current directory is unusable; pass -C DIR",
-            )
-            .with_source(e)
-        })?,
-    };
+    let ws = crate::tool::workspace_root(args.dir.as_deref()).map_err(|e| {
+        HarnessError::new(
+            e.code(),
+            format!(
+                "the far workspace, {}, here; fix the world URL's path",
+                e.message()
+            ),
+        )
+    })?;
     let info = dsh_remote::ServerInfo::of_this_process();
     let far = Far { ws };
     dsh_remote::serve(tokio::io::stdin(), tokio::io::stdout(), &info, &far).await
